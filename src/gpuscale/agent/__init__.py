@@ -1,0 +1,1 @@
+"""The node agent: sampler loop, Prometheus exposition, health endpoints."""

@@ -1,0 +1,183 @@
+"""Command line: ``gpuscale agent`` and ``gpuscale gpus``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict
+from enum import Enum
+from typing import Any
+
+from gpuscale import __version__
+from gpuscale.telemetry.backend import GpuBackend
+from gpuscale.telemetry.model import Absent, BackendState, NodeSnapshot
+from gpuscale.telemetry.scenario import ScenarioError, builtin_scenarios, load_scenario
+
+log = logging.getLogger("gpuscale")
+
+DEFAULT_SCENARIO = "h100-vllm"
+
+
+def make_backend(kind: str, scenario: str, node: str | None, pcie: bool,
+                 speed: float = 1.0) -> GpuBackend:
+    """Build the backend. ``auto`` takes NVML when it sees at least one GPU, else the sim."""
+    if kind in ("nvml", "auto"):
+        from gpuscale.telemetry.nvml import NvmlBackend
+
+        nvml = NvmlBackend(pcie=pcie)
+        if kind == "nvml":
+            return nvml
+        probe = nvml.sample()
+        if probe.state is BackendState.OK and probe.gpus:
+            return nvml
+        nvml.close()
+        why = probe.reason if probe.state is not BackendState.OK else "no GPUs"
+        log.warning("NVML not usable here (%s): using simulated GPUs from scenario %r",
+                    why, scenario)
+    from gpuscale.telemetry.simulated import SimulatedBackend
+
+    return SimulatedBackend(load_scenario(scenario).node(node), speed=speed, pcie=pcie)
+
+
+def _add_backend_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--gpu-backend", choices=["auto", "nvml", "sim"], default="auto",
+                   help="where readings come from; auto = NVML when a GPU is present, else "
+                        "the simulated scenario (default: auto)")
+    p.add_argument("--scenario", default=DEFAULT_SCENARIO,
+                   help="simulated fleet: a YAML file or a shipped scenario "
+                        f"({', '.join(builtin_scenarios())}); default {DEFAULT_SCENARIO}")
+    p.add_argument("--node", default=None,
+                   help="which node of the scenario to simulate (default: the first)")
+    p.add_argument("--speed", type=float, default=1.0,
+                   help="simulated time runs this many times faster than real time")
+    p.add_argument("--pcie", action="store_true",
+                   help="read PCIe throughput (NVML blocks ~20 ms per GPU per reading)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gpuscale", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"gpuscale {__version__}")
+    parser.add_argument("--log-level", default="INFO",
+                        choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    agent = sub.add_parser("agent", help="run the node agent (sampler + /metrics)")
+    _add_backend_args(agent)
+    agent.add_argument("--interval", type=float, default=1.0,
+                       help="sample interval in seconds (0.2 or more; default 1)")
+    agent.add_argument("--host", default="0.0.0.0", help="listen address (default 0.0.0.0)")
+    agent.add_argument("--port", type=int, default=9400, help="metrics port (default 9400)")
+    agent.add_argument("--hostname", default="",
+                       help="Hostname label on dcgm series (default: this host's name; "
+                            "set to the node name in Kubernetes)")
+
+    gpus = sub.add_parser("gpus", help="show this node's GPUs, MIG instances and processes")
+    _add_backend_args(gpus)
+    gpus.add_argument("--json", action="store_true", help="print the snapshot as JSON")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        backend = make_backend(args.gpu_backend, args.scenario, args.node, args.pcie,
+                               args.speed)
+    except ScenarioError as exc:
+        print(f"gpuscale: {exc}", file=sys.stderr)
+        return 2
+    if args.command == "agent":
+        return _agent(args, backend)
+    return _gpus(args, backend)
+
+
+def _agent(args: argparse.Namespace, backend: GpuBackend) -> int:
+    from gpuscale.agent.app import Agent, AgentConfig, run_until_signalled
+
+    try:
+        agent = Agent(backend, AgentConfig(args.host, args.port, args.interval, args.hostname))
+    except ValueError as exc:
+        print(f"gpuscale: {exc}", file=sys.stderr)
+        return 2
+
+    def listening(port: int) -> None:
+        host = "localhost" if args.host in ("0.0.0.0", "::") else args.host
+        print(f"gpuscale agent ({backend.name} backend) serving metrics at "
+              f"http://{host}:{port}/metrics (health: /healthz, /readyz)", flush=True)
+
+    try:
+        asyncio.run(run_until_signalled(agent, listening))
+    except OSError as exc:
+        print(f"gpuscale: cannot serve on {args.host}:{args.port}: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _gpus(args: argparse.Namespace, backend: GpuBackend) -> int:
+    try:
+        snap = backend.sample()
+    finally:
+        backend.close()
+    if args.json:
+        print(json.dumps(snapshot_to_json(snap), indent=2))
+    else:
+        print(format_table(snap))
+    return 0 if snap.state is BackendState.OK else 1
+
+
+def snapshot_to_json(snap: NodeSnapshot) -> dict[str, Any]:
+    def clean(v: Any) -> Any:
+        if isinstance(v, Enum):
+            return v.value
+        if isinstance(v, dict):
+            return {k: clean(x) for k, x in v.items()}
+        if isinstance(v, list | tuple):
+            return [clean(x) for x in v]
+        return v
+
+    result: dict[str, Any] = clean(asdict(snap))
+    return result
+
+
+def _fmt(v: float | Absent, unit: str = "", scale: float = 1.0, digits: int = 0) -> str:
+    if isinstance(v, Absent):
+        return v.value
+    return f"{v * scale:.{digits}f}{unit}"
+
+
+def format_table(snap: NodeSnapshot) -> str:
+    if snap.state is not BackendState.OK:
+        return f"{snap.node}: GPU backend {snap.backend} unavailable: {snap.reason}"
+    gib = 1 / 1024**3
+    lines = [f"node {snap.node}  backend {snap.backend}  driver {snap.driver_version}  "
+             f"{len(snap.gpus)} GPUs",
+             f"{'GPU':<4}{'MIG':<5}{'NAME / PROFILE':<24}{'UTIL':>12}{'MEMORY':>20}"
+             f"{'POWER':>8}  UUID"]
+    for g in snap.gpus:
+        mem = f"{_fmt(g.memory_used_bytes, '', gib, 1)}/{_fmt(g.memory_total_bytes, '', gib, 1)}G"
+        lines.append(f"{g.index:<4}{'-':<5}{g.name[:23]:<24}"
+                     f"{_fmt(g.utilization_percent, '%'):>12}{mem:>20}"
+                     f"{_fmt(g.power_watts, 'W'):>8}  {g.uuid}"
+                     + ("" if g.state.value == "ok" else f"  [{g.state.value}]"))
+        for m in g.migs:
+            mmem = (f"{_fmt(m.memory_used_bytes, '', gib, 1)}/"
+                    f"{_fmt(m.memory_total_bytes, '', gib, 1)}G")
+            lines.append(f"{'':<4}{m.gpu_instance_id:<5}{m.profile:<24}"
+                         f"{_fmt(m.utilization_percent, '%'):>12}{mmem:>20}{'':>8}  {m.uuid}")
+        for p in g.processes:
+            gi = "" if p.gpu_instance_id is None else str(p.gpu_instance_id)
+            lines.append(f"{'':<4}{gi:<5}{'  pid ' + str(p.pid):<24}"
+                         f"{_fmt(p.sm_util_percent, '%'):>12}"
+                         f"{_fmt(p.used_memory_bytes, 'G', gib, 1):>20}")
+    for problem in snap.problems:
+        lines.append(f"! {problem}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

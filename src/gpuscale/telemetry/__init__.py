@@ -1,0 +1,1 @@
+"""GPU readings: immutable samples, the NVML backend and the simulated backend."""

@@ -1,0 +1,159 @@
+"""Immutable GPU readings: the values every layer above telemetry consumes.
+
+Importable without NVML, gRPC or any I/O library. A reading that could not be taken is an
+``Absent`` member, never ``None`` by accident and never 0: "unsupported" (this device or
+driver cannot give it), "unavailable" (a call failed this time), "lost" (the GPU fell off
+the bus) and "no data" (no fresh sample in the window) stay distinct all the way up.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import TypeGuard, TypeVar
+
+
+class Absent(enum.Enum):
+    """Why a reading has no number."""
+
+    UNSUPPORTED = "unsupported"
+    UNAVAILABLE = "unavailable"
+    LOST = "lost"
+    NO_DATA = "no_data"
+
+    def __repr__(self) -> str:
+        return f"Absent.{self.name}"
+
+
+T = TypeVar("T", int, float)
+
+#: A reading: a number, or the reason there is none.
+Reading = float | Absent
+IntReading = int | Absent
+
+
+def present(value: T | Absent) -> TypeGuard[T]:
+    """True when ``value`` is a number (and not an ``Absent`` reason)."""
+    return not isinstance(value, Absent)
+
+
+class GpuState(enum.Enum):
+    """Health of one physical GPU as the backend saw it at sample time."""
+
+    OK = "ok"
+    LOST = "lost"  # NVML_ERROR_GPU_IS_LOST: readings are Absent.LOST until the driver recovers
+    UNAVAILABLE = "unavailable"  # the handle could not be obtained this tick
+
+
+class BackendState(enum.Enum):
+    """Whether the backend could talk to the GPUs at all."""
+
+    OK = "ok"
+    UNAVAILABLE = "unavailable"  # library missing, driver not loaded, version mismatch...
+
+
+class SharingMode(enum.Enum):
+    """How the device plugin hands this GPU to pods (from configuration or scenario)."""
+
+    EXCLUSIVE = "exclusive"
+    TIME_SLICED = "time-sliced"
+    MPS = "mps"
+    MIG = "mig"
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessSample:
+    """One process with a context on a GPU or MIG instance.
+
+    ``used_memory_bytes`` is Absent when the driver hides it; ``sm_util_percent`` is the mean
+    of the driver's per-process samples in the window (0-100), ``Absent.NO_DATA`` when the
+    process had no sample in the window, ``Absent.UNSUPPORTED`` on MIG.
+    """
+
+    pid: int
+    used_memory_bytes: IntReading
+    sm_util_percent: Reading = Absent.NO_DATA
+    mem_util_percent: Reading = Absent.NO_DATA
+    gpu_instance_id: int | None = None
+    compute_instance_id: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MigSample:
+    """One MIG compute instance.
+
+    Utilization comes from GPM (graphics-engine activity, 0-100) where the hardware has it,
+    otherwise ``Absent.UNSUPPORTED`` - the driver gives no device utilization on MIG.
+    """
+
+    uuid: str
+    parent_uuid: str
+    index: int  # position among the parent's MIG devices
+    gpu_instance_id: int
+    compute_instance_id: int
+    profile: str  # e.g. "3g.40gb"
+    memory_used_bytes: IntReading
+    memory_total_bytes: IntReading
+    utilization_percent: Reading
+    processes: tuple[ProcessSample, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSample:
+    """One physical GPU at one sample time.
+
+    Units: utilization in percent (0-100) averaged over the sample window, memory in bytes,
+    power in watts, temperature in degrees C, clocks in MHz, energy in millijoules since the
+    driver loaded, throughputs in bytes per second.
+    """
+
+    index: int
+    uuid: str
+    name: str
+    pci_bus_id: str
+    minor_number: int
+    state: GpuState = GpuState.OK
+    utilization_percent: Reading = Absent.NO_DATA
+    utilization_samples: int = 0  # driver samples averaged into utilization_percent
+    memory_util_percent: Reading = Absent.NO_DATA
+    memory_used_bytes: IntReading = Absent.NO_DATA
+    memory_free_bytes: IntReading = Absent.NO_DATA
+    memory_total_bytes: IntReading = Absent.NO_DATA
+    memory_reserved_bytes: IntReading = Absent.NO_DATA
+    power_watts: Reading = Absent.NO_DATA
+    power_limit_watts: Reading = Absent.NO_DATA
+    temperature_c: Reading = Absent.NO_DATA
+    sm_clock_mhz: Reading = Absent.NO_DATA
+    energy_millijoules: IntReading = Absent.NO_DATA
+    nvlink_tx_bytes_per_second: Reading = Absent.UNSUPPORTED
+    nvlink_rx_bytes_per_second: Reading = Absent.UNSUPPORTED
+    pcie_tx_bytes_per_second: Reading = Absent.UNSUPPORTED
+    pcie_rx_bytes_per_second: Reading = Absent.UNSUPPORTED
+    xid_errors_total: int = 0  # XID events seen since the agent started
+    last_xid: int = 0  # code of the last XID event; 0 = none seen (dcgm-exporter's meaning)
+    mig_enabled: bool = False
+    sharing: SharingMode = SharingMode.EXCLUSIVE
+    migs: tuple[MigSample, ...] = ()
+    processes: tuple[ProcessSample, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSnapshot:
+    """Everything one backend read on one node in one tick.
+
+    ``taken_at`` is wall-clock seconds since the epoch; ``monotonic`` is the sampler's
+    monotonic clock at the same instant (freshness checks use it). ``seq`` increases by one
+    per published snapshot of the same agent process.
+    """
+
+    node: str
+    backend: str
+    taken_at: float
+    monotonic: float
+    seq: int = 0
+    state: BackendState = BackendState.OK
+    reason: str = ""  # why the backend is not OK
+    driver_version: str = ""
+    gpus: tuple[GpuSample, ...] = ()
+    duration_seconds: float = 0.0  # how long the sample took
+    problems: tuple[str, ...] = ()  # "gpu 3: power: unavailable (...)", this tick only

@@ -1,0 +1,369 @@
+"""Per-device NVML reads: one physical GPU and its MIG instances, with their cursors.
+
+Everything here runs in the sampler's worker thread through ``Calls``; nothing raises an
+NVML error to the caller (see nvml_calls).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuscale.telemetry.model import (
+    Absent,
+    GpuSample,
+    IntReading,
+    MigSample,
+    ProcessSample,
+    Reading,
+    SharingMode,
+)
+from gpuscale.telemetry.nvml_calls import (
+    ARGUMENT_VERSION_MISMATCH,
+    FUNCTION_NOT_FOUND,
+    NOT_FOUND,
+    SUCCESS,
+    Calls,
+    error_code,
+)
+
+UINT_MAX = 0xFFFFFFFF
+NVLINK_TX, NVLINK_RX = 138, 139  # NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_{TX,RX}, KiB counters
+MIG_REFRESH_S = 30.0  # MIG layouts change rarely; re-enumerate this often (or on error)
+MAX_PROCESSES = 1024  # per device, bounded whatever the driver returns
+PROCESS_SAMPLE_TTL_US = 5_000_000  # a process's last SM sample counts this long
+
+
+@dataclass
+class MigState:
+    index: int
+    handle: Any
+    uuid: str
+    gpu_instance_id: int
+    compute_instance_id: int
+    profile: str
+    gpm_prev: Any = None  # the previous GPM sample (nvmlGpmSample_t), for the next diff
+
+
+@dataclass
+class DeviceState:
+    """Static facts and cursors for one GPU across ticks."""
+
+    index: int
+    handle: Any
+    uuid: str
+    name: str
+    pci_bus_id: str
+    minor_number: int
+    mig_enabled: bool
+    sharing: SharingMode
+    util_cursor: int = 0  # last driver sample timestamp seen (us)
+    proc_cursor: int = 0
+    proc_last: dict[int, tuple[float, float, int]] = field(default_factory=dict)  # pid ->
+    #   (sm %, mem %, driver timestamp us) of its newest sample
+    nvlink_prev: tuple[float, int, int] | None = None  # (monotonic, tx KiB, rx KiB)
+    memory_v2: bool = True  # falls back to v1 on drivers without the v2 call
+    gpm: bool | None = None  # None = not asked yet
+    migs: list[MigState] = field(default_factory=list)
+    migs_read_at: float = -1e18
+    xid_total: int = 0
+    last_xid: int = 0
+
+
+def read_device(c: Calls, d: DeviceState, interval: float, pcie: bool,
+                monotonic: float) -> GpuSample:
+    nv = c.nvml
+    where, u = f"gpu {d.index}", d.uuid
+    util, n_samples = _window_utilization(c, d, interval)
+    rates = c.get(where, u, "utilization_rates", nv.nvmlDeviceGetUtilizationRates, d.handle)
+    mem_util: Reading = rates if isinstance(rates, Absent) else float(rates.memory)
+    if n_samples == 0 and not isinstance(rates, Absent) and not d.mig_enabled:
+        util = float(rates.gpu)  # no new driver sample in the window: its latest value
+    elif isinstance(util, Absent) and isinstance(rates, Absent):
+        util = rates
+    used, free, total, reserved = _memory(c, d)
+    power = _scaled(c.get(where, u, "power", nv.nvmlDeviceGetPowerUsage, d.handle), 1e-3)
+    limit = _scaled(c.get(where, u, "power_limit", nv.nvmlDeviceGetEnforcedPowerLimit,
+                          d.handle), 1e-3)
+    temp = _scaled(c.get(where, u, "temperature", nv.nvmlDeviceGetTemperature, d.handle,
+                         nv.NVML_TEMPERATURE_GPU), 1.0)
+    clock = _scaled(c.get(where, u, "sm_clock", nv.nvmlDeviceGetClockInfo, d.handle,
+                          nv.NVML_CLOCK_SM), 1.0)
+    energy = c.get(where, u, "energy", nv.nvmlDeviceGetTotalEnergyConsumption, d.handle)
+    nv_tx, nv_rx = _nvlink(c, d, monotonic)
+    pcie_tx: Reading = Absent.UNSUPPORTED
+    pcie_rx: Reading = Absent.UNSUPPORTED
+    if pcie:  # each call blocks ~20 ms in the driver: only on request
+        pcie_tx = _scaled(c.get(where, u, "pcie_tx", nv.nvmlDeviceGetPcieThroughput, d.handle,
+                                nv.NVML_PCIE_UTIL_TX_BYTES), 1024.0)
+        pcie_rx = _scaled(c.get(where, u, "pcie_rx", nv.nvmlDeviceGetPcieThroughput, d.handle,
+                                nv.NVML_PCIE_UTIL_RX_BYTES), 1024.0)
+    migs: tuple[MigSample, ...] = ()
+    if d.mig_enabled:
+        migs = _read_migs(c, d, monotonic)
+        processes = tuple(p for m in migs for p in m.processes)
+    else:
+        processes = _processes(c, where, u, d.handle, d, per_process_util=True)
+    return GpuSample(
+        index=d.index, uuid=d.uuid, name=d.name, pci_bus_id=d.pci_bus_id,
+        minor_number=d.minor_number, utilization_percent=util, utilization_samples=n_samples,
+        memory_util_percent=mem_util, memory_used_bytes=used, memory_free_bytes=free,
+        memory_total_bytes=total, memory_reserved_bytes=reserved, power_watts=power,
+        power_limit_watts=limit, temperature_c=temp, sm_clock_mhz=clock,
+        energy_millijoules=energy if isinstance(energy, Absent) else int(energy),
+        nvlink_tx_bytes_per_second=nv_tx, nvlink_rx_bytes_per_second=nv_rx,
+        pcie_tx_bytes_per_second=pcie_tx, pcie_rx_bytes_per_second=pcie_rx,
+        xid_errors_total=d.xid_total, last_xid=d.last_xid, mig_enabled=d.mig_enabled,
+        sharing=d.sharing, migs=migs, processes=processes)
+
+
+def _scaled(value: Any, factor: float) -> Reading:
+    return value if isinstance(value, Absent) else float(value) * factor
+
+
+def _sample_value(value_type: int, v: Any) -> float:
+    """The number in an nvmlValue_t union, by NVML_VALUE_TYPE_*."""
+    return float({0: v.dVal, 1: v.uiVal, 2: v.ulVal, 3: v.ullVal, 4: v.sllVal,
+                  5: v.siVal, 6: v.usVal}.get(value_type, v.uiVal))
+
+
+def _window_utilization(c: Calls, d: DeviceState, interval: float) -> tuple[Reading, int]:
+    """Mean of the driver's utilization samples newer than the cursor.
+
+    The first read takes only the samples in the last ``interval`` (the buffer holds many
+    seconds). ``(NO_DATA, 0)`` when no new sample arrived - the caller then uses the driver's
+    latest value from nvmlDeviceGetUtilizationRates.
+    """
+    nv, where = c.nvml, f"gpu {d.index}"
+    if (d.uuid, "utilization_samples") in c.unsupported:
+        return Absent.UNSUPPORTED, 0
+    try:
+        vtype, samples = nv.nvmlDeviceGetSamples(d.handle, nv.NVML_GPU_UTILIZATION_SAMPLES,
+                                                 d.util_cursor)
+    except nv.NVMLError as exc:
+        code = error_code(exc)
+        if code == NOT_FOUND:  # nothing new since the cursor: not an error
+            return Absent.NO_DATA, 0
+        return c.failed(where, d.uuid, "utilization_samples", code), 0
+    fresh = [s for s in samples if s.timeStamp > d.util_cursor]
+    if not fresh:
+        return Absent.NO_DATA, 0
+    newest = max(s.timeStamp for s in fresh)
+    if d.util_cursor == 0:
+        fresh = [s for s in fresh if s.timeStamp > newest - interval * 1e6]
+    d.util_cursor = newest
+    values = [_sample_value(vtype, s.sampleValue) for s in fresh]
+    return sum(values) / len(values), len(values)
+
+
+def _memory(c: Calls, d: DeviceState) -> tuple[IntReading, IntReading, IntReading, IntReading]:
+    nv, where = c.nvml, f"gpu {d.index}"
+    if d.memory_v2:
+        try:
+            m = nv.nvmlDeviceGetMemoryInfo(d.handle, version=nv.nvmlMemory_v2)
+            c.cleared(where, "memory")
+            return int(m.used), int(m.free), int(m.total), int(m.reserved)
+        except nv.NVMLError as exc:
+            if error_code(exc) not in (FUNCTION_NOT_FOUND, ARGUMENT_VERSION_MISMATCH):
+                a = c.failed(where, d.uuid, "memory", error_code(exc))
+                return a, a, a, a
+            d.memory_v2 = False  # older driver: the v1 call has no "reserved"
+    m1 = c.get(where, d.uuid, "memory", nv.nvmlDeviceGetMemoryInfo, d.handle)
+    if isinstance(m1, Absent):
+        return m1, m1, m1, m1
+    return int(m1.used), int(m1.free), int(m1.total), Absent.UNSUPPORTED
+
+
+def _nvlink(c: Calls, d: DeviceState, now: float) -> tuple[Reading, Reading]:
+    """NVLink data throughput from the aggregate KiB counters, differenced between ticks."""
+    nv, where = c.nvml, f"gpu {d.index}"
+    vals = c.get(where, d.uuid, "nvlink", nv.nvmlDeviceGetFieldValues, d.handle,
+                 [(NVLINK_TX, UINT_MAX), (NVLINK_RX, UINT_MAX)])
+    if isinstance(vals, Absent):
+        return vals, vals
+    for v in vals:
+        if v.nvmlReturn != SUCCESS:
+            a = c.failed(where, d.uuid, "nvlink", int(v.nvmlReturn))
+            return a, a
+    tx, rx = int(vals[0].value.ullVal), int(vals[1].value.ullVal)
+    prev, d.nvlink_prev = d.nvlink_prev, (now, tx, rx)
+    if prev is None or now <= prev[0] or tx < prev[1] or rx < prev[2]:
+        return Absent.NO_DATA, Absent.NO_DATA  # first read, or the counter was reset
+    dt = now - prev[0]
+    return (tx - prev[1]) * 1024.0 / dt, (rx - prev[2]) * 1024.0 / dt
+
+
+def _processes(c: Calls, where: str, uuid: str, handle: Any, d: DeviceState,
+               per_process_util: bool) -> tuple[ProcessSample, ...]:
+    nv = c.nvml
+    procs = c.get(where, uuid, "processes", nv.nvmlDeviceGetComputeRunningProcesses, handle)
+    if isinstance(procs, Absent) or not procs:
+        return ()
+    util: dict[int, tuple[float, float]] = {}
+    util_state: Absent = Absent.UNSUPPORTED
+    if per_process_util:
+        util, util_state = _process_util(c, d)
+    out = []
+    for p in procs[:MAX_PROCESSES]:
+        mem = p.usedGpuMemory
+        gi = p.gpuInstanceId if p.gpuInstanceId != UINT_MAX else None
+        ci = p.computeInstanceId if p.computeInstanceId != UINT_MAX else None
+        sm, mu = util.get(p.pid, (util_state, util_state))
+        out.append(ProcessSample(int(p.pid), Absent.UNAVAILABLE if mem is None else int(mem),
+                                 sm, mu, gi, ci))
+    return tuple(out)
+
+
+def _process_util(c: Calls, d: DeviceState) -> tuple[dict[int, tuple[float, float]], Absent]:
+    """Per-pid SM and memory %: the mean of the samples newer than the cursor, or the pid's
+    previous mean while its newest sample is younger than PROCESS_SAMPLE_TTL_US (the driver
+    samples busy processes only; a short window may hold no new sample for a pid).
+
+    Returns the map and the state for pids with no usable sample: NO_DATA normally,
+    UNSUPPORTED or UNAVAILABLE when the call is not available.
+    """
+    nv, where = c.nvml, f"gpu {d.index}"
+    if (d.uuid, "process_utilization") in c.unsupported:
+        return {}, Absent.UNSUPPORTED
+    samples: list[Any] = []
+    try:
+        samples = nv.nvmlDeviceGetProcessUtilization(d.handle, d.proc_cursor)
+    except nv.NVMLError as exc:
+        code = error_code(exc)
+        if code not in (NOT_FOUND, SUCCESS):  # those two: no samples since the cursor
+            return {}, c.failed(where, d.uuid, "process_utilization", code)
+    acc: dict[int, list[tuple[float, float, int]]] = defaultdict(list)
+    for s in samples:
+        if s.timeStamp > d.proc_cursor:
+            acc[int(s.pid)].append((float(s.smUtil), float(s.memUtil), int(s.timeStamp)))
+    for pid, vs in acc.items():
+        d.proc_last[pid] = (sum(v[0] for v in vs) / len(vs), sum(v[1] for v in vs) / len(vs),
+                            max(v[2] for v in vs))
+    d.proc_cursor = max([d.proc_cursor, *(v[2] for vs in acc.values() for v in vs)])
+    horizon = d.proc_cursor - PROCESS_SAMPLE_TTL_US
+    d.proc_last = {pid: v for pid, v in d.proc_last.items() if v[2] >= horizon}
+    return {pid: (v[0], v[1]) for pid, v in d.proc_last.items()}, Absent.NO_DATA
+
+
+def _read_migs(c: Calls, d: DeviceState, now: float) -> tuple[MigSample, ...]:
+    if now - d.migs_read_at > MIG_REFRESH_S:
+        _enumerate_migs(c, d)
+        d.migs_read_at = now
+    nv, out = c.nvml, []
+    if d.gpm is None:
+        sup = c.get(f"gpu {d.index}", d.uuid, "gpm", nv.nvmlGpmQueryDeviceSupport, d.handle)
+        d.gpm = not isinstance(sup, Absent) and bool(sup.isSupportedDevice)
+    for m in d.migs:
+        where = f"gpu {d.index} mig {m.gpu_instance_id}"
+        mem = c.get(where, m.uuid, "memory", nv.nvmlDeviceGetMemoryInfo, m.handle)
+        used: IntReading = mem if isinstance(mem, Absent) else int(mem.used)
+        total: IntReading = mem if isinstance(mem, Absent) else int(mem.total)
+        procs = _processes(c, where, m.uuid, m.handle, d, per_process_util=False)
+        out.append(MigSample(m.uuid, d.uuid, m.index, m.gpu_instance_id,
+                             m.compute_instance_id, m.profile, used, total,
+                             _gpm_util(c, d, m) if d.gpm else Absent.UNSUPPORTED,
+                             tuple(ProcessSample(p.pid, p.used_memory_bytes,
+                                                 Absent.UNSUPPORTED, Absent.UNSUPPORTED,
+                                                 m.gpu_instance_id, m.compute_instance_id)
+                                   for p in procs)))
+        if isinstance(mem, Absent) and mem is Absent.UNAVAILABLE:
+            d.migs_read_at = -1e18  # the instance may be gone: re-enumerate next tick
+    return tuple(out)
+
+
+def _enumerate_migs(c: Calls, d: DeviceState) -> None:
+    nv, where = c.nvml, f"gpu {d.index}"
+    for m in d.migs:
+        _free_gpm(c, m)
+    d.migs = []
+    count = c.get(where, d.uuid, "mig_count", nv.nvmlDeviceGetMaxMigDeviceCount, d.handle)
+    if isinstance(count, Absent):
+        return
+    mem = c.get(where, d.uuid, "memory_v1", nv.nvmlDeviceGetMemoryInfo, d.handle)
+    parent_total = 0 if isinstance(mem, Absent) else int(mem.total)
+    for i in range(int(count)):
+        try:
+            h = nv.nvmlDeviceGetMigDeviceHandleByIndex(d.handle, i)
+        except nv.NVMLError as exc:
+            if error_code(exc) != NOT_FOUND:  # NOT_FOUND: no instance in this position
+                c.failed(where, d.uuid, f"mig {i}", error_code(exc))
+            continue
+        mw = f"{where} mig-index {i}"
+        uuid = c.get(mw, d.uuid, "mig_uuid", nv.nvmlDeviceGetUUID, h)
+        gi = c.get(mw, d.uuid, "gpu_instance_id", nv.nvmlDeviceGetGpuInstanceId, h)
+        ci = c.get(mw, d.uuid, "compute_instance_id", nv.nvmlDeviceGetComputeInstanceId, h)
+        if isinstance(uuid, Absent) or isinstance(gi, Absent) or isinstance(ci, Absent):
+            continue
+        d.migs.append(MigState(i, h, text(uuid), int(gi), int(ci),
+                               _profile(c, mw, d, h, parent_total)))
+
+
+def _profile(c: Calls, where: str, d: DeviceState, handle: Any, parent_total: int) -> str:
+    """MIG profile name as NVIDIA's device plugin spells it: ``<g>g.<GB>gb``, with a
+    ``<c>c.`` prefix when the compute instance has fewer slices than its GPU instance.
+
+    GB is the instance's share of the parent's memory rounded up to eighths, times the
+    parent's memory in whole GB (so a 9984 MiB slice of an 80 GB H100 is "10gb").
+    """
+    attrs = c.get(where, d.uuid, "mig_attributes", c.nvml.nvmlDeviceGetAttributes, handle)
+    if isinstance(attrs, Absent):
+        return "unknown"
+    g, ci = int(attrs.gpuInstanceSliceCount), int(attrs.computeInstanceSliceCount)
+    gb = mig_memory_gb(int(attrs.memorySizeMB), parent_total)
+    return f"{g}g.{gb}gb" if ci in (0, g) else f"{ci}c.{g}g.{gb}gb"
+
+
+def mig_memory_gb(instance_mib: int, parent_total_bytes: int) -> int:
+    if parent_total_bytes <= 0:
+        return (instance_mib + 1023) // 1024
+    fraction = math.ceil(instance_mib * 2**20 / parent_total_bytes * 8) / 8
+    parent_gb = (parent_total_bytes + 2**30 - 1) // 2**30
+    return round(fraction * parent_gb)
+
+
+def _gpm_util(c: Calls, d: DeviceState, m: MigState) -> Reading:
+    """Graphics-engine activity (0-100) of one MIG instance between two GPM samples."""
+    nv, where = c.nvml, f"gpu {d.index} mig {m.gpu_instance_id}"
+    cur = c.get(where, m.uuid, "gpm_alloc", nv.nvmlGpmSampleAlloc)
+    if isinstance(cur, Absent):
+        return cur
+    got = c.get(where, m.uuid, "gpm_sample", nv.nvmlGpmMigSampleGet, d.handle,
+                m.gpu_instance_id, cur)
+    if isinstance(got, Absent):
+        c.get(where, m.uuid, "gpm_free", nv.nvmlGpmSampleFree, cur)
+        return got
+    prev, m.gpm_prev = m.gpm_prev, cur
+    if prev is None:
+        return Absent.NO_DATA
+    req = nv.c_nvmlGpmMetricsGet_t()
+    req.version = nv.NVML_GPM_METRICS_GET_VERSION
+    req.numMetrics = 1
+    req.sample1, req.sample2 = prev, cur
+    req.metrics[0].metricId = nv.NVML_GPM_METRIC_GRAPHICS_UTIL
+    res = c.get(where, m.uuid, "gpm_metrics", nv.nvmlGpmMetricsGet, req)
+    c.get(where, m.uuid, "gpm_free", nv.nvmlGpmSampleFree, prev)
+    if isinstance(res, Absent):
+        return res
+    metric = res.metrics[0]
+    if metric.nvmlReturn != SUCCESS:
+        return c.failed(where, m.uuid, "gpm_metrics", int(metric.nvmlReturn))
+    return min(100.0, max(0.0, float(metric.value)))
+
+
+def _free_gpm(c: Calls, m: MigState) -> None:
+    if m.gpm_prev is not None:
+        c.get("mig", m.uuid, "gpm_free", c.nvml.nvmlGpmSampleFree, m.gpm_prev)
+        m.gpm_prev = None
+
+
+def text(v: Any) -> str:
+    return v.decode(errors="replace") if isinstance(v, bytes) else str(v)
+
+
+def pointer_value(handle: Any) -> int:
+    """The address behind an nvmlDevice_t, to match event data to a device."""
+    return int(ctypes.cast(handle, ctypes.c_void_p).value or 0)
+
