@@ -1,0 +1,187 @@
+"""The agent end to end in-process: real HTTP on loopback, sampler cadence, readiness."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+from prometheus_client import CollectorRegistry
+
+from gpuscale.agent.app import Agent, AgentConfig
+from gpuscale.agent.sampler import Sampler
+from gpuscale.telemetry.model import BackendState, NodeSnapshot
+from gpuscale.telemetry.scenario import load_scenario
+from gpuscale.telemetry.simulated import SimulatedBackend
+
+
+class ScriptedBackend:
+    """A backend whose snapshots and delays the test controls."""
+
+    name = "scripted"
+
+    def __init__(self, delay: float = 0.0, fail: bool = False,
+                 state: BackendState = BackendState.OK) -> None:
+        self.delay, self.fail, self.state = delay, fail, state
+        self.calls = 0
+        self.threads: set[str] = set()
+
+    def sample(self) -> NodeSnapshot:
+        self.calls += 1
+        self.threads.add(threading.current_thread().name)
+        if self.delay:
+            time.sleep(self.delay)
+        if self.fail:
+            raise RuntimeError("bug in backend")
+        return NodeSnapshot(node="n", backend=self.name, taken_at=time.time(),
+                            monotonic=time.monotonic(), state=self.state,
+                            reason="" if self.state is BackendState.OK else "driver gone")
+
+    def close(self) -> None:
+        pass
+
+
+async def start(agent: Agent) -> tuple[asyncio.Task[None], int]:
+    bound: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+    task = asyncio.create_task(agent.run(bound.set_result))
+    return task, await asyncio.wait_for(bound, 5)
+
+
+@pytest.fixture
+async def sim_agent() -> AsyncIterator[tuple[Agent, int]]:
+    backend = SimulatedBackend(load_scenario("timesliced-node").nodes[0])
+    agent = Agent(backend, AgentConfig(host="127.0.0.1", port=0, interval=0.2,
+                                       hostname="node-x"))
+    task, port = await start(agent)
+    yield agent, port
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+async def test_metrics_health_and_ready(sim_agent: tuple[Agent, int]) -> None:
+    agent, port = sim_agent
+    await agent.sampler.wait_for(2)
+    async with aiohttp.ClientSession() as http:
+        async with http.get(f"http://127.0.0.1:{port}/metrics") as r:
+            assert r.status == 200
+            assert r.headers["Content-Type"].startswith("text/plain; version=")
+            body = await r.text()
+        assert 'DCGM_FI_DEV_GPU_UTIL{Hostname="node-x"' in body
+        assert "gpuscale_agent_sample_duration_seconds_count" in body
+        assert "_created" not in body
+        async with http.get(f"http://127.0.0.1:{port}/healthz") as r:
+            assert (r.status, await r.text()) == (200, "ok\n")
+        async with http.get(f"http://127.0.0.1:{port}/readyz") as r:
+            assert r.status == 200
+            assert (await r.text()).startswith("ok: 4 GPUs")
+
+
+async def test_hostile_requests_get_clear_errors_and_the_server_keeps_serving(
+        sim_agent: tuple[Agent, int]) -> None:
+    _, port = sim_agent
+    async with aiohttp.ClientSession() as http:
+        async with http.post(f"http://127.0.0.1:{port}/metrics", data=b"x" * 10_000) as r:
+            assert r.status in (405, 413)
+        async with http.get(f"http://127.0.0.1:{port}/nope") as r:
+            assert r.status == 404
+    # Oversized header: rejected, not buffered.
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 100_000 + b"\r\n\r\n")
+    await writer.drain()
+    status = await asyncio.wait_for(reader.readline(), 5)
+    assert status.split()[1] in (b"400", b"431")
+    writer.close()
+    # Garbage and a slow client that never finishes its request line.
+    _, junk = await asyncio.open_connection("127.0.0.1", port)
+    junk.write(b"\x16\x03\x01\x00\xff garbage\r\n\r\n")
+    _, slow = await asyncio.open_connection("127.0.0.1", port)
+    slow.write(b"GET /metr")
+    await asyncio.gather(junk.drain(), slow.drain())
+    async with aiohttp.ClientSession() as http, http.get(
+            f"http://127.0.0.1:{port}/healthz") as r:
+        assert r.status == 200
+    for w in (junk, slow):
+        w.close()
+
+
+async def test_not_ready_until_first_sample_and_when_backend_unavailable() -> None:
+    backend = ScriptedBackend(delay=0.5, state=BackendState.UNAVAILABLE)
+    agent = Agent(backend, AgentConfig(host="127.0.0.1", port=0, interval=1.0))
+    task, port = await start(agent)
+    try:
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"http://127.0.0.1:{port}/readyz") as r:
+                assert (r.status, await r.text()) == (503, "no sample has completed yet\n")
+            await agent.sampler.wait_for(1)
+            async with http.get(f"http://127.0.0.1:{port}/readyz") as r:
+                assert r.status == 503
+                assert "unavailable: driver gone" in await r.text()
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+
+async def test_readiness_turns_false_when_the_snapshot_goes_stale() -> None:
+    clock = [1000.0]
+    registry = CollectorRegistry()
+    sampler = Sampler(ScriptedBackend(), 1.0, registry, monotonic=lambda: clock[0])
+    snap = await sampler.sample_once()
+    clock[0] = snap.monotonic + 1.0
+    assert sampler.readiness()[0]
+    clock[0] = snap.monotonic + 10.0
+    ok, why = sampler.readiness()
+    assert not ok
+    assert "old" in why
+
+
+async def test_backend_runs_off_the_event_loop_in_one_thread() -> None:
+    backend = ScriptedBackend(delay=0.05)
+    sampler = Sampler(backend, 0.2, CollectorRegistry())
+    task = asyncio.create_task(sampler.run())
+    loop_ticks = 0
+    while sampler.latest is None or sampler.latest.seq < 3:
+        loop_ticks += 1  # the loop keeps turning while the backend sleeps in its thread
+        await asyncio.sleep(0.01)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert len(backend.threads) == 1
+    assert next(iter(backend.threads)).startswith("gpu-sampler")
+    assert loop_ticks > 10
+
+
+async def test_overrunning_sample_skips_ticks_and_a_raising_backend_is_survived() -> None:
+    registry = CollectorRegistry()
+    slow = ScriptedBackend(delay=0.5)
+    sampler = Sampler(slow, 0.2, registry)
+    task = asyncio.create_task(sampler.run())
+    await sampler.wait_for(3)
+    slow.fail = True
+    calls = slow.calls
+    await asyncio.sleep(1.2)  # > 2 of the slow backend's 0.5 s calls
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert registry.get_sample_value("gpuscale_agent_ticks_skipped_total") >= 2  # type: ignore[operator]
+    assert registry.get_sample_value("gpuscale_agent_sample_failures_total") >= 1  # type: ignore[operator]
+    assert sampler.latest is not None
+    assert slow.calls >= calls + 2
+    assert sampler.latest.seq == 3  # failures publish nothing: the last good one ages
+
+
+def test_interval_below_200ms_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"at least 0\.2"):
+        Sampler(ScriptedBackend(), 0.1, CollectorRegistry())
+
+
+def test_scenario_path_is_used(tmp_path: Path) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text("nodes: [{name: a, gpus: [{model: T4}]}]\n")
+    snap = SimulatedBackend(load_scenario(path).nodes[0]).sample()
+    assert [g.name for g in snap.gpus] == ["Tesla T4"]

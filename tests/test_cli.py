@@ -1,0 +1,82 @@
+"""The command line as a user runs it: real processes, real signals."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+GPUSCALE = [sys.executable, "-m", "gpuscale.cli"]
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*GPUSCALE, *args], capture_output=True, text=True, timeout=60,
+                          check=False)
+
+
+def test_gpus_table_and_json() -> None:
+    out = run("gpus", "--gpu-backend", "sim", "--scenario", "mig-node")
+    assert out.returncode == 0, out.stderr
+    assert "node gpu-node-mig  backend sim" in out.stdout
+    assert "3g.40gb" in out.stdout
+    assert "unsupported" in out.stdout  # A100 MIG utilization
+    js = json.loads(run("gpus", "--gpu-backend", "sim", "--json").stdout)
+    assert len(js["gpus"]) == 8
+    assert js["gpus"][0]["sharing"] == "exclusive"
+
+
+def test_auto_falls_back_to_simulation_without_nvml() -> None:
+    out = run("gpus", "--scenario", "timesliced-node")
+    assert out.returncode == 0
+    assert "using simulated GPUs" in out.stderr
+    assert "NVIDIA L4" in out.stdout
+
+
+def test_nvml_backend_without_a_driver_says_so() -> None:
+    out = run("gpus", "--gpu-backend", "nvml")
+    assert out.returncode == 1
+    assert "unavailable: NVML_ERROR_LIBRARY_NOT_FOUND" in out.stdout
+
+
+def test_bad_scenario_is_a_clear_error(tmp_path: Path) -> None:
+    bad = tmp_path / "s.yaml"
+    bad.write_text("nodes: [{name: a, gpus: [{model: X1}]}]\n")
+    out = run("gpus", "--gpu-backend", "sim", "--scenario", str(bad))
+    assert out.returncode == 2
+    assert "nodes[0].gpus[0].model: unknown GPU model 'X1'" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_agent_serves_then_stops_cleanly_on_sigterm() -> None:
+    proc = subprocess.Popen([*GPUSCALE, "agent", "--gpu-backend", "sim", "--port", "0",
+                             "--host", "127.0.0.1"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    assert "serving metrics at http://127.0.0.1:" in line
+    url = line.split("at ")[1].split()[0]
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        assert b"DCGM_FI_DEV_POWER_USAGE" in resp.read()
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=10) == 0
+    assert "stopping on signal" in (proc.stderr.read() if proc.stderr else "")
+
+
+def test_agent_port_in_use() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        out = run("agent", "--gpu-backend", "sim", "--host", "127.0.0.1", "--port", str(port))
+    assert out.returncode == 1
+    assert f"cannot serve on 127.0.0.1:{port}" in out.stderr
+
+
+def test_bad_interval() -> None:
+    out = run("agent", "--gpu-backend", "sim", "--interval", "0.05")
+    assert out.returncode == 2
+    assert "at least 0.2" in out.stderr
