@@ -165,6 +165,22 @@ def test_mig_profiles_from_attributes(nvml: Callable[..., NvmlProcess]) -> None:
     assert all(m["utilization_percent"] == "unsupported" for m in gpu(p.sample(), 0)["migs"])
 
 
+def test_mig_layout_change_keeps_surviving_instances_continuous(
+        nvml: Callable[..., NvmlProcess], scenario: Callable[..., Path]) -> None:
+    parent = gpu_line(0, mig=1, gpm=1)
+    a = mig_line(0, 0, gi=1, gslices=3, mem_mb=40192, gpm_util=60)
+    b = mig_line(0, 1, gi=2, gslices=3, mem_mb=40192, gpm_util=30)
+    p = nvml(parent, a, b, args=("--mig-refresh", "0"))
+    p.sample()
+    assert [m["utilization_percent"] for m in gpu(p.sample(), 0)["migs"]] == [60.0, 30.0]
+    # Instance 1 destroyed, a new one created at position 4.
+    scenario(parent, a, mig_line(0, 4, gi=9, gslices=1, mem_mb=9984, gpm_util=5))
+    migs = gpu(p.sample(), 0)["migs"]
+    assert [(m["gpu_instance_id"], m["utilization_percent"]) for m in migs] == [
+        (1, 60.0), (9, "no_data")]
+    assert [m["utilization_percent"] for m in gpu(p.sample(), 0)["migs"]] == [60.0, 5.0]
+
+
 def test_not_supported_readings_are_unsupported_and_failures_unavailable(
         nvml: Callable[..., NvmlProcess]) -> None:
     p = nvml(gpu_line(0, unsupported="power,temp,energy", fail="clock:999,limit:4"))

@@ -20,10 +20,12 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--pcie", action="store_true")
     parser.add_argument("--interval", type=float, default=1.0)
+    parser.add_argument("--mig-refresh", type=float, default=30.0)
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(levelname)s %(name)s: %(message)s")
-    backend = NvmlBackend(pcie=args.pcie, interval=args.interval, node="test-node")
+    backend = NvmlBackend(pcie=args.pcie, interval=args.interval, node="test-node",
+                          mig_refresh_s=args.mig_refresh)
     for line in sys.stdin:
         cmd = line.strip()
         if cmd == "sample":

@@ -13,6 +13,7 @@ without waiting.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import socket
 import time
@@ -36,7 +37,14 @@ from gpuscale.telemetry.nvml_calls import (
     error_code,
     error_name,
 )
-from gpuscale.telemetry.nvml_device import DeviceState, pointer_value, read_device, text
+from gpuscale.telemetry.nvml_device import (
+    MIG_REFRESH_S,
+    DeviceState,
+    pointer_value,
+    read_device,
+    release,
+    text,
+)
 
 log = logging.getLogger("gpuscale.telemetry.nvml")
 
@@ -60,10 +68,12 @@ class NvmlBackend:
                  nvml: ModuleType | None = None,
                  clock: Callable[[], float] = time.time,
                  monotonic: Callable[[], float] = time.monotonic,
-                 sharing: Callable[[str], SharingMode] | None = None) -> None:
+                 sharing: Callable[[str], SharingMode] | None = None,
+                 mig_refresh_s: float = MIG_REFRESH_S) -> None:
         self._nvml = nvml if nvml is not None else _load_pynvml()
         self._calls = Calls(self._nvml)
         self._pcie = pcie
+        self._mig_refresh_s = mig_refresh_s
         self._interval = interval
         self._node = node or socket.gethostname()
         self._clock = clock
@@ -126,6 +136,10 @@ class NvmlBackend:
             return
         nv = self._nvml
         self._initialized = False
+        for d in self._devices:
+            if d is not None:
+                with contextlib.suppress(GpuLost, BackendDown):  # buffers go with the driver
+                    release(self._calls, d)
         try:
             if self._events is not None:
                 nv.nvmlEventSetFree(self._events)
@@ -171,7 +185,8 @@ class NvmlBackend:
         if d is None:
             return _absent_gpu(index, "", GpuState.UNAVAILABLE, Absent.UNAVAILABLE)
         try:
-            sample = read_device(self._calls, d, self._interval, self._pcie, now)
+            sample = read_device(self._calls, d, self._interval, self._pcie, now,
+                                 self._mig_refresh_s)
         except GpuLost:
             self._calls.note(f"gpu {d.index}", "state", f"GPU {d.uuid} is lost",
                              logging.ERROR)

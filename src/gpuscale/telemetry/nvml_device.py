@@ -45,7 +45,11 @@ class MigState:
     gpu_instance_id: int
     compute_instance_id: int
     profile: str
-    gpm_prev: Any = None  # the previous GPM sample (nvmlGpmSample_t), for the next diff
+    # Two GPM sample buffers, allocated once and swapped each tick: "prev" holds the last
+    # tick's sample (valid when gpm_primed), "spare" receives this tick's.
+    gpm_prev: Any = None
+    gpm_spare: Any = None
+    gpm_primed: bool = False
 
 
 @dataclass
@@ -74,7 +78,7 @@ class DeviceState:
 
 
 def read_device(c: Calls, d: DeviceState, interval: float, pcie: bool,
-                monotonic: float) -> GpuSample:
+                monotonic: float, mig_refresh_s: float = MIG_REFRESH_S) -> GpuSample:
     nv = c.nvml
     where, u = f"gpu {d.index}", d.uuid
     util, n_samples = _window_utilization(c, d, interval)
@@ -103,7 +107,7 @@ def read_device(c: Calls, d: DeviceState, interval: float, pcie: bool,
                                 nv.NVML_PCIE_UTIL_RX_BYTES), 1024.0)
     migs: tuple[MigSample, ...] = ()
     if d.mig_enabled:
-        migs = _read_migs(c, d, monotonic)
+        migs = _read_migs(c, d, monotonic, mig_refresh_s)
         processes = tuple(p for m in migs for p in m.processes)
     else:
         processes = _processes(c, where, u, d.handle, d, per_process_util=True)
@@ -248,8 +252,9 @@ def _process_util(c: Calls, d: DeviceState) -> tuple[dict[int, tuple[float, floa
     return {pid: (v[0], v[1]) for pid, v in d.proc_last.items()}, Absent.NO_DATA
 
 
-def _read_migs(c: Calls, d: DeviceState, now: float) -> tuple[MigSample, ...]:
-    if now - d.migs_read_at > MIG_REFRESH_S:
+def _read_migs(c: Calls, d: DeviceState, now: float,
+               refresh_s: float) -> tuple[MigSample, ...]:
+    if now - d.migs_read_at >= refresh_s:
         _enumerate_migs(c, d)
         d.migs_read_at = now
     nv, out = c.nvml, []
@@ -275,16 +280,14 @@ def _read_migs(c: Calls, d: DeviceState, now: float) -> tuple[MigSample, ...]:
 
 
 def _enumerate_migs(c: Calls, d: DeviceState) -> None:
+    """Re-read the MIG layout; instances that are still there keep their GPM buffers."""
     nv, where = c.nvml, f"gpu {d.index}"
-    for m in d.migs:
-        _free_gpm(c, m)
+    old = {(m.uuid, m.gpu_instance_id, m.compute_instance_id): m for m in d.migs}
     d.migs = []
     count = c.get(where, d.uuid, "mig_count", nv.nvmlDeviceGetMaxMigDeviceCount, d.handle)
-    if isinstance(count, Absent):
-        return
     mem = c.get(where, d.uuid, "memory_v1", nv.nvmlDeviceGetMemoryInfo, d.handle)
     parent_total = 0 if isinstance(mem, Absent) else int(mem.total)
-    for i in range(int(count)):
+    for i in range(0 if isinstance(count, Absent) else int(count)):
         try:
             h = nv.nvmlDeviceGetMigDeviceHandleByIndex(d.handle, i)
         except nv.NVMLError as exc:
@@ -297,8 +300,15 @@ def _enumerate_migs(c: Calls, d: DeviceState) -> None:
         ci = c.get(mw, d.uuid, "compute_instance_id", nv.nvmlDeviceGetComputeInstanceId, h)
         if isinstance(uuid, Absent) or isinstance(gi, Absent) or isinstance(ci, Absent):
             continue
-        d.migs.append(MigState(i, h, text(uuid), int(gi), int(ci),
-                               _profile(c, mw, d, h, parent_total)))
+        key = (text(uuid), int(gi), int(ci))
+        kept = old.pop(key, None)
+        if kept is not None:
+            kept.index, kept.handle = i, h
+            d.migs.append(kept)
+        else:
+            d.migs.append(MigState(i, h, *key, _profile(c, mw, d, h, parent_total)))
+    for gone in old.values():
+        _free_gpm(c, gone)
 
 
 def _profile(c: Calls, where: str, d: DeviceState, handle: Any, parent_total: int) -> str:
@@ -327,24 +337,31 @@ def mig_memory_gb(instance_mib: int, parent_total_bytes: int) -> int:
 def _gpm_util(c: Calls, d: DeviceState, m: MigState) -> Reading:
     """Graphics-engine activity (0-100) of one MIG instance between two GPM samples."""
     nv, where = c.nvml, f"gpu {d.index} mig {m.gpu_instance_id}"
-    cur = c.get(where, m.uuid, "gpm_alloc", nv.nvmlGpmSampleAlloc)
-    if isinstance(cur, Absent):
-        return cur
+    if m.gpm_prev is None:
+        bufs = [c.get(where, m.uuid, "gpm_alloc", nv.nvmlGpmSampleAlloc) for _ in range(2)]
+        for b in bufs:
+            if isinstance(b, Absent):
+                for other in bufs:
+                    if not isinstance(other, Absent):
+                        c.get(where, m.uuid, "gpm_free", nv.nvmlGpmSampleFree, other)
+                return b
+        m.gpm_prev, m.gpm_spare, m.gpm_primed = bufs[0], bufs[1], False
     got = c.get(where, m.uuid, "gpm_sample", nv.nvmlGpmMigSampleGet, d.handle,
-                m.gpu_instance_id, cur)
+                m.gpu_instance_id, m.gpm_spare)
     if isinstance(got, Absent):
-        c.get(where, m.uuid, "gpm_free", nv.nvmlGpmSampleFree, cur)
+        m.gpm_primed = False
         return got
-    prev, m.gpm_prev = m.gpm_prev, cur
-    if prev is None:
-        return Absent.NO_DATA
+    prev, cur = m.gpm_prev, m.gpm_spare
+    m.gpm_prev, m.gpm_spare = cur, prev
+    if not m.gpm_primed:
+        m.gpm_primed = True
+        return Absent.NO_DATA  # a rate needs two samples
     req = nv.c_nvmlGpmMetricsGet_t()
     req.version = nv.NVML_GPM_METRICS_GET_VERSION
     req.numMetrics = 1
     req.sample1, req.sample2 = prev, cur
     req.metrics[0].metricId = nv.NVML_GPM_METRIC_GRAPHICS_UTIL
     res = c.get(where, m.uuid, "gpm_metrics", nv.nvmlGpmMetricsGet, req)
-    c.get(where, m.uuid, "gpm_free", nv.nvmlGpmSampleFree, prev)
     if isinstance(res, Absent):
         return res
     metric = res.metrics[0]
@@ -353,10 +370,18 @@ def _gpm_util(c: Calls, d: DeviceState, m: MigState) -> Reading:
     return min(100.0, max(0.0, float(metric.value)))
 
 
+def release(c: Calls, d: DeviceState) -> None:
+    """Free what NVML allocated for this device (GPM buffers); call before nvmlShutdown."""
+    for m in d.migs:
+        _free_gpm(c, m)
+
+
 def _free_gpm(c: Calls, m: MigState) -> None:
-    if m.gpm_prev is not None:
-        c.get("mig", m.uuid, "gpm_free", c.nvml.nvmlGpmSampleFree, m.gpm_prev)
-        m.gpm_prev = None
+    for buf in (m.gpm_prev, m.gpm_spare):
+        if buf is not None:
+            c.get("mig", m.uuid, "gpm_free", c.nvml.nvmlGpmSampleFree, buf)
+    m.gpm_prev = m.gpm_spare = None
+    m.gpm_primed = False
 
 
 def text(v: Any) -> str:
