@@ -46,6 +46,17 @@ SAMPLE_CODE = textwrap.dedent("""
         b.sample()
         walls.append(time.perf_counter() - w0); cpus.append(time.thread_time() - c0)
         time.sleep(0.002)
+    # Rendering one scrape of the latest snapshot (what /metrics does per request).
+    from prometheus_client import CollectorRegistry, generate_latest
+    from gpuscale.agent.exporter import SnapshotCollector
+    registry = CollectorRegistry(auto_describe=False)
+    latest = b.sample()
+    registry.register(SnapshotCollector(lambda: latest, "bench"))
+    renders = []
+    for _ in range(50):
+        r0 = time.thread_time()
+        body = generate_latest(registry)
+        renders.append(time.thread_time() - r0)
     # Count NVML calls in one more sample by wrapping the bindings' entry points.
     calls = [0]
     def counted(fn):
@@ -60,7 +71,8 @@ SAMPLE_CODE = textwrap.dedent("""
     walls.sort(); cpus.sort()
     print(json.dumps({"median_ms": statistics.median(walls) * 1e3,
                       "p99_ms": walls[int(len(walls) * 0.99) - 1] * 1e3,
-                      "cpu_median_ms": statistics.median(cpus) * 1e3, "calls": calls[0]}))
+                      "cpu_median_ms": statistics.median(cpus) * 1e3, "calls": calls[0],
+                      "render_ms": statistics.median(renders) * 1e3, "body": len(body)}))
 """)
 
 IMPORT_CODE = textwrap.dedent("""
@@ -111,6 +123,7 @@ def main() -> None:
     print(f"1. one sample ({args.samples} samples): wall median {one['median_ms']:.2f} ms, "
           f"p99 {one['p99_ms']:.2f} ms; CPU median {one['cpu_median_ms']:.2f} ms; "
           f"{one['calls']} NVML calls per sample")
+    print(f"   rendering /metrics: {one['render_ms']:.2f} ms CPU for {one['body'] // 1024} KiB")
 
     agent = subprocess.Popen(
         [sys.executable, "-m", "gpuscale.cli", "--log-level", "WARNING", "agent",
