@@ -296,6 +296,17 @@ def test_older_driver_without_newer_entry_points(
     assert snap["problems"] == []
 
 
+def test_struct_version_mismatch_falls_back_to_the_v1_call(
+        nvml: Callable[..., NvmlProcess]) -> None:
+    p = nvml(gpu_line(0, mem_used=GIB, mem_reserved=GIB, fail="memory_v2:25"))
+    for _ in range(2):
+        snap = p.sample()
+        g = gpu(snap, 0)
+        assert g["memory_used_bytes"] == 2 * GIB
+        assert g["memory_reserved_bytes"] == "unsupported"
+        assert snap["problems"] == []
+
+
 def test_xid_events_are_counted(nvml: Callable[..., NvmlProcess],
                                 scenario: Callable[..., Path]) -> None:
     p = nvml(gpu_line(0), gpu_line(1, xid="79:2"))

@@ -72,8 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
     agent.add_argument("--host", default="0.0.0.0", help="listen address (default 0.0.0.0)")
     agent.add_argument("--port", type=int, default=9400, help="metrics port (default 9400)")
     agent.add_argument("--hostname", default="",
-                       help="Hostname label on dcgm series (default: this host's name; "
-                            "set to the node name in Kubernetes)")
+                       help="Hostname label on dcgm series (default: $NODE_NAME, else this "
+                            "host's name)")
 
     gpus = sub.add_parser("gpus", help="show this node's GPUs, MIG instances and processes")
     _add_backend_args(gpus)

@@ -17,7 +17,7 @@
  *   mig gpu=0 idx=0 uuid=MIG-.. gi=1 ci=0 gslices=3 cslices=3 mem_mb=40192 mem_used=<B>
  *       gpm_util=55
  *   proc gpu=0 mig=<idx, optional> pid=1234 mem=<B> sm=55 memutil=20
- * Reading names for unsupported/fail: samples util_rates memory power limit temp clock
+ * Reading names for unsupported/fail: samples util_rates memory memory_v2 power limit temp clock
  * energy nvlink pcie processes proc_util mig_mode minor events.
  *
  * Compile with -DFAKENVML_OLD_DRIVER to leave out the newer entry points
@@ -536,6 +536,7 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t d, nvmlMemory_t *mem) {
 nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t d, nvmlMemory_v2_t *mem) {
   gpu_t *g; mig_t *m; ENTER();
   nvmlReturn_t r = check(d, "memory", &g, &m);
+  if (!r) r = fault(g, "memory_v2");  /* e.g. 25: a driver that wants another struct version */
   if (r) RETURN(r);
   if (mem->version != 0x02000028) RETURN(E_ARG_VERSION);
   unsigned long long total, used, reserved;

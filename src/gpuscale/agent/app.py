@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import socket
 from collections.abc import Callable
@@ -43,7 +44,8 @@ class Agent:
         disable_created_metrics()  # type: ignore[no-untyped-call]  # *_created: noise here
         self.registry = CollectorRegistry(auto_describe=False)
         self.sampler = Sampler(backend, config.interval, self.registry)
-        hostname = config.hostname or socket.gethostname()
+        # In Kubernetes the downward API sets NODE_NAME; dcgm-exporter labels by node too.
+        hostname = config.hostname or os.environ.get("NODE_NAME") or socket.gethostname()
         self.registry.register(SnapshotCollector(lambda: self.sampler.latest, hostname))
         self.port: int | None = None
 
