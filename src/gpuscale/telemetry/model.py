@@ -3,7 +3,8 @@
 Importable without NVML, gRPC or any I/O library. A reading that could not be taken is an
 ``Absent`` member, never ``None`` by accident and never 0: "unsupported" (this device or
 driver cannot give it), "unavailable" (a call failed this time), "lost" (the GPU fell off
-the bus) and "no data" (no fresh sample in the window) stay distinct all the way up.
+the bus) and "no data" (no fresh sample in the window) stay distinct all the way up, and so does
+"shared" (a time-sliced GPU's load that cannot be split between the pods sharing it).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ class Absent(enum.Enum):
     UNAVAILABLE = "unavailable"
     LOST = "lost"
     NO_DATA = "no_data"
+    SHARED = "shared"  # a shared GPU's load with no per-process data to split it by pod
 
     def __repr__(self) -> str:
         return f"Absent.{self.name}"

@@ -1,0 +1,46 @@
+"""Device IDs and resource names of the NVIDIA device plugin, parsed strictly."""
+
+from __future__ import annotations
+
+import re
+
+from gpuscale.attribution.model import DeviceKind, DeviceRef
+
+MAX_DEVICE_ID = 256
+
+_UUID = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+_REPLICA = r"(?:::(?P<replica>\d{1,6}))?"
+_GPU = re.compile(rf"(?P<uuid>GPU-{_UUID}){_REPLICA}")
+_MIG = re.compile(rf"(?P<uuid>MIG-{_UUID}){_REPLICA}")
+_MIG_OLD = re.compile(rf"MIG-(?P<uuid>GPU-{_UUID})/(?P<gi>\d{{1,4}})/(?P<ci>\d{{1,4}}){_REPLICA}")
+
+DEFAULT_RESOURCES = ("nvidia.com/gpu", "nvidia.com/gpu.shared")
+_MIG_RESOURCE = re.compile(r"nvidia\.com/mig-(?:\d+c\.)?\d+g\.\d+gb(?:\.shared)?")
+
+
+class DeviceIdError(ValueError):
+    """A device ID in none of the forms the NVIDIA device plugin emits."""
+
+
+def parse_device_id(raw: str) -> DeviceRef:
+    """Parse one device ID; raises DeviceIdError naming the forms accepted."""
+    if len(raw) > MAX_DEVICE_ID:
+        raise DeviceIdError(f"device ID longer than {MAX_DEVICE_ID} characters")
+    if m := _GPU.fullmatch(raw):
+        return DeviceRef(raw, DeviceKind.GPU, m["uuid"], replica=_int(m["replica"]))
+    if m := _MIG.fullmatch(raw):
+        return DeviceRef(raw, DeviceKind.MIG, m["uuid"], replica=_int(m["replica"]))
+    if m := _MIG_OLD.fullmatch(raw):
+        return DeviceRef(raw, DeviceKind.MIG, m["uuid"], gpu_instance_id=int(m["gi"]),
+                         compute_instance_id=int(m["ci"]), replica=_int(m["replica"]))
+    raise DeviceIdError(f"{raw[:80]!r} is not GPU-<uuid>, MIG-<uuid> or "
+                        f"MIG-GPU-<uuid>/<gi>/<ci> (each optionally ::<n>)")
+
+
+def _int(v: str | None) -> int | None:
+    return None if v is None else int(v)
+
+
+def is_gpu_resource(name: str, extra: tuple[str, ...] = ()) -> bool:
+    """Whether a PodResources resource name is one whose devices we attribute."""
+    return name in DEFAULT_RESOURCES or name in extra or bool(_MIG_RESOURCE.fullmatch(name))

@@ -1,0 +1,142 @@
+"""kubelet PodResources v1 client over its unix socket.
+
+``grpc.RpcError`` never leaves this module: failures raise ``KubeletError`` with a reason a
+person can act on (socket missing, permission denied, timed out, ...). Device IDs that are
+in none of the device plugin's forms are skipped and reported, not guessed at.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+
+from gpuscale.attribution.devices import DeviceIdError, is_gpu_resource, parse_device_id
+from gpuscale.attribution.model import Allocation, DeviceRef
+from gpuscale.proto import podresources_v1_pb2 as pb
+from gpuscale.proto import podresources_v1_pb2_grpc as pb_grpc
+
+DEFAULT_SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024  # the kubelet's own limit is the same order
+DEFAULT_TIMEOUT_S = 2.0
+_UUID_IN_TEXT = re.compile(r"(?:GPU|MIG)-[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}")
+
+
+class KubeletError(Exception):
+    """The kubelet could not be asked; the message says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class PodResourcesList:
+    allocations: tuple[Allocation, ...]
+    problems: tuple[str, ...]  # malformed IDs, unattributable DRA devices, ...
+
+
+class PodResourcesClient:
+    """Asks the kubelet which pod containers hold which GPU devices."""
+
+    def __init__(self, socket_path: Path = DEFAULT_SOCKET,
+                 extra_resources: tuple[str, ...] = (),
+                 timeout: float = DEFAULT_TIMEOUT_S) -> None:
+        self.socket_path = socket_path
+        self._extra = extra_resources
+        self._timeout = timeout
+        self._channel: grpc.aio.Channel | None = None
+        self._stub: pb_grpc.PodResourcesListerStub | None = None
+
+    def _connect(self) -> pb_grpc.PodResourcesListerStub:
+        if self._stub is None:
+            self._channel = grpc.aio.insecure_channel(
+                f"unix://{self.socket_path}",
+                options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                         ("grpc.enable_retries", 0)])
+            self._stub = pb_grpc.PodResourcesListerStub(self._channel)  # type: ignore[no-untyped-call]
+        return self._stub
+
+    async def close(self) -> None:
+        if self._channel is not None:
+            await self._channel.close()
+        self._channel = self._stub = None
+
+    async def list(self) -> PodResourcesList:
+        """All GPU allocations on this node. Raises KubeletError."""
+        if not self.socket_path.exists():
+            await self.close()
+            raise KubeletError(f"socket {self.socket_path} does not exist (is the "
+                               f"pod-resources directory mounted?)")
+        try:
+            resp = await self._connect().List(pb.ListPodResourcesRequest(),
+                                              timeout=self._timeout)
+        except grpc.aio.AioRpcError as exc:
+            await self.close()  # the kubelet may have restarted: dial afresh next time
+            raise KubeletError(_describe(exc, self.socket_path)) from exc
+        return self._parse(resp)
+
+    async def allocatable(self) -> tuple[DeviceRef, ...]:
+        """GPU devices the kubelet can allocate on this node. Raises KubeletError."""
+        try:
+            resp = await self._connect().GetAllocatableResources(
+                pb.AllocatableResourcesRequest(), timeout=self._timeout)
+        except grpc.aio.AioRpcError as exc:
+            await self.close()
+            raise KubeletError(_describe(exc, self.socket_path)) from exc
+        refs = []
+        for dev in resp.devices:
+            if is_gpu_resource(dev.resource_name, self._extra):
+                for raw in dev.device_ids:
+                    try:
+                        refs.append(parse_device_id(raw))
+                    except DeviceIdError:
+                        continue
+        return tuple(refs)
+
+    def _parse(self, resp: pb.ListPodResourcesResponse) -> PodResourcesList:
+        allocations: list[Allocation] = []
+        problems: list[str] = []
+        for pod in resp.pod_resources:
+            for c in pod.containers:
+                for dev in c.devices:
+                    if not is_gpu_resource(dev.resource_name, self._extra):
+                        if dev.resource_name.startswith("nvidia.com/"):
+                            problems.append(f"{pod.namespace}/{pod.name}: unrecognised "
+                                            f"resource {dev.resource_name[:80]!r} ignored")
+                        continue
+                    refs = []
+                    for raw in dev.device_ids:
+                        try:
+                            refs.append(parse_device_id(raw))
+                        except DeviceIdError as exc:
+                            problems.append(f"{pod.namespace}/{pod.name}/{c.name}: {exc}")
+                    allocations.append(Allocation(pod.namespace, pod.name, c.name,
+                                                  dev.resource_name, tuple(refs)))
+                for dra in c.dynamic_resources:
+                    refs = []
+                    for claim in dra.claim_resources:
+                        names = [claim.device_name, *(d.name for d in claim.cdi_devices)]
+                        found = [m for n in names for m in _UUID_IN_TEXT.findall(n)]
+                        if found:
+                            refs.append(parse_device_id(found[0]))
+                        elif claim.driver_name.endswith("nvidia.com"):
+                            problems.append(f"{pod.namespace}/{pod.name}/{c.name}: DRA device "
+                                            f"{claim.device_name[:60]!r} of claim "
+                                            f"{dra.claim_name[:60]!r} names no GPU UUID")
+                    if refs:
+                        allocations.append(Allocation(pod.namespace, pod.name, c.name,
+                                                      f"dra:{dra.claim_name}", tuple(refs)))
+        return PodResourcesList(tuple(allocations), tuple(problems))
+
+
+def _describe(exc: grpc.aio.AioRpcError, path: Path) -> str:
+    code = exc.code()
+    details = (exc.details() or "")[:200]
+    if code is grpc.StatusCode.UNAVAILABLE and "ermission denied" in details:
+        return f"permission denied on {path} (run as root or grant access to the socket)"
+    if code is grpc.StatusCode.DEADLINE_EXCEEDED:
+        return f"kubelet did not answer on {path} in time"
+    if code is grpc.StatusCode.UNIMPLEMENTED:
+        return "kubelet does not serve PodResources v1 (Kubernetes < 1.20?)"
+    if code is grpc.StatusCode.RESOURCE_EXHAUSTED:
+        return f"kubelet answer larger than {MAX_MESSAGE_BYTES} bytes"
+    return f"kubelet {code.name.lower()}: {details}"

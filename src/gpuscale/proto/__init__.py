@@ -1,0 +1,1 @@
+"""Protocol sources (.proto) and the modules generated from them."""

@@ -1,0 +1,215 @@
+"""Attribution rules: table cases and properties, no I/O."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpuscale.attribution.devices import parse_device_id
+from gpuscale.attribution.model import (
+    Allocation,
+    AttributionState,
+    PodInfo,
+    ProcessOwner,
+)
+from gpuscale.attribution.rules import attribute
+from gpuscale.telemetry.model import (
+    Absent,
+    GpuSample,
+    GpuState,
+    MigSample,
+    NodeSnapshot,
+    ProcessSample,
+    SharingMode,
+)
+
+GIB = 2**30
+
+
+def uuid(i: int, kind: str = "GPU") -> str:
+    return f"{kind}-00000000-0000-0000-0000-{i:012d}"
+
+
+def gpu(i: int, util: float | Absent = 50.0, **kw: object) -> GpuSample:
+    fields: dict[str, object] = {"index": i, "uuid": uuid(i), "name": "G", "pci_bus_id": "",
+                                 "minor_number": i, "utilization_percent": util,
+                                 "memory_used_bytes": 10 * GIB, "memory_total_bytes": 80 * GIB}
+    fields.update(kw)
+    return GpuSample(**fields)  # type: ignore[arg-type]
+
+
+def snap(*gpus: GpuSample) -> NodeSnapshot:
+    return NodeSnapshot(node="n", backend="t", taken_at=100.0, monotonic=1.0, gpus=gpus)
+
+
+def alloc(pod: str, *ids: str, container: str = "c", ns: str = "ns",
+          resource: str = "nvidia.com/gpu") -> Allocation:
+    return Allocation(ns, pod, container, resource, tuple(parse_device_id(i) for i in ids))
+
+
+def info(pod: str, uid: str, ns: str = "ns", containers: tuple[tuple[str, str], ...] = ()
+         ) -> PodInfo:
+    return PodInfo(ns, pod, uid, container_ids=containers)
+
+
+def pods(*infos: PodInfo) -> dict[tuple[str, str], PodInfo]:
+    return {(p.namespace, p.name): p for p in infos}
+
+
+def test_whole_gpus_go_to_their_pod() -> None:
+    result = attribute(snap(gpu(0, 30.0), gpu(1, 70.0), gpu(2, 5.0)),
+                       [alloc("a", uuid(0), uuid(1))], pods(info("a", "u-a")), {})
+    assert result.state is AttributionState.OK
+    (a,) = result.pods
+    assert a.utilization_percent == 100.0  # two GPUs: 30 + 70 GPU-percent
+    assert a.memory_used_bytes == 20 * GIB
+    assert a.memory_total_bytes == 160 * GIB
+    assert [d.split for d in a.devices] == ["exclusive", "exclusive"]
+    assert result.idle_gpus == (uuid(2),)
+    assert a.sampled_at == 100.0
+
+
+def test_seven_mig_slices_each_to_its_pod() -> None:
+    migs = tuple(MigSample(uuid(10 + i, "MIG"), uuid(0), i, i + 7, 0, "1g.10gb",
+                           GIB * (i + 1), 10 * GIB, 10.0 * i if i < 6 else Absent.UNSUPPORTED)
+                 for i in range(7))
+    g = gpu(0, Absent.UNSUPPORTED, mig_enabled=True, sharing=SharingMode.MIG, migs=migs)
+    allocs = [alloc(f"p{i}", uuid(10 + i, "MIG"), resource="nvidia.com/mig-1g.10gb")
+              for i in range(6)]
+    allocs.append(alloc("old-form", f"MIG-{uuid(0)}/13/0", resource="nvidia.com/mig-1g.10gb"))
+    result = attribute(snap(g), allocs, pods(*(info(f"p{i}", f"u{i}") for i in range(6)),
+                                             info("old-form", "u6")), {})
+    got = {p.pod: p for p in result.pods}
+    assert got["p3"].utilization_percent == 30.0
+    assert got["p3"].memory_used_bytes == 4 * GIB
+    assert got["p3"].devices[0].mig_profile == "1g.10gb"
+    assert got["p3"].devices[0].sharing is SharingMode.MIG
+    # No GPM on this slice: unsupported is carried, not turned into 0.
+    assert got["old-form"].utilization_percent is Absent.UNSUPPORTED
+    assert got["old-form"].memory_used_bytes == 7 * GIB
+    assert result.idle_gpus == ()
+
+
+def time_sliced(procs: dict[int, tuple[float | Absent, int]]) -> GpuSample:
+    return gpu(0, 80.0, sharing=SharingMode.TIME_SLICED,
+               processes=tuple(ProcessSample(pid, mem, sm) for pid, (sm, mem) in procs.items()))
+
+
+def test_four_pods_time_slicing_one_gpu_get_their_own_processes() -> None:
+    g = time_sliced({1: (10.0, GIB), 2: (20.0, 2 * GIB), 3: (5.0, 3 * GIB), 4: (40.0, GIB),
+                     5: (3.0, GIB)})
+    allocs = [alloc(f"p{i}", f"{uuid(0)}::{i}", resource="nvidia.com/gpu.shared")
+              for i in range(1, 5)]
+    infos = pods(*(info(f"p{i}", f"u{i}", containers=(("c", f"cid{i}"),)) for i in range(1, 5)))
+    owners = {i: ProcessOwner(f"u{i}", f"cid{i}") for i in range(1, 5)}
+    owners[5] = ProcessOwner("u4", "cid4")  # p4 has two processes
+    result = attribute(snap(g), allocs, infos, owners)
+    got = {p.pod: p for p in result.pods}
+    assert [got[f"p{i}"].utilization_percent for i in range(1, 5)] == [10.0, 20.0, 5.0, 43.0]
+    assert got["p4"].memory_used_bytes == 2 * GIB
+    assert {d.split for p in result.pods for d in p.devices} == {"process"}
+    assert {d.sharers for p in result.pods for d in p.devices} == {4}
+    assert {d.sharing for p in result.pods for d in p.devices} == {SharingMode.TIME_SLICED}
+    assert result.state is AttributionState.OK
+    assert result.unattributed == ()
+
+
+def test_shared_gpu_without_process_owners_is_reported_shared_never_whole() -> None:
+    g = time_sliced({1: (10.0, GIB), 2: (20.0, GIB)})
+    allocs = [alloc("p1", f"{uuid(0)}::0"), alloc("p2", f"{uuid(0)}::1")]
+    result = attribute(snap(g), allocs, pods(info("p1", "u1"), info("p2", "u2")),
+                       Absent.UNAVAILABLE)
+    assert result.state is AttributionState.PARTIAL
+    assert "shared GPUs cannot be split by pod" in result.reasons[0]
+    for p in result.pods:
+        assert p.utilization_percent is Absent.SHARED
+        assert p.memory_used_bytes is Absent.SHARED
+        assert p.devices[0].sharers == 2
+        assert p.devices[0].split == "shared"
+
+
+def test_shared_gpu_process_without_samples_makes_the_pod_no_data() -> None:
+    g = time_sliced({1: (Absent.NO_DATA, GIB), 2: (20.0, GIB)})
+    allocs = [alloc("p1", f"{uuid(0)}::0"), alloc("p2", f"{uuid(0)}::1")]
+    owners = {1: ProcessOwner("u1", ""), 2: ProcessOwner("u2", "")}
+    result = attribute(snap(g), allocs, pods(info("p1", "u1"), info("p2", "u2")), owners)
+    got = {p.pod: p for p in result.pods}
+    assert got["p1"].utilization_percent is Absent.NO_DATA
+    assert got["p2"].utilization_percent == 20.0
+
+
+def test_processes_of_no_pod_unknown_pods_and_unallocated_use_are_flagged() -> None:
+    g0 = gpu(0, 90.0, processes=(ProcessSample(1, GIB), ProcessSample(2, GIB)))
+    g1 = gpu(1, 10.0, processes=(ProcessSample(3, GIB), ProcessSample(4, GIB)))
+    owners = {1: ProcessOwner("u-a", "x"), 2: None, 3: ProcessOwner("u-ghost", ""),
+              4: ProcessOwner("u-b", "")}
+    result = attribute(snap(g0, g1), [alloc("a", uuid(0))],
+                       pods(info("a", "u-a"), info("b", "u-b")), owners)
+    flagged = {u.pid: u.reason for u in result.unattributed}
+    assert flagged == {2: "not in a pod", 3: "pod u-ghost unknown to the API",
+                       4: "pod u-b uses a GPU it was not allocated"}
+    assert result.idle_gpus == (uuid(1),)
+
+
+def test_pod_unknown_to_the_api_keeps_its_numbers_and_says_so() -> None:
+    result = attribute(snap(gpu(0, 42.0)), [alloc("new", uuid(0))], pods(), {})
+    (p,) = result.pods
+    assert p.pod_info is None
+    assert p.utilization_percent == 42.0
+    assert result.state is AttributionState.PARTIAL
+    assert "not in the API cache yet: ns/new" in result.reasons[0]
+
+
+def test_sources_missing() -> None:
+    down = attribute(snap(gpu(0)), Absent.UNAVAILABLE, pods(), {})
+    assert down.state is AttributionState.UNAVAILABLE
+    assert down.reasons == ("kubelet pod resources unavailable",)
+    assert down.idle_gpus == ()  # not knowing allocations is not "idle"
+    no_api = attribute(snap(gpu(0, 5.0)), [alloc("a", uuid(0))], Absent.UNAVAILABLE, {})
+    assert no_api.state is AttributionState.PARTIAL
+    assert no_api.pods[0].utilization_percent == 5.0
+
+
+def test_devices_not_on_this_node_and_lost_gpus() -> None:
+    lost = gpu(1, Absent.LOST, state=GpuState.LOST, memory_used_bytes=Absent.LOST)
+    result = attribute(snap(gpu(0), lost), [alloc("a", uuid(0), uuid(1), uuid(9))],
+                       pods(info("a", "u")), {})
+    (p,) = result.pods
+    assert p.utilization_percent is Absent.LOST  # never the sum of the GPUs that answered
+    assert result.unknown_devices == (uuid(9),)
+    assert "1 allocated device(s) not seen on this node" in result.reasons
+
+
+def test_two_replicas_of_one_gpu_in_one_container_count_once() -> None:
+    g = time_sliced({1: (30.0, GIB)})
+    result = attribute(snap(g), [alloc("a", f"{uuid(0)}::0", f"{uuid(0)}::1")],
+                       pods(info("a", "u")), {1: ProcessOwner("u", "")})
+    (p,) = result.pods
+    assert len(p.devices) == 1
+    assert p.devices[0].sharers == 1
+    assert p.utilization_percent == 80.0  # sole holder: the whole device
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5), st.floats(0, 100)), max_size=12),
+       st.lists(st.integers(0, 5), min_size=1, max_size=6), st.booleans())
+def test_shared_split_never_exceeds_what_the_processes_used(
+        procs: list[tuple[int, float]], holders: list[int], owners_known: bool) -> None:
+    """Whatever the sharing, pods on one GPU never get more than its processes used, and
+    no sharer is handed the whole device."""
+    g = gpu(0, 100.0, processes=tuple(ProcessSample(1000 + i, GIB, sm)
+                                      for i, (_, sm) in enumerate(procs)))
+    holder_set = sorted(set(holders))
+    allocs = [alloc(f"p{h}", f"{uuid(0)}::{h}") for h in holder_set]
+    infos = pods(*(info(f"p{h}", f"u{h}") for h in range(6)))
+    owners = ({1000 + i: ProcessOwner(f"u{owner}", "") for i, (owner, _) in enumerate(procs)}
+              if owners_known else Absent.UNAVAILABLE)
+    result = attribute(snap(g), allocs, infos, owners)
+    utils = [p.utilization_percent for p in result.pods]
+    if len(holder_set) == 1:
+        assert utils == [100.0]
+    elif owners_known:
+        assert all(isinstance(u, float) for u in utils)
+        assert sum(u for u in utils if isinstance(u, float)) <= sum(sm for _, sm in procs) + 1e-6
+    else:
+        assert all(u is Absent.SHARED for u in utils)
