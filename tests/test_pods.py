@@ -1,0 +1,204 @@
+"""The node pod cache against a test API server speaking the list/watch wire format."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+from kubernetes_asyncio import client
+
+from gpuscale.attribution.model import OwnerRef, PodInfo, PodPhase
+from gpuscale.attribution.pods import NodePodCache, pod_info
+from gpuscale.telemetry.model import Absent
+from tests.kubeapi import KubeApiPeer, make_pod
+
+
+def api_client(peer: KubeApiPeer, token: str | None = None) -> client.ApiClient:
+    conf = client.Configuration(host=f"http://127.0.0.1:{peer.port}")
+    conf.api_key = {"BearerToken": token if token is not None else peer.token}
+    conf.api_key_prefix = {"BearerToken": "Bearer"}
+    return client.ApiClient(conf)
+
+
+@pytest.fixture
+async def peer() -> AsyncIterator[KubeApiPeer]:
+    p = KubeApiPeer()
+    await p.start()
+    yield p
+    await p.stop()
+
+
+async def until(cond: Callable[[], bool], within: float = 10.0) -> None:
+    deadline = asyncio.get_running_loop().time() + within
+    while not cond():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(0.02)
+
+
+class Running:
+    def __init__(self, peer: KubeApiPeer, **kw: object) -> None:
+        self.api = api_client(peer, kw.pop("token", None))  # type: ignore[arg-type]
+        self.cache = NodePodCache(self.api, "node-a", backoff_s=(0.05, 0.1),
+                                  **kw)  # type: ignore[arg-type]
+        self.task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> NodePodCache:
+        self.task = asyncio.create_task(self.cache.run())
+        return self.cache
+
+    async def __aexit__(self, *_: object) -> None:
+        assert self.task is not None
+        self.task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await self.task
+        await self.api.close()
+
+
+def names(cache: NodePodCache) -> set[str]:
+    pods = cache.pods()
+    assert not isinstance(pods, Absent)
+    return {name for _, name in pods}
+
+
+def get(cache: NodePodCache, name: str) -> PodInfo:
+    pods = cache.pods()
+    assert not isinstance(pods, Absent)
+    return pods[("llm", name)]
+
+
+async def test_list_then_watch_adds_modifies_deletes(peer: KubeApiPeer) -> None:
+    peer.add(make_pod("llm", "a", "uid-a"))
+    peer.add(make_pod("llm", "elsewhere", "uid-x", node="node-b"))
+    async with Running(peer) as cache:
+        await until(lambda: not isinstance(cache.pods(), Absent))
+        assert names(cache) == {"a"}
+        peer.add(make_pod("llm", "b", "uid-b", ready=False))
+        await until(lambda: names(cache) == {"a", "b"})
+        assert get(cache, "b").ready is False
+        peer.modify(make_pod("llm", "b", "uid-b", ready=True, ip="10.0.0.9"))
+        await until(lambda: get(cache, "b").ready)
+        assert get(cache, "b").ip == "10.0.0.9"
+        peer.delete("uid-a")
+        await until(lambda: names(cache) == {"b"})
+        assert peer.lists == 1
+        assert cache.state() == (True, "ok")
+
+
+async def test_owner_chain_to_the_workload(peer: KubeApiPeer) -> None:
+    peer.add_owner("replicasets", "llm", "vllm-7d9f", ("Deployment", "vllm"))
+    peer.add_owner("jobs", "llm", "nightly-2911", ("CronJob", "nightly"))
+    peer.add(make_pod("llm", "vllm-7d9f-x", "u1", owner=("ReplicaSet", "vllm-7d9f")))
+    peer.add(make_pod("llm", "train-0", "u2", owner=("StatefulSet", "train")))
+    peer.add(make_pod("llm", "nightly-2911-q", "u3", owner=("Job", "nightly-2911")))
+    peer.add(make_pod("llm", "orphan-rs-pod", "u4", owner=("ReplicaSet", "gone")))
+    async with Running(peer) as cache:
+        await until(lambda: len(names(cache)) == 4 if not isinstance(cache.pods(), Absent)
+                    else False)
+        assert get(cache, "vllm-7d9f-x").owner == OwnerRef("Deployment", "vllm")
+        assert get(cache, "train-0").owner == OwnerRef("StatefulSet", "train")
+        assert get(cache, "nightly-2911-q").owner == OwnerRef("CronJob", "nightly")
+        assert get(cache, "orphan-rs-pod").owner == OwnerRef("ReplicaSet", "gone")
+
+
+async def test_bookmark_lets_a_dropped_watch_resume_without_relisting(
+        peer: KubeApiPeer) -> None:
+    async with Running(peer) as cache:
+        await until(lambda: peer.watching > 0)
+        for i in range(3):
+            peer.add(make_pod("other", f"p{i}", f"u{i}", node="node-b"))  # not ours
+        peer.bookmark()
+        await asyncio.sleep(0.2)
+        peer.compact()  # without the bookmark the client's version would now be too old
+        await peer.drop_watches()
+        peer.add(make_pod("llm", "after", "u-after"))
+        await until(lambda: names(cache) == {"after"})
+        assert peer.lists == 1
+        assert cache.relists == 0
+
+
+async def test_410_gone_relists(peer: KubeApiPeer) -> None:
+    peer.add(make_pod("llm", "a", "ua"))
+    async with Running(peer) as cache:
+        await until(lambda: peer.watching > 0)
+        await peer.drop_watches()
+        peer.delete("ua")  # happens while disconnected...
+        peer.add(make_pod("llm", "b", "ub"))
+        peer.compact()  # ...and the history that would replay it is gone
+        await until(lambda: names(cache) == {"b"})
+        assert cache.relists == 1
+        assert peer.lists == 2
+
+
+async def test_connection_drops_lose_no_event(peer: KubeApiPeer) -> None:
+    async with Running(peer) as cache:
+        await until(lambda: peer.watching > 0)
+        for i in range(5):
+            peer.add(make_pod("llm", f"p{i}", f"u{i}"))
+            await peer.drop_watches()
+        await until(lambda: names(cache) == {f"p{i}" for i in range(5)})
+        assert cache.relists == 0
+
+
+async def test_forbidden_then_fixed(peer: KubeApiPeer) -> None:
+    peer.add(make_pod("llm", "a", "ua"))
+    async with Running(peer, token="wrong") as cache:
+        await until(lambda: "forbidden (403)" in cache.state()[1])
+        assert cache.pods() is Absent.UNAVAILABLE
+        peer.token = "wrong"  # an RBAC fix takes effect
+        await until(lambda: cache.state() == (True, "ok"))
+        assert names(cache) == {"a"}
+
+
+async def test_api_unreachable_serves_last_known_then_recovers(peer: KubeApiPeer) -> None:
+    peer.add(make_pod("llm", "a", "ua"))
+    async with Running(peer) as cache:
+        await until(lambda: not isinstance(cache.pods(), Absent))
+        await peer.stop()
+        await until(lambda: "unreachable" in cache.state()[1])
+        assert names(cache) == {"a"}  # the last known pods are kept
+        peer.add(make_pod("llm", "b", "ub"))
+        await peer.start(peer.port)
+        await until(lambda: names(cache) == {"a", "b"})
+        assert cache.state() == (True, "ok")
+
+
+async def test_silent_watch_is_abandoned_after_the_inactivity_timeout(
+        peer: KubeApiPeer) -> None:
+    async with Running(peer, inactivity_s=0.5) as cache:
+        await until(lambda: peer.watching > 0)
+        watches = peer.watches
+        peer.hang_watches = True  # the server keeps the connection but sends nothing
+        peer.add(make_pod("llm", "late", "u-late"))
+        await asyncio.sleep(0.3)
+        assert names(cache) == set()
+        peer.hang_watches = False
+        await until(lambda: names(cache) == {"late"}, within=5)
+        assert peer.watches > watches
+
+
+async def test_garbage_in_the_watch_stream_reconnects(peer: KubeApiPeer) -> None:
+    async with Running(peer) as cache:
+        await until(lambda: peer.watching > 0)
+        peer.garbage_next_watch = True
+        await peer.drop_watches()
+        peer.add(make_pod("llm", "x", "ux"))
+        await until(lambda: names(cache) == {"x"})
+
+
+def test_pod_info_from_json() -> None:
+    raw = make_pod("ns", "p", "uid-1", owner=("StatefulSet", "s"),
+                   containers=(("a", "1" * 64), ("b", "2" * 64)), labels={"app": "x"})
+    raw["metadata"]["annotations"] = {"gpuscale.io/engine": "vllm", "other": "dropped"}
+    info = pod_info(raw)
+    assert info.uid == "uid-1"
+    assert info.owner == OwnerRef("StatefulSet", "s")
+    assert info.phase is PodPhase.RUNNING
+    assert info.ready
+    assert info.container_ids == (("a", "1" * 64), ("b", "2" * 64))
+    assert info.labels == (("app", "x"),)
+    assert info.annotations == (("gpuscale.io/engine", "vllm"),)
+    bare = pod_info({"metadata": {"name": "p"}, "status": {"phase": "Weird"}})
+    assert bare.phase is PodPhase.UNKNOWN
+    assert bare.owner is None
