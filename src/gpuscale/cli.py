@@ -6,20 +6,53 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict
 from enum import Enum
+from pathlib import Path
 from typing import Any
 
 from gpuscale import __version__
+from gpuscale.attribution.cgroup import PidResolver
+from gpuscale.attribution.kubelet import DEFAULT_SOCKET, PodResourcesClient
+from gpuscale.attribution.model import NodeAttribution
+from gpuscale.attribution.sources import (
+    AttributionSources,
+    ClusterSources,
+    ScenarioSources,
+    attribute_tick,
+    cluster_sources,
+)
 from gpuscale.telemetry.backend import GpuBackend
 from gpuscale.telemetry.model import Absent, BackendState, NodeSnapshot
 from gpuscale.telemetry.scenario import ScenarioError, builtin_scenarios, load_scenario
+from gpuscale.telemetry.simulated import SimulatedBackend
 
 log = logging.getLogger("gpuscale")
 
 DEFAULT_SCENARIO = "h100-vllm"
+
+
+async def make_sources(args: argparse.Namespace, backend: GpuBackend,
+                       watch_pods: bool = True) -> AttributionSources | None:
+    """Attribution inputs matching the backend (see --attribution)."""
+    mode = args.attribution
+    if mode == "auto":
+        mode = "scenario" if isinstance(backend, SimulatedBackend) else "cluster"
+    if mode == "off":
+        return None
+    if mode == "scenario":
+        if not isinstance(backend, SimulatedBackend):
+            raise ScenarioError("--attribution scenario needs the simulated backend")
+        return ScenarioSources(backend.node)
+    if not watch_pods:
+        return ClusterSources(PodResourcesClient(args.kubelet_socket,
+                                                 tuple(args.extra_resource)), None,
+                              PidResolver(args.proc_root), pods_missing_reason="not watched")
+    return await cluster_sources(args.kubelet_socket, args.node_name, args.proc_root,
+                                 args.kubeconfig, tuple(args.extra_resource))
 
 
 def make_backend(kind: str, scenario: str, node: str | None, pcie: bool,
@@ -38,8 +71,6 @@ def make_backend(kind: str, scenario: str, node: str | None, pcie: bool,
         why = probe.reason if probe.state is not BackendState.OK else "no GPUs"
         log.warning("NVML not usable here (%s): using simulated GPUs from scenario %r",
                     why, scenario)
-    from gpuscale.telemetry.simulated import SimulatedBackend
-
     return SimulatedBackend(load_scenario(scenario).node(node), speed=speed, pcie=pcie)
 
 
@@ -56,6 +87,21 @@ def _add_backend_args(p: argparse.ArgumentParser) -> None:
                    help="simulated time runs this many times faster than real time")
     p.add_argument("--pcie", action="store_true",
                    help="read PCIe throughput (NVML blocks ~20 ms per GPU per reading)")
+    a = p.add_argument_group("attribution (which pod uses which GPU)")
+    a.add_argument("--attribution", choices=["auto", "cluster", "scenario", "off"],
+                   default="auto", help="auto: from the scenario with simulated GPUs, from "
+                                        "the kubelet, API and /proc with NVML")
+    a.add_argument("--kubelet-socket", type=Path, default=DEFAULT_SOCKET,
+                   help=f"kubelet PodResources socket (default {DEFAULT_SOCKET})")
+    a.add_argument("--kubeconfig", type=Path, default=None,
+                   help="kubeconfig for the pod watch (default: in-cluster credentials, "
+                        "else $KUBECONFIG or ~/.kube/config)")
+    a.add_argument("--node-name", default=os.environ.get("NODE_NAME", ""),
+                   help="this node's Kubernetes name (default $NODE_NAME)")
+    a.add_argument("--proc-root", type=Path, default=Path("/proc"),
+                   help="host /proc for PID -> pod (needs hostPID; default /proc)")
+    a.add_argument("--extra-resource", action="append", default=[],
+                   help="another extended resource name whose devices are GPUs (repeatable)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -99,19 +145,22 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _agent(args: argparse.Namespace, backend: GpuBackend) -> int:
     from gpuscale.agent.app import Agent, AgentConfig, run_until_signalled
 
-    try:
-        agent = Agent(backend, AgentConfig(args.host, args.port, args.interval, args.hostname))
-    except ValueError as exc:
-        print(f"gpuscale: {exc}", file=sys.stderr)
-        return 2
-
     def listening(port: int) -> None:
         host = "localhost" if args.host in ("0.0.0.0", "::") else args.host
         print(f"gpuscale agent ({backend.name} backend) serving metrics at "
               f"http://{host}:{port}/metrics (health: /healthz, /readyz)", flush=True)
 
+    async def serve() -> None:
+        sources = await make_sources(args, backend)
+        agent = Agent(backend, AgentConfig(args.host, args.port, args.interval, args.hostname),
+                      sources)
+        await run_until_signalled(agent, listening)
+
     try:
-        asyncio.run(run_until_signalled(agent, listening))
+        asyncio.run(serve())
+    except (ValueError, ScenarioError) as exc:
+        print(f"gpuscale: {exc}", file=sys.stderr)
+        return 2
     except OSError as exc:
         print(f"gpuscale: cannot serve on {args.host}:{args.port}: {exc}", file=sys.stderr)
         return 1
@@ -119,18 +168,31 @@ def _agent(args: argparse.Namespace, backend: GpuBackend) -> int:
 
 
 def _gpus(args: argparse.Namespace, backend: GpuBackend) -> int:
+    async def one_tick() -> tuple[NodeSnapshot, NodeAttribution | None]:
+        sources = await make_sources(args, backend, watch_pods=False)
+        try:
+            snap = backend.sample()
+            return snap, (await attribute_tick(sources, snap) if sources else None)
+        finally:
+            backend.close()
+            if sources is not None:
+                await sources.close()
+
     try:
-        snap = backend.sample()
-    finally:
-        backend.close()
+        snap, att = asyncio.run(one_tick())
+    except ScenarioError as exc:
+        print(f"gpuscale: {exc}", file=sys.stderr)
+        return 2
     if args.json:
-        print(json.dumps(snapshot_to_json(snap), indent=2))
+        out = snapshot_to_json(snap)
+        out["attribution"] = snapshot_to_json(att) if att is not None else None
+        print(json.dumps(out, indent=2))
     else:
-        print(format_table(snap))
+        print(format_table(snap, att))
     return 0 if snap.state is BackendState.OK else 1
 
 
-def snapshot_to_json(snap: NodeSnapshot) -> dict[str, Any]:
+def snapshot_to_json(snap: NodeSnapshot | NodeAttribution) -> dict[str, Any]:
     def clean(v: Any) -> Any:
         if isinstance(v, Enum):
             return v.value
@@ -150,9 +212,20 @@ def _fmt(v: float | Absent, unit: str = "", scale: float = 1.0, digits: int = 0)
     return f"{v * scale:.{digits}f}{unit}"
 
 
-def format_table(snap: NodeSnapshot) -> str:
+def _holders(att: NodeAttribution | None) -> dict[str, str]:
+    """Device UUID -> "ns/pod/container, ..." for the table."""
+    out: dict[str, list[str]] = {}
+    for p in att.pods if att is not None else ():
+        for d in p.devices:
+            who = f"{p.namespace}/{p.pod}/{p.container}"
+            out.setdefault(d.mig_uuid or d.gpu_uuid, []).append(who)
+    return {k: ", ".join(v) for k, v in out.items()}
+
+
+def format_table(snap: NodeSnapshot, att: NodeAttribution | None = None) -> str:
     if snap.state is not BackendState.OK:
         return f"{snap.node}: GPU backend {snap.backend} unavailable: {snap.reason}"
+    owners = _holders(att)
     gib = 1 / 1024**3
     lines = [f"node {snap.node}  backend {snap.backend}  driver {snap.driver_version}  "
              f"{len(snap.gpus)} GPUs",
@@ -163,12 +236,14 @@ def format_table(snap: NodeSnapshot) -> str:
         lines.append(f"{g.index:<4}{'-':<5}{g.name[:23]:<24}"
                      f"{_fmt(g.utilization_percent, '%'):>12}{mem:>20}"
                      f"{_fmt(g.power_watts, 'W'):>8}  {g.uuid}"
-                     + ("" if g.state.value == "ok" else f"  [{g.state.value}]"))
+                     + ("" if g.state.value == "ok" else f"  [{g.state.value}]")
+                     + (f"  <- {owners[g.uuid]}" if g.uuid in owners else ""))
         for m in g.migs:
             mmem = (f"{_fmt(m.memory_used_bytes, '', gib, 1)}/"
                     f"{_fmt(m.memory_total_bytes, '', gib, 1)}G")
             lines.append(f"{'':<4}{m.gpu_instance_id:<5}{m.profile:<24}"
-                         f"{_fmt(m.utilization_percent, '%'):>12}{mmem:>20}{'':>8}  {m.uuid}")
+                         f"{_fmt(m.utilization_percent, '%'):>12}{mmem:>20}{'':>8}  {m.uuid}"
+                         + (f"  <- {owners[m.uuid]}" if m.uuid in owners else ""))
         for p in g.processes:
             gi = "" if p.gpu_instance_id is None else str(p.gpu_instance_id)
             lines.append(f"{'':<4}{gi:<5}{'  pid ' + str(p.pid):<24}"
@@ -176,6 +251,11 @@ def format_table(snap: NodeSnapshot) -> str:
                          f"{_fmt(p.used_memory_bytes, 'G', gib, 1):>20}")
     for problem in snap.problems:
         lines.append(f"! {problem}")
+    if att is not None:
+        lines.append(f"attribution: {att.state.value}"
+                     + (f" ({'; '.join(att.reasons)})" if att.reasons else ""))
+        for o in att.unattributed:
+            lines.append(f"! pid {o.pid} on {o.gpu_uuid}: {o.reason}")
     return "\n".join(lines)
 
 

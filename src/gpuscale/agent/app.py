@@ -20,7 +20,10 @@ from prometheus_client import CollectorRegistry, disable_created_metrics
 from gpuscale.agent.exporter import SnapshotCollector
 from gpuscale.agent.http import make_app, start_http
 from gpuscale.agent.sampler import Sampler
+from gpuscale.attribution.model import NodeAttribution
+from gpuscale.attribution.sources import AttributionSources, attribute_tick
 from gpuscale.telemetry.backend import GpuBackend
+from gpuscale.telemetry.model import NodeSnapshot
 
 log = logging.getLogger(__name__)
 
@@ -38,15 +41,23 @@ class AgentConfig:
 class Agent:
     """Everything one agent process runs, for the CLI and for in-process tests."""
 
-    def __init__(self, backend: GpuBackend, config: AgentConfig) -> None:
+    def __init__(self, backend: GpuBackend, config: AgentConfig,
+                 sources: AttributionSources | None = None) -> None:
         self.config = config
         self.backend = backend
+        self.sources = sources
         disable_created_metrics()  # type: ignore[no-untyped-call]  # *_created: noise here
         self.registry = CollectorRegistry(auto_describe=False)
-        self.sampler = Sampler(backend, config.interval, self.registry)
+        attributor = None
+        if sources is not None:
+            async def attributor(snap: NodeSnapshot) -> NodeAttribution:
+                return await attribute_tick(sources, snap)
+        self.sampler = Sampler(backend, config.interval, self.registry,
+                               attributor=attributor)
         # In Kubernetes the downward API sets NODE_NAME; dcgm-exporter labels by node too.
         hostname = config.hostname or os.environ.get("NODE_NAME") or socket.gethostname()
-        self.registry.register(SnapshotCollector(lambda: self.sampler.latest, hostname))
+        self.registry.register(SnapshotCollector(lambda: self.sampler.latest, hostname,
+                                                 attribution=lambda: self.sampler.attribution))
         self.port: int | None = None
 
     async def run(self, on_listening: Callable[[int], None] | None = None) -> None:
@@ -58,8 +69,12 @@ class Agent:
                 on_listening(self.port)
             async with asyncio.TaskGroup() as tg:
                 tg.create_task(self.sampler.run(), name="sampler")
+                if self.sources is not None:
+                    tg.create_task(self.sources.run(), name="attribution-sources")
         finally:
             await asyncio.shield(asyncio.wait_for(runner.cleanup(), timeout=5.0))
+            if self.sources is not None:
+                await asyncio.shield(asyncio.wait_for(self.sources.close(), timeout=5.0))
             self.backend.close()
 
 

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from gpuscale.agent.pod_metrics import attribution_families
+from gpuscale.attribution.model import NodeAttribution
 from gpuscale.telemetry.model import (
     Absent,
     BackendState,
@@ -68,10 +70,12 @@ class SnapshotCollector(Collector):
     """Renders ``source()`` (the sampler's latest snapshot) on every scrape."""
 
     def __init__(self, source: Callable[[], NodeSnapshot | None], hostname: str,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+                 monotonic: Callable[[], float] = time.monotonic,
+                 attribution: Callable[[], NodeAttribution | None] = lambda: None) -> None:
         self._source = source
         self._hostname = hostname
         self._monotonic = monotonic
+        self._attribution = attribution
 
     def describe(self) -> Iterable[Metric]:
         return []  # families vary with the snapshot; describe nothing so none is pre-checked
@@ -92,14 +96,17 @@ class SnapshotCollector(Collector):
         last.add_metric([], snap.taken_at)
         count = GaugeMetricFamily("gpuscale_agent_gpus", "GPUs the backend sees on this node.")
         count.add_metric([], float(len(snap.gpus)))
-        return [up, age, last, count, *self._gpu_families(snap)]
+        att = self._attribution()
+        return [up, age, last, count, *self._gpu_families(snap, att),
+                *(attribution_families(att) if att is not None else [])]
 
-    def _gpu_families(self, snap: NodeSnapshot) -> list[Metric]:
+    def _gpu_families(self, snap: NodeSnapshot, att: NodeAttribution | None) -> list[Metric]:
         f = {name: _Family(name, help_, scale, counter)
              for name, help_, scale, counter in _FAMILIES}
         info = GaugeMetricFamily(
             "gpuscale_gpu_info", "Static facts about each GPU (value 1).",
             labels=[*DCGM_LABELS, "driver_version", "sharing", "mig_enabled", "state"])
+        holders = _holders(att)
         absent = GaugeMetricFamily(
             "gpuscale_gpu_reading_absent",
             "1 for each reading that has no value, with the reason (unsupported, "
@@ -112,12 +119,18 @@ class SnapshotCollector(Collector):
             info.add_metric([*dl.values(), snap.driver_version, g.sharing.value,
                              str(g.mig_enabled).lower(), g.state.value], 1.0)
             f["gpuscale_gpu_up"].add(dl, 1.0 if g.state is GpuState.OK else 0.0)
+            # dcgm-exporter's way: device series carry the holder's pod labels, one series
+            # per holder on shared GPUs; unheld devices keep the bare labels.
+            for labels in _with_pods(dl, holders.get(g.uuid, []), g.mig_enabled):
+                self._dcgm_gpu(f, labels, g)
             self._gpu(f, dl, g)
             for name, value in _readings(g):
                 if isinstance(value, Absent):
                     absent.add_metric([str(g.index), g.uuid, "", name, value.value], 1.0)
             for m in g.migs:
                 ml = {**dl, "GPU_I_PROFILE": m.profile, "GPU_I_ID": str(m.gpu_instance_id)}
+                for labels in _with_pods(ml, holders.get(m.uuid, []), False):
+                    self._dcgm_mig(f, labels, m)
                 self._mig(f, ml, m)
                 if isinstance(m.utilization_percent, Absent):
                     absent.add_metric([str(g.index), g.uuid, str(m.gpu_instance_id),
@@ -126,7 +139,7 @@ class SnapshotCollector(Collector):
         return [info, absent, *(fam.build() for fam in f.values())]
 
     @staticmethod
-    def _gpu(f: dict[str, _Family], dl: dict[str, str], g: GpuSample) -> None:
+    def _dcgm_gpu(f: dict[str, _Family], dl: dict[str, str], g: GpuSample) -> None:
         f["DCGM_FI_DEV_GPU_UTIL"].add(dl, g.utilization_percent)
         f["DCGM_FI_DEV_MEM_COPY_UTIL"].add(dl, g.memory_util_percent)
         if not g.mig_enabled:
@@ -139,6 +152,9 @@ class SnapshotCollector(Collector):
         f["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"].add(dl, g.energy_millijoules)
         if g.state is not GpuState.LOST:
             f["DCGM_FI_DEV_XID_ERRORS"].add(dl, float(g.last_xid))
+
+    @staticmethod
+    def _gpu(f: dict[str, _Family], dl: dict[str, str], g: GpuSample) -> None:
         f["gpuscale_gpu_xid_errors"].add(dl, float(g.xid_errors_total))
         f["gpuscale_gpu_utilization_percent"].add(dl, g.utilization_percent)
         if g.utilization_samples:
@@ -155,12 +171,16 @@ class SnapshotCollector(Collector):
         f["gpuscale_gpu_pcie_rx_bytes_per_second"].add(dl, g.pcie_rx_bytes_per_second)
 
     @staticmethod
-    def _mig(f: dict[str, _Family], ml: dict[str, str], m: MigSample) -> None:
+    def _dcgm_mig(f: dict[str, _Family], ml: dict[str, str], m: MigSample) -> None:
         used, total = m.memory_used_bytes, m.memory_total_bytes
         f["DCGM_FI_DEV_FB_USED"].add(ml, used)
         if not isinstance(used, Absent) and not isinstance(total, Absent):
             f["DCGM_FI_DEV_FB_FREE"].add(ml, total - used)
         f["DCGM_FI_PROF_GR_ENGINE_ACTIVE"].add(ml, m.utilization_percent)
+
+    @staticmethod
+    def _mig(f: dict[str, _Family], ml: dict[str, str], m: MigSample) -> None:
+        used, total = m.memory_used_bytes, m.memory_total_bytes
         f["gpuscale_mig_utilization_percent"].add(ml, m.utilization_percent)
         f["gpuscale_mig_memory_used_bytes"].add(ml, used)
         f["gpuscale_mig_memory_total_bytes"].add(ml, total)
@@ -176,6 +196,27 @@ class SnapshotCollector(Collector):
                 pl["GPU_I_ID"] = str(p.gpu_instance_id)
             f["gpuscale_process_gpu_memory_used_bytes"].add(pl, p.used_memory_bytes)
             f["gpuscale_process_sm_utilization_percent"].add(pl, p.sm_util_percent)
+
+
+Holder = tuple[str, str, str]  # namespace, pod, container
+
+
+def _holders(att: NodeAttribution | None) -> dict[str, list[Holder]]:
+    """Device UUID (GPU, or MIG instance) -> the pod containers holding it."""
+    out: dict[str, list[Holder]] = {}
+    for p in att.pods if att is not None else ():
+        for d in p.devices:
+            holders = out.setdefault(d.mig_uuid or d.gpu_uuid, [])
+            if (p.namespace, p.pod, p.container) not in holders:
+                holders.append((p.namespace, p.pod, p.container))
+    return out
+
+
+def _with_pods(labels: dict[str, str], holders: list[Holder],
+               mig_parent: bool) -> list[dict[str, str]]:
+    if not holders or mig_parent:  # a MIG GPU's device-level series belong to no one pod
+        return [labels]
+    return [{**labels, "pod": pod, "namespace": ns, "container": c} for ns, pod, c in holders]
 
 
 def _readings(g: GpuSample) -> Iterable[tuple[str, float | Absent]]:

@@ -13,11 +13,12 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
+from gpuscale.attribution.model import AttributionState, NodeAttribution
 from gpuscale.telemetry.backend import GpuBackend
 from gpuscale.telemetry.model import BackendState, NodeSnapshot
 
@@ -26,10 +27,13 @@ log = logging.getLogger(__name__)
 MIN_INTERVAL_S = 0.2
 STALE_AFTER_INTERVALS = 3.0
 
+Attributor = Callable[[NodeSnapshot], Awaitable[NodeAttribution]]
+
 
 class Sampler:
     def __init__(self, backend: GpuBackend, interval: float, registry: CollectorRegistry,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+                 monotonic: Callable[[], float] = time.monotonic,
+                 attributor: Attributor | None = None) -> None:
         if not interval >= MIN_INTERVAL_S:
             raise ValueError(f"sample interval must be at least {MIN_INTERVAL_S} s, "
                              f"got {interval}")
@@ -37,6 +41,8 @@ class Sampler:
         self.interval = interval
         self._monotonic = monotonic
         self._latest: NodeSnapshot | None = None
+        self._attribution: NodeAttribution | None = None
+        self._attributor = attributor
         self._seq = 0
         self._published = asyncio.Condition()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpu-sampler")
@@ -60,6 +66,11 @@ class Sampler:
         return self._latest
 
     @property
+    def attribution(self) -> NodeAttribution | None:
+        """Who uses which GPU, for the latest snapshot (None without an attributor)."""
+        return self._attribution
+
+    @property
     def stale_after(self) -> float:
         """Seconds after which the latest snapshot no longer counts as fresh."""
         return max(STALE_AFTER_INTERVALS * self.interval, 2.0)
@@ -74,7 +85,12 @@ class Sampler:
         age = self._monotonic() - snap.monotonic
         if age > self.stale_after:
             return False, f"latest sample is {age:.1f}s old (bound {self.stale_after:.1f}s)"
-        return True, f"ok: {len(snap.gpus)} GPUs, sample {snap.seq}, {age:.2f}s old"
+        why = f"ok: {len(snap.gpus)} GPUs, sample {snap.seq}, {age:.2f}s old"
+        att = self._attribution
+        if att is not None and att.state is not AttributionState.OK:
+            # Device metrics are still served: ready, but say what attribution lacks.
+            why += f"; attribution {att.state.value}: {'; '.join(att.reasons)}"
+        return True, why
 
     async def sample_once(self) -> NodeSnapshot:
         """Take one sample in the worker thread and publish it."""
@@ -85,8 +101,21 @@ class Sampler:
         self._duration.observe(snap.duration_seconds)
         if snap.problems:
             self._problems.inc(len(snap.problems))
+        attribution = None
+        if self._attributor is not None:
+            try:
+                attribution = await self._attributor(snap)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                # A bug in attribution must not stop device metrics: log, publish without.
+                self._failures.inc()
+                log.exception("attribution failed; publishing device metrics only")
+                attribution = NodeAttribution(AttributionState.UNAVAILABLE,
+                                              ("attribution failed (see the agent log)",))
         async with self._published:
             self._latest = snap
+            self._attribution = attribution
             self._published.notify_all()
         return snap
 

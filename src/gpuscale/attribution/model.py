@@ -135,7 +135,8 @@ class UnattributedProcess:
     pid: int
     gpu_uuid: str
     used_memory_bytes: IntReading
-    reason: str  # "no pod" (not in a pod cgroup), "unknown pod", "pid lookup unavailable"
+    kind: str  # "no_pod", "unknown_pod", "unallocated" (bounded: a metric label)
+    reason: str  # the same for a person, with the pod UID
 
 
 class AttributionState(enum.Enum):

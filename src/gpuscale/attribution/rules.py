@@ -188,14 +188,14 @@ def _unattributed(snapshot: NodeSnapshot, owners: Mapping[int, ProcessOwner | No
         for p in g.processes:
             o = owners.get(p.pid)
             if o is None:
-                reason = "not in a pod"
+                kind, reason = "no_pod", "not in a pod"
             elif not isinstance(pods, Absent) and o.pod_uid not in known:
-                reason = f"pod {o.pod_uid} unknown to the API"
+                kind, reason = "unknown_pod", f"pod {o.pod_uid} unknown to the API"
             elif not isinstance(pods, Absent) and o.pod_uid not in allocated_uids:
-                reason = f"pod {o.pod_uid} uses a GPU it was not allocated"
+                kind, reason = "unallocated", f"pod {o.pod_uid} uses a GPU it was not allocated"
             else:
                 continue
-            out.append(UnattributedProcess(p.pid, g.uuid, p.used_memory_bytes, reason))
+            out.append(UnattributedProcess(p.pid, g.uuid, p.used_memory_bytes, kind, reason))
     return tuple(out)
 
 

@@ -45,6 +45,7 @@ class SimulatedBackend:
     def __init__(self, node: NodeSpec, clock: Callable[[], float] = time.time,
                  start: float | None = None, speed: float = 1.0, pcie: bool = False,
                  monotonic: Callable[[], float] = time.monotonic) -> None:
+        self.node = node
         self._node = node
         self._clock = clock
         self._monotonic = monotonic

@@ -1,0 +1,241 @@
+"""Where attribution inputs come from, behind one interface: the cluster, or a scenario.
+
+``ClusterSources`` asks the kubelet (PodResources, polled each tick and kept for a short
+grace period across kubelet restarts), the node pod cache (watched) and /proc (PID owners).
+``ScenarioSources`` derives the same inputs from a simulated node's scenario, so the demo
+and the tests of higher layers exercise the same rules.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+from gpuscale.attribution.cgroup import PidResolver
+from gpuscale.attribution.devices import parse_device_id
+from gpuscale.attribution.kubelet import KubeletError, PodResourcesClient
+from gpuscale.attribution.model import (
+    Allocation,
+    AttributionState,
+    NodeAttribution,
+    OwnerRef,
+    PodInfo,
+    PodPhase,
+    ProcessOwner,
+)
+from gpuscale.attribution.rules import attribute
+from gpuscale.telemetry.model import Absent, NodeSnapshot, SharingMode
+from gpuscale.telemetry.scenario import NodeSpec
+from gpuscale.telemetry.simulated import gpu_uuid, mig_uuid
+
+if TYPE_CHECKING:  # the Kubernetes client is a heavy import: only when the watch runs
+    from kubernetes_asyncio import client
+
+    from gpuscale.attribution.pods import NodePodCache
+
+log = logging.getLogger(__name__)
+
+KUBELET_GRACE_S = 10.0  # serve the last good List this long while the kubelet is away
+
+
+@dataclass(frozen=True, slots=True)
+class Inputs:
+    allocations: Sequence[Allocation] | Absent
+    allocated_at: float
+    pods: Mapping[tuple[str, str], PodInfo] | Absent
+    owners: Mapping[int, ProcessOwner | None] | Absent
+    notes: tuple[str, ...]  # source problems to carry into the result's reasons
+
+
+class AttributionSources(Protocol):
+    async def gather(self, snapshot: NodeSnapshot) -> Inputs: ...
+
+    async def run(self) -> None:
+        """Background work (watches) for as long as the agent runs."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+async def attribute_tick(sources: AttributionSources, snapshot: NodeSnapshot,
+                         ) -> NodeAttribution:
+    """Gather this tick's inputs and apply the rules; source notes become reasons."""
+    inputs = await sources.gather(snapshot)
+    result = attribute(snapshot, inputs.allocations, inputs.pods, inputs.owners,
+                       inputs.allocated_at)
+    if inputs.notes:
+        state = (result.state if result.state is not AttributionState.OK
+                 else AttributionState.PARTIAL)
+        result = replace(result, state=state, reasons=(*result.reasons, *inputs.notes))
+    return result
+
+
+class ClusterSources:
+    def __init__(self, kubelet: PodResourcesClient, pods: NodePodCache | None,
+                 pids: PidResolver, clock: Callable[[], float] = time.time,
+                 pods_missing_reason: str = "no Kubernetes API configured",
+                 api: client.ApiClient | None = None) -> None:
+        self._kubelet = kubelet
+        self._pods = pods
+        self._api = api
+        self._pids = pids
+        self._clock = clock
+        self._pods_missing = pods_missing_reason
+        self._last: tuple[tuple[Allocation, ...], float] | None = None
+        self._kubelet_error = ""
+
+    async def run(self) -> None:
+        if self._pods is not None:
+            await self._pods.run()
+        else:
+            await asyncio.Event().wait()  # nothing to watch; live as long as the agent
+
+    async def close(self) -> None:
+        await self._kubelet.close()
+        if self._api is not None:
+            await self._api.close()
+
+    async def gather(self, snapshot: NodeSnapshot) -> Inputs:
+        notes: list[str] = []
+        allocations: Sequence[Allocation] | Absent = Absent.UNAVAILABLE
+        allocated_at = 0.0
+        try:
+            listed = await self._kubelet.list()
+            self._last = (listed.allocations, self._clock())
+            notes.extend(listed.problems[:5])
+            if self._kubelet_error:
+                log.info("kubelet pod resources: readable again")
+            self._kubelet_error = ""
+        except KubeletError as exc:
+            if str(exc) != self._kubelet_error:
+                log.warning("kubelet pod resources: %s", exc)
+            self._kubelet_error = str(exc)
+            notes.append(f"kubelet: {exc}")
+        if self._last is not None and self._clock() - self._last[1] <= KUBELET_GRACE_S:
+            allocations, allocated_at = self._last
+        pods: Mapping[tuple[str, str], PodInfo] | Absent = Absent.UNAVAILABLE
+        if self._pods is None:
+            notes.append(f"pod metadata: {self._pods_missing}")
+        else:
+            pods = self._pods.pods()
+            connected, why = self._pods.state()
+            if not connected:
+                notes.append(f"pod watch: {why}")
+        pids = [p.pid for g in snapshot.gpus for p in g.processes]
+        owners = await asyncio.to_thread(self._pids.owners, pids) if pids else {}
+        if isinstance(owners, Absent):
+            notes.append(self._pids.available()[1])
+        return Inputs(allocations, allocated_at, pods, owners, tuple(notes))
+
+
+_UID_NS = uuid.UUID("0b5c1a8e-3f6d-4e2a-9c7b-5d4e3f2a1b0c")
+
+
+class ScenarioSources:
+    """Allocations, pods and PID owners as the scenario describes them.
+
+    Each process with a ``pod`` holds its GPU (``GPU-<uuid>``, or ``GPU-<uuid>::<n>`` on
+    time-sliced GPUs) or its MIG instance. Pods are Running and Ready; their workload is the
+    pod name without its last ``-<suffix>``, as a Deployment.
+    """
+
+    def __init__(self, node: NodeSpec, clock: Callable[[], float] = time.time) -> None:
+        self._clock = clock
+        allocs: dict[tuple[str, str, str], list[str]] = {}
+        self._pods: dict[tuple[str, str], PodInfo] = {}
+        self._owners: dict[int, ProcessOwner | None] = {}
+        replicas: dict[int, int] = {}
+        for p in node.processes:
+            if p.pod is None:
+                self._owners[p.pid] = None
+                continue
+            gpu = node.gpus[p.gpu]
+            if p.mig is not None:
+                device = mig_uuid(node.name, p.gpu, p.mig)
+            elif gpu.sharing in (SharingMode.TIME_SLICED, SharingMode.MPS):
+                replicas[p.gpu] = replicas.get(p.gpu, -1) + 1
+                device = f"{gpu_uuid(node.name, p.gpu)}::{replicas[p.gpu]}"
+            else:
+                device = gpu_uuid(node.name, p.gpu)
+            key = (p.pod.namespace, p.pod.name, p.pod.container)
+            ids = allocs.setdefault(key, [])
+            if device not in ids:
+                ids.append(device)
+            uid = str(uuid.uuid5(_UID_NS, f"{p.pod.namespace}/{p.pod.name}"))
+            cid = uuid.uuid5(_UID_NS, f"{uid}/{p.pod.container}").hex * 2
+            workload = p.pod.name.rsplit("-", 1)[0] if "-" in p.pod.name else p.pod.name
+            prev = self._pods.get((p.pod.namespace, p.pod.name))
+            containers = dict(prev.container_ids) if prev else {}
+            containers[p.pod.container] = cid
+            self._pods[(p.pod.namespace, p.pod.name)] = PodInfo(
+                p.pod.namespace, p.pod.name, uid, labels=(("app", workload),),
+                owner=OwnerRef("Deployment", workload), phase=PodPhase.RUNNING, ready=True,
+                ip=f"10.244.0.{len(self._pods) + 10}",
+                container_ids=tuple(sorted(containers.items())))
+            self._owners[p.pid] = ProcessOwner(uid, cid)
+        self._allocations = tuple(
+            Allocation(ns, pod, c, _resource(node, ids), tuple(parse_device_id(i) for i in ids))
+            for (ns, pod, c), ids in allocs.items())
+
+    async def run(self) -> None:
+        await asyncio.Event().wait()
+
+    async def close(self) -> None:
+        pass
+
+    async def gather(self, snapshot: NodeSnapshot) -> Inputs:
+        return Inputs(self._allocations, self._clock(), self._pods, self._owners, ())
+
+
+async def cluster_sources(kubelet_socket: Path, node_name: str, proc_root: Path,
+                          kubeconfig: Path | None = None,
+                          extra_resources: tuple[str, ...] = ()) -> ClusterSources:
+    """Sources for a real node: in-cluster credentials when running in a pod, else the
+    kubeconfig. A missing API or node name leaves pod metadata unavailable (and says so)."""
+    from kubernetes_asyncio import client, config
+
+    from gpuscale.attribution.pods import NodePodCache
+
+    kubelet = PodResourcesClient(kubelet_socket, extra_resources)
+    pids = PidResolver(proc_root)
+    conf = client.Configuration()
+    try:
+        if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+            config.load_incluster_config(client_configuration=conf)  # type: ignore[no-untyped-call]
+        elif (path := _kubeconfig(kubeconfig)) is not None:
+            await config.load_kube_config(config_file=str(path), client_configuration=conf)
+        else:
+            return ClusterSources(kubelet, None, pids)
+    except (config.ConfigException, OSError, ValueError) as exc:
+        return ClusterSources(kubelet, None, pids,
+                              pods_missing_reason=f"Kubernetes config unusable: {exc}")
+    if not node_name:
+        return ClusterSources(kubelet, None, pids, pods_missing_reason="node name unknown "
+                              "(set --node-name or NODE_NAME from the downward API)")
+    api = client.ApiClient(conf)
+    return ClusterSources(kubelet, NodePodCache(api, node_name), pids, api=api)
+
+
+def _kubeconfig(explicit: Path | None) -> Path | None:
+    if explicit is not None:
+        return explicit
+    env = os.environ.get("KUBECONFIG", "").split(os.pathsep)[0]
+    default = Path(env) if env else Path("~/.kube/config").expanduser()
+    return default if default.exists() else None
+
+
+def _resource(node: NodeSpec, ids: Iterable[str]) -> str:
+    first = next(iter(ids))
+    if first.startswith("MIG-"):
+        for g in node.gpus:
+            for i, prof in enumerate(g.mig):
+                if mig_uuid(node.name, g.index, i) == first:
+                    return f"nvidia.com/mig-{prof.name}"
+    return "nvidia.com/gpu.shared" if "::" in first else "nvidia.com/gpu"

@@ -1,0 +1,178 @@
+"""Attribution with its real peers together: a kubelet on a unix socket, an API server over
+HTTP, a /proc tree, and GPU readings; then the agent exposing the result."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+from kubernetes_asyncio import client
+
+from gpuscale.agent.app import Agent, AgentConfig
+from gpuscale.attribution.cgroup import PidResolver
+from gpuscale.attribution.kubelet import PodResourcesClient
+from gpuscale.attribution.model import AttributionState
+from gpuscale.attribution.pods import NodePodCache
+from gpuscale.attribution.sources import ClusterSources, ScenarioSources, attribute_tick
+from gpuscale.telemetry.model import Absent
+from gpuscale.telemetry.scenario import load_scenario
+from gpuscale.telemetry.simulated import SimulatedBackend, gpu_uuid
+from tests.kubeapi import KubeApiPeer, make_pod
+from tests.kubelet import KubeletPeer, pod
+
+NODE = load_scenario("timesliced-node").nodes[0]  # GPU 0: 4 pods time-slicing
+
+
+def uid(i: int) -> str:
+    return f"aaaaaaaa-0000-4000-8000-{i:012d}"
+
+
+def cid(i: int) -> str:
+    return f"{i:064x}"
+
+
+@pytest.fixture
+async def cluster(tmp_path: Path) -> AsyncIterator[tuple[KubeletPeer, KubeApiPeer, Path]]:
+    kubelet = KubeletPeer(Path(f"/tmp/gs-e2e-{os.getpid()}-{id(tmp_path)}.sock"))
+    await kubelet.start()
+    api = KubeApiPeer()
+    await api.start()
+    g0 = gpu_uuid(NODE.name, 0)
+    # The four time-slicing pods of GPU 0 (pids 7001-7004 in the scenario).
+    kubelet.pods = [pod("dev", f"ts-{c}", ("app", "nvidia.com/gpu.shared", [f"{g0}::{i}"]))
+                    for i, c in enumerate("abcd")]
+    for i, c in enumerate("abcd"):
+        api.add(make_pod("dev", f"ts-{c}", uid(i), node=NODE.name,
+                         containers=(("app", cid(i)),)))
+    proc = tmp_path / "proc"
+    for pid, text in {1: "0::/init.scope\n",
+                      **{7001 + i: f"0::/kubepods/besteffort/pod{uid(i)}/{cid(i)}\n"
+                         for i in range(4)},
+                      7101: "0::/system.slice/stray.service\n"}.items():
+        (proc / str(pid)).mkdir(parents=True)
+        (proc / str(pid) / "cgroup").write_text(text)
+    yield kubelet, api, proc
+    await kubelet.stop()
+    await api.stop()
+
+
+async def sources_for(kubelet: KubeletPeer, api: KubeApiPeer, proc: Path
+                      ) -> tuple[ClusterSources, asyncio.Task[None], client.ApiClient]:
+    conf = client.Configuration(host=f"http://127.0.0.1:{api.port}")
+    conf.api_key = {"BearerToken": api.token}
+    conf.api_key_prefix = {"BearerToken": "Bearer"}
+    apic = client.ApiClient(conf)
+    cache = NodePodCache(apic, NODE.name, backoff_s=(0.05,))
+    src = ClusterSources(PodResourcesClient(kubelet.socket_path, timeout=1.0), cache,
+                         PidResolver(proc), api=apic)
+    task = asyncio.create_task(src.run())
+    for _ in range(200):
+        if not isinstance(cache.pods(), Absent):
+            break
+        await asyncio.sleep(0.02)
+    return src, task, apic
+
+
+async def test_time_sliced_pods_get_their_own_processes(
+        cluster: tuple[KubeletPeer, KubeApiPeer, Path]) -> None:
+    kubelet, api, proc = cluster
+    src, task, _ = await sources_for(kubelet, api, proc)
+    try:
+        snap = SimulatedBackend(NODE).sample()
+        result = await attribute_tick(src, snap)
+        got = {p.pod: p for p in result.pods}
+        assert [got[f"ts-{c}"].utilization_percent for c in "abcd"] == [10.0, 20.0, 5.0, 5.0]
+        assert got["ts-b"].memory_used_bytes == 5000 * 2**20
+        assert got["ts-a"].pod_info is not None
+        assert got["ts-a"].pod_info.uid == uid(0)
+        assert {d.split for p in result.pods for d in p.devices} == {"process"}
+        # The processes on GPUs 1 and 2 run outside any pod here: flagged, not attributed.
+        assert {(o.pid, o.kind) for o in result.unattributed} == {
+            (7101, "no_pod"), (7102, "no_pod"), (7201, "no_pod")}
+        assert result.state is AttributionState.OK
+        assert set(result.idle_gpus) == {gpu_uuid(NODE.name, i) for i in (1, 2, 3)}
+    finally:
+        task.cancel()
+        await src.close()
+
+
+async def test_kubelet_restart_and_api_outage_degrade_then_recover(
+        cluster: tuple[KubeletPeer, KubeApiPeer, Path]) -> None:
+    kubelet, api, proc = cluster
+    src, task, _ = await sources_for(kubelet, api, proc)
+    snap = SimulatedBackend(NODE).sample()
+    try:
+        assert (await attribute_tick(src, snap)).state is AttributionState.OK
+        await kubelet.stop()
+        during = await attribute_tick(src, snap)  # within the grace period: last good List
+        assert during.state is AttributionState.PARTIAL
+        assert any("does not exist" in r for r in during.reasons)
+        assert len(during.pods) == 4
+        await kubelet.start()
+        assert (await attribute_tick(src, snap)).state is AttributionState.OK
+        api.token = "rotated"  # the agent's token is now refused
+        await api.drop_watches()
+        for _ in range(200):
+            result = await attribute_tick(src, snap)
+            if result.state is not AttributionState.OK:
+                break
+            await asyncio.sleep(0.02)
+        assert any("forbidden (403)" in r for r in result.reasons)
+        assert len(result.pods) == 4  # still attributed from the last known pods
+    finally:
+        task.cancel()
+        await src.close()
+
+
+async def test_pod_known_to_the_kubelet_but_not_yet_to_the_api(
+        cluster: tuple[KubeletPeer, KubeApiPeer, Path]) -> None:
+    kubelet, api, proc = cluster
+    kubelet.pods.append(pod("dev", "brand-new", ("app", "nvidia.com/gpu",
+                                                 [gpu_uuid(NODE.name, 3)])))
+    src, task, _ = await sources_for(kubelet, api, proc)
+    try:
+        result = await attribute_tick(src, SimulatedBackend(NODE).sample())
+        assert result.state is AttributionState.PARTIAL
+        assert "not in the API cache yet: dev/brand-new" in " ".join(result.reasons)
+        new = next(p for p in result.pods if p.pod == "brand-new")
+        assert new.utilization_percent == 0.0  # a whole GPU: the device's own reading
+    finally:
+        task.cancel()
+        await src.close()
+
+
+async def test_agent_exposes_pods_the_dcgm_way() -> None:
+    agent = Agent(SimulatedBackend(NODE), AgentConfig(host="127.0.0.1", port=0,
+                                                      interval=0.5, hostname="n"),
+                  ScenarioSources(NODE))
+    bound: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+    task = asyncio.create_task(agent.run(bound.set_result))
+    port = await bound
+    try:
+        await agent.sampler.wait_for(1)
+        async with aiohttp.ClientSession() as http, http.get(
+                f"http://127.0.0.1:{port}/metrics") as r:
+            body = await r.text()
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    util = [line for line in body.splitlines()
+            if line.startswith("DCGM_FI_DEV_GPU_UTIL{") and 'gpu="0"' in line]
+    # One series per sharing pod on the time-sliced GPU, each with the device's value.
+    assert len(util) == 4
+    assert all('namespace="dev"' in line and line.endswith(" 40.0") for line in util)
+    assert {line.split('pod="')[1].split('"')[0] for line in util} == {
+        "ts-a", "ts-b", "ts-c", "ts-d"}
+    assert ('gpuscale_pod_gpu_utilization{container="app",namespace="dev",pod="ts-b",'
+            'resource="nvidia.com/gpu.shared"} 20.0') in body
+    assert 'gpuscale_agent_attribution_state{state="ok"} 1.0' in body
+    unheld = [line for line in body.splitlines()
+              if line.startswith("DCGM_FI_DEV_GPU_UTIL{") and 'gpu="3"' in line]
+    assert len(unheld) == 1
+    assert "pod=" not in unheld[0]
+    assert f'gpuscale_gpu_unallocated{{UUID="{gpu_uuid(NODE.name, 3)}"}} 1.0' in body
