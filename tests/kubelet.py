@@ -7,6 +7,7 @@ The test mutates ``pods``/``allocatable`` between calls, stops and restarts the 
 from __future__ import annotations
 
 import asyncio
+import urllib.parse
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -60,7 +61,7 @@ class KubeletPeer(pb_grpc.PodResourcesListerServicer):
         self.socket_path.unlink(missing_ok=True)
         self._server = grpc.aio.server()
         pb_grpc.add_PodResourcesListerServicer_to_server(self, self._server)
-        self._server.add_insecure_port(f"unix://{self.socket_path}")
+        self._server.add_insecure_port("unix://" + urllib.parse.quote(str(self.socket_path)))
         await self._server.start()
 
     async def stop(self) -> None:

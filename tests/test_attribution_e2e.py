@@ -4,12 +4,15 @@ HTTP, a /proc tree, and GPU readings; then the agent exposing the result."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
 import pytest
+import yaml
 from kubernetes_asyncio import client
 
 from gpuscale.agent.app import Agent, AgentConfig
@@ -21,6 +24,7 @@ from gpuscale.attribution.sources import ClusterSources, ScenarioSources, attrib
 from gpuscale.telemetry.model import Absent
 from gpuscale.telemetry.scenario import load_scenario
 from gpuscale.telemetry.simulated import SimulatedBackend, gpu_uuid
+from tests.fakenvml import DRIVER, build, gpu_line, proc_line
 from tests.kubeapi import KubeApiPeer, make_pod
 from tests.kubelet import KubeletPeer, pod
 
@@ -176,3 +180,37 @@ async def test_agent_exposes_pods_the_dcgm_way() -> None:
     assert len(unheld) == 1
     assert "pod=" not in unheld[0]
     assert f'gpuscale_gpu_unallocated{{UUID="{gpu_uuid(NODE.name, 3)}"}} 1.0' in body
+
+
+async def test_nvml_through_the_fake_driver_attributed_via_kubeconfig(
+        cluster: tuple[KubeletPeer, KubeApiPeer, Path], tmp_path: Path) -> None:
+    """The whole agent path in one process: real bindings on the fake libnvidia-ml, the
+    kubelet and API peers (reached through a kubeconfig file) and a /proc tree."""
+    kubelet, api, proc = cluster
+    g0 = "GPU-00000000-0000-0000-0000-000000000000"
+    kubelet.pods = [pod("dev", f"ts-{c}", ("app", "nvidia.com/gpu.shared", [f"{g0}::{i}"]))
+                    for i, c in enumerate("abcd")]
+    scenario = tmp_path / "nvml.txt"
+    scenario.write_text("\n".join([
+        gpu_line(0, util=90, sample_us=100000),
+        *(proc_line(0, 7001 + i, mem=(i + 1) * 2**30, sm=10 * (i + 1)) for i in range(4)),
+    ]) + "\n")
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "t",
+        "clusters": [{"name": "t", "cluster": {"server": f"http://127.0.0.1:{api.port}"}}],
+        "users": [{"name": "t", "user": {"token": api.token}}],
+        "contexts": [{"name": "t", "context": {"cluster": "t", "user": "t"}}]}))
+    env = {**os.environ, "LD_LIBRARY_PATH": str(build()), "FAKENVML_SCENARIO": str(scenario)}
+    proc_ = await asyncio.create_subprocess_exec(
+        sys.executable, str(DRIVER), "--attribute", str(kubelet.socket_path), str(proc),
+        str(kubeconfig), NODE.name, env=env, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc_.communicate(), 60)
+    assert proc_.returncode == 0, err.decode()
+    att = json.loads(out)["attribution"]
+    got = {p["pod"]: p for p in att["pods"]}
+    assert [got[f"ts-{c}"]["utilization_percent"] for c in "abcd"] == [10.0, 20.0, 30.0, 40.0]
+    assert got["ts-c"]["memory_used_bytes"] == 3 * 2**30
+    assert got["ts-c"]["devices"][0]["sharers"] == 4
+    assert att["state"] == "ok"

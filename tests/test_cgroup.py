@@ -98,3 +98,21 @@ def test_huge_cgroup_file_is_read_bounded(tmp_path: Path) -> None:
                      {5: ("9:x:/" + "a" * 100 + "\n") * 10_000 + CASES["v2 systemd cri-o"]})
     # The pod line lies past the 64 KiB bound: not read, so no owner - and no hang.
     assert PidResolver(root).owners([5]) == {5: None}
+
+
+def test_owners_are_cached_per_process_and_a_reused_pid_is_read_again(tmp_path: Path) -> None:
+    import shutil
+    import time
+
+    root = proc_tree(tmp_path, "0::/init.scope\n", {42: CASES["v2 systemd cri-o"]})
+    resolver = PidResolver(root)
+    assert resolver.owners([42]) == {42: ProcessOwner(UID, CID)}
+    # The same process: its cgroup file is not read again (a change would not be seen).
+    (root / "42" / "cgroup").write_text("0::/init.scope\n")
+    assert resolver.owners([42]) == {42: ProcessOwner(UID, CID)}
+    # PID 42 exits and is reused by a process outside any pod: a new /proc/42 entry.
+    shutil.rmtree(root / "42")
+    time.sleep(0.01)
+    (root / "42").mkdir()
+    (root / "42" / "cgroup").write_text("0::/system.slice/sshd.service\n")
+    assert resolver.owners([42]) == {42: None}

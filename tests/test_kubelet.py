@@ -171,3 +171,17 @@ async def test_path_that_is_not_a_socket(tmp_path: Path) -> None:
             await c.list()
     finally:
         await c.close()
+
+
+async def test_socket_paths_with_odd_characters(tmp_path: Path) -> None:
+    for name in ("gs a b.sock", "gs%20x.sock"):
+        k = KubeletPeer(Path(f"/tmp/{os.getpid()}-{name}"))
+        await k.start()
+        c = PodResourcesClient(k.socket_path)
+        try:
+            assert (await c.list()).allocations == ()
+        finally:
+            await c.close()
+            await k.stop()
+    with pytest.raises(ValueError, match="may not contain ','"):
+        PodResourcesClient(Path("/tmp/a,b.sock"))

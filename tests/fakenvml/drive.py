@@ -3,16 +3,24 @@
 Commands: ``sample`` prints the snapshot as one JSON line; ``close`` shuts NVML down and
 prints ``{}``; ``gpus`` prints ``gpuscale gpus`` output as {"table": ...}. Arguments:
 ``--pcie``, ``--interval S``. Logs go to stderr.
+
+With ``--attribute KUBELET_SOCKET PROC_ROOT KUBECONFIG NODE`` it instead runs the agent's
+attribution once against those peers (waiting for the pod list) and prints
+{"snapshot": ..., "attribution": ...}.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import logging
 import sys
+from pathlib import Path
 
+from gpuscale.attribution.sources import attribute_tick, cluster_sources
 from gpuscale.cli import format_table, snapshot_to_json
+from gpuscale.telemetry.model import Absent
 from gpuscale.telemetry.nvml import NvmlBackend
 
 
@@ -21,11 +29,16 @@ def main() -> None:
     parser.add_argument("--pcie", action="store_true")
     parser.add_argument("--interval", type=float, default=1.0)
     parser.add_argument("--mig-refresh", type=float, default=30.0)
+    parser.add_argument("--attribute", nargs=4, default=None)
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(levelname)s %(name)s: %(message)s")
     backend = NvmlBackend(pcie=args.pcie, interval=args.interval, node="test-node",
                           mig_refresh_s=args.mig_refresh)
+    if args.attribute:
+        print(json.dumps(asyncio.run(attribute_once(backend, *args.attribute))), flush=True)
+        backend.close()
+        return
     for line in sys.stdin:
         cmd = line.strip()
         if cmd == "sample":
@@ -39,6 +52,24 @@ def main() -> None:
             out = {"error": f"unknown command {cmd!r}"}
         print(json.dumps(out), flush=True)
     backend.close()
+
+
+async def attribute_once(backend: NvmlBackend, socket: str, proc: str, kubeconfig: str,
+                         node: str) -> dict[str, object]:
+    sources = await cluster_sources(Path(socket), node, Path(proc), Path(kubeconfig))
+    task = asyncio.create_task(sources.run())
+    try:
+        for _ in range(250):  # wait for the first pod list
+            inputs = await sources.gather(backend.sample())
+            if not isinstance(inputs.pods, Absent):
+                break
+            await asyncio.sleep(0.02)
+        snap = backend.sample()
+        att = await attribute_tick(sources, snap)
+        return {"snapshot": snapshot_to_json(snap), "attribution": snapshot_to_json(att)}
+    finally:
+        task.cancel()
+        await sources.close()
 
 
 if __name__ == "__main__":

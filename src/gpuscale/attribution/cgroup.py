@@ -16,7 +16,9 @@ The host PIDs NVML reports are visible only when the agent runs with ``hostPID: 
 
 from __future__ import annotations
 
+import os
 import re
+import time
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -68,13 +70,28 @@ def _paths(lines: Iterable[str]) -> Iterable[str]:
 
 
 class PidResolver:
-    """Looks PIDs up under a /proc root (a constructor argument so tests use a fixture tree)."""
+    """Looks PIDs up under a /proc root (a constructor argument so tests use a fixture tree).
 
-    def __init__(self, proc_root: Path = Path("/proc")) -> None:
+    A process never changes pod, so owners are cached per (pid, start time): a tick costs
+    one stat per PID, and a reused PID (new start time) is read afresh.
+    """
+
+    def __init__(self, proc_root: Path = Path("/proc"),
+                 recheck_s: float = 60.0) -> None:
         self._root = proc_root
+        self._recheck_s = recheck_s
+        self._available: tuple[float, tuple[bool, str]] | None = None
+        self._cache: dict[int, tuple[int, ProcessOwner | None]] = {}
 
     def available(self) -> tuple[bool, str]:
-        """Whether host PIDs are visible: PID 1 must be the host's init, not a container's."""
+        """Whether host PIDs are visible: PID 1 must be the host's init, not a container's.
+        Re-checked every ``recheck_s`` seconds."""
+        now = time.monotonic()
+        if self._available is None or now - self._available[0] > self._recheck_s:
+            self._available = (now, self._check())
+        return self._available[1]
+
+    def _check(self) -> tuple[bool, str]:
         try:
             init = (self._root / "1" / "cgroup").read_text(errors="replace")[:MAX_CGROUP_BYTES]
         except OSError as exc:
@@ -90,12 +107,22 @@ class PidResolver:
         if not ok:
             return Absent.UNAVAILABLE
         result: dict[int, ProcessOwner | None] = {}
+        cache: dict[int, tuple[int, ProcessOwner | None]] = {}
+        root = str(self._root)
         for pid in pids:
+            base = f"{root}/{pid}"
             try:
-                with (self._root / str(pid) / "cgroup").open("rb") as fh:
-                    text = fh.read(MAX_CGROUP_BYTES).decode(errors="replace")
+                started = os.stat(base).st_ctime_ns  # /proc/<pid> is made at process start
+                hit = self._cache.get(pid)
+                if hit is not None and hit[0] == started:
+                    owner = hit[1]
+                else:
+                    with open(f"{base}/cgroup", "rb") as fh:
+                        owner = parse_cgroup(fh.read(MAX_CGROUP_BYTES).decode(errors="replace"))
             except OSError:
                 result[pid] = None  # exited between the NVML read and now, or not ours
                 continue
-            result[pid] = parse_cgroup(text)
+            cache[pid] = (started, owner)
+            result[pid] = owner
+        self._cache = cache  # PIDs no longer on a GPU fall out
         return result

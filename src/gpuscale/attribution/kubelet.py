@@ -8,6 +8,7 @@ in none of the device plugin's forms are skipped and reported, not guessed at.
 from __future__ import annotations
 
 import re
+import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,6 +41,8 @@ class PodResourcesClient:
     def __init__(self, socket_path: Path = DEFAULT_SOCKET,
                  extra_resources: tuple[str, ...] = (),
                  timeout: float = DEFAULT_TIMEOUT_S) -> None:
+        if "," in str(socket_path):  # gRPC reads "unix:a,b" as two addresses
+            raise ValueError(f"kubelet socket path may not contain ',': {socket_path}")
         self.socket_path = socket_path
         self._extra = extra_resources
         self._timeout = timeout
@@ -48,8 +51,9 @@ class PodResourcesClient:
 
     def _connect(self) -> pb_grpc.PodResourcesListerStub:
         if self._stub is None:
+            # gRPC parses the target as a URI: escape what the path may contain (spaces, '%').
             self._channel = grpc.aio.insecure_channel(
-                f"unix://{self.socket_path}",
+                "unix://" + urllib.parse.quote(str(self.socket_path.absolute())),
                 options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                          ("grpc.enable_retries", 0)])
             self._stub = pb_grpc.PodResourcesListerStub(self._channel)  # type: ignore[no-untyped-call]

@@ -199,26 +199,28 @@ async def cluster_sources(kubelet_socket: Path, node_name: str, proc_root: Path,
                           extra_resources: tuple[str, ...] = ()) -> ClusterSources:
     """Sources for a real node: in-cluster credentials when running in a pod, else the
     kubeconfig. A missing API or node name leaves pod metadata unavailable (and says so)."""
+    kubelet = PodResourcesClient(kubelet_socket, extra_resources)
+    pids = PidResolver(proc_root)
+    in_cluster = kubeconfig is None and bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+    path = None if in_cluster else _kubeconfig(kubeconfig)
+    if not in_cluster and path is None:
+        return ClusterSources(kubelet, None, pids)  # and no heavy client import
+    if not node_name:
+        return ClusterSources(kubelet, None, pids, pods_missing_reason="node name unknown "
+                              "(set --node-name or NODE_NAME from the downward API)")
     from kubernetes_asyncio import client, config
 
     from gpuscale.attribution.pods import NodePodCache
 
-    kubelet = PodResourcesClient(kubelet_socket, extra_resources)
-    pids = PidResolver(proc_root)
     conf = client.Configuration()
     try:
-        if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+        if in_cluster:
             config.load_incluster_config(client_configuration=conf)  # type: ignore[no-untyped-call]
-        elif (path := _kubeconfig(kubeconfig)) is not None:
-            await config.load_kube_config(config_file=str(path), client_configuration=conf)
         else:
-            return ClusterSources(kubelet, None, pids)
+            await config.load_kube_config(config_file=str(path), client_configuration=conf)
     except (config.ConfigException, OSError, ValueError) as exc:
         return ClusterSources(kubelet, None, pids,
                               pods_missing_reason=f"Kubernetes config unusable: {exc}")
-    if not node_name:
-        return ClusterSources(kubelet, None, pids, pods_missing_reason="node name unknown "
-                              "(set --node-name or NODE_NAME from the downward API)")
     api = client.ApiClient(conf)
     return ClusterSources(kubelet, NodePodCache(api, node_name), pids, api=api)
 
