@@ -80,3 +80,53 @@ def test_bad_interval() -> None:
     out = run("agent", "--gpu-backend", "sim", "--interval", "0.05")
     assert out.returncode == 2
     assert "at least 0.2" in out.stderr
+
+
+def test_demo_serves_keda_and_stops_cleanly_with_streams_open() -> None:
+    import asyncio
+
+    import grpc
+
+    from gpuscale.proto import externalscaler_pb2 as pb
+    from gpuscale.proto import externalscaler_pb2_grpc as pb_grpc
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([*GPUSCALE, "demo", "--host", "127.0.0.1", "--port", str(port),
+                             "--metrics-port", "0", "--interval", "0.5"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    assert "KEDA external scaler on 127.0.0.1:" in proc.stdout.readline()
+    ref = pb.ScaledObjectRef(name="demo", namespace="llm",
+                             scalerMetadata={"podSelector": "app=vllm-llama"})
+
+    async def talk() -> tuple[float, bool, object]:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = pb_grpc.ExternalScalerStub(channel)
+            for _ in range(50):  # until the first tick reached the fleet view
+                got = await stub.GetMetrics(pb.GetMetricsRequest(
+                    scaledObjectRef=ref, metricName="gpuscale-gpu-utilization"))
+                if got.metricValues[0].metricValueFloat > 0:
+                    break
+                await asyncio.sleep(0.1)
+            stream = stub.StreamIsActive(ref)
+            first = (await asyncio.wait_for(stream.read(), 10)).result
+            proc.send_signal(signal.SIGTERM)  # with the stream open
+            end = await asyncio.wait_for(stream.read(), 10)
+            return got.metricValues[0].metricValueFloat, first, end
+
+    value, active, end = asyncio.run(talk())
+    # Four vLLM replicas on the 8xH100 node, each 15-90 % busy: the sum, not the mean.
+    assert 60.0 < value < 360.0
+    assert active is True
+    assert end is grpc.aio.EOF
+    assert proc.wait(timeout=15) == 0
+
+
+def test_profiles_lists_every_profile() -> None:
+    out = run("profiles")
+    assert out.returncode == 0
+    for name in ("gpu-utilization", "vllm-inference", "triton-inference", "tgi-inference",
+                 "training", "batch"):
+        assert f"{name}: " in out.stdout

@@ -121,6 +121,20 @@ def build_parser() -> argparse.ArgumentParser:
                        help="Hostname label on dcgm series (default: $NODE_NAME, else this "
                             "host's name)")
 
+    demo = sub.add_parser("demo", help="a simulated fleet: an agent per scenario node and "
+                                       "the KEDA scaler on :6000, in one process")
+    demo.add_argument("--scenario", default=DEFAULT_SCENARIO,
+                      help=f"simulated fleet (default {DEFAULT_SCENARIO})")
+    demo.add_argument("--speed", type=float, default=1.0,
+                      help="simulated time runs this many times faster")
+    demo.add_argument("--interval", type=float, default=1.0, help="sample interval, s")
+    demo.add_argument("--host", default="0.0.0.0", help="listen address")
+    demo.add_argument("--port", type=int, default=6000, help="scaler gRPC port (6000)")
+    demo.add_argument("--metrics-port", type=int, default=9400,
+                      help="first agent's metrics port; node i uses this + i (9400)")
+
+    sub.add_parser("profiles", help="list the scaling profiles and signals")
+
     gpus = sub.add_parser("gpus", help="show this node's GPUs, MIG instances and processes")
     _add_backend_args(gpus)
     gpus.add_argument("--json", action="store_true", help="print the snapshot as JSON")
@@ -131,6 +145,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=args.log_level, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.command == "profiles":
+        return _profiles()
+    if args.command == "demo":
+        from gpuscale.demo import run_demo
+
+        return run_demo(args)
     try:
         backend = make_backend(args.gpu_backend, args.scenario, args.node, args.pcie,
                                args.speed)
@@ -190,6 +210,19 @@ def _gpus(args: argparse.Namespace, backend: GpuBackend) -> int:
     else:
         print(format_table(snap, att))
     return 0 if snap.state is BackendState.OK else 1
+
+
+def _profiles() -> int:
+    from gpuscale.scaler.profiles import PROFILES, SIGNALS
+
+    for p in PROFILES.values():
+        targets = ", ".join(f"{t.signal} target {t.target:g}{SIGNALS[t.signal].unit} per pod"
+                            f" (active above {t.activation:g})" for t in p.targets)
+        print(f"{p.name}: {targets}\n    {p.why}\n")
+    print("signals:")
+    for sig in SIGNALS.values():
+        print(f"  {sig.name} [{sig.unit}]: {sig.help}")
+    return 0
 
 
 def snapshot_to_json(snap: NodeSnapshot | NodeAttribution) -> dict[str, Any]:

@@ -28,6 +28,7 @@ MIN_INTERVAL_S = 0.2
 STALE_AFTER_INTERVALS = 3.0
 
 Attributor = Callable[[NodeSnapshot], Awaitable[NodeAttribution]]
+Listener = Callable[[NodeSnapshot, NodeAttribution | None], None]
 
 
 class Sampler:
@@ -43,6 +44,7 @@ class Sampler:
         self._latest: NodeSnapshot | None = None
         self._attribution: NodeAttribution | None = None
         self._attributor = attributor
+        self._listeners: list[Listener] = []
         self._seq = 0
         self._published = asyncio.Condition()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpu-sampler")
@@ -64,6 +66,11 @@ class Sampler:
     def latest(self) -> NodeSnapshot | None:
         """The most recent snapshot, or None before the first sample finished."""
         return self._latest
+
+    def add_listener(self, listener: Listener) -> None:
+        """Call ``listener(snapshot, attribution)`` after each publish (on the event loop;
+        it must be quick and must not raise - a raising listener is logged and skipped)."""
+        self._listeners.append(listener)
 
     @property
     def attribution(self) -> NodeAttribution | None:
@@ -117,6 +124,11 @@ class Sampler:
             self._latest = snap
             self._attribution = attribution
             self._published.notify_all()
+        for listener in self._listeners:
+            try:
+                listener(snap, attribution)
+            except Exception:
+                log.exception("snapshot listener failed")
         return snap
 
     async def wait_for(self, seq: int) -> NodeSnapshot:

@@ -134,8 +134,9 @@ class PodResourcesClient:
 
 def _describe(exc: grpc.aio.AioRpcError, path: Path) -> str:
     code = exc.code()
-    details = (exc.details() or "")[:200]
-    if code is grpc.StatusCode.UNAVAILABLE and "ermission denied" in details:
+    full = exc.details() or ""
+    details = full[:200]
+    if code is grpc.StatusCode.UNAVAILABLE and "ermission denied" in full:
         return f"permission denied on {path} (run as root or grant access to the socket)"
     if code is grpc.StatusCode.DEADLINE_EXCEEDED:
         return f"kubelet did not answer on {path} in time"

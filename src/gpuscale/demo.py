@@ -1,0 +1,87 @@
+"""``gpuscale demo``: a simulated fleet end to end in one process.
+
+One agent per scenario node (simulated GPUs, attribution from the scenario, /metrics on
+its own port), all feeding one fleet view, and the KEDA external scaler on :6000 answering
+from it. SIGTERM or Ctrl-C stops everything in order.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import signal
+import sys
+from collections.abc import Callable
+
+from gpuscale.agent.app import Agent, AgentConfig
+from gpuscale.attribution.sources import ScenarioSources
+from gpuscale.scaler.fleet import FleetView
+from gpuscale.scaler.local import feed
+from gpuscale.scaler.service import ScalerServer, ScalerService
+from gpuscale.telemetry.scenario import ScenarioError, load_scenario
+from gpuscale.telemetry.simulated import SimulatedBackend
+
+log = logging.getLogger(__name__)
+
+
+async def demo(args: argparse.Namespace) -> None:
+    scenario = load_scenario(args.scenario)
+    fleet = FleetView(stale_after=max(3.0 * args.interval, 2.0))
+    agents = []
+    for i, node in enumerate(scenario.nodes):
+        agent = Agent(SimulatedBackend(node, speed=args.speed),
+                      AgentConfig(args.host, args.metrics_port + i if args.metrics_port else 0,
+                                  args.interval, node.name),
+                      ScenarioSources(node))
+        feed(agent, fleet)
+        agents.append(agent)
+    server = ScalerServer(ScalerService(fleet), host=args.host, port=args.port)
+    host = "localhost" if args.host in ("0.0.0.0", "::", "[::]") else args.host
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    assert task is not None
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, task.cancel)
+
+    def agent_up(node: str) -> Callable[[int], None]:
+        return lambda port: print(f"agent {node}: metrics at http://{host}:{port}/metrics",
+                                  flush=True)
+
+    def scaler_up(port: int) -> None:
+        pod = next((p.pod for n in scenario.nodes for p in n.processes if p.pod), None)
+        example = {"scaledObjectRef": {"name": "demo", "namespace": pod.namespace if pod
+                                       else "default", "scalerMetadata": {
+                       "podSelector": f"app={pod.name.rsplit('-', 1)[0]}" if pod else "app=x",
+                       "profile": "gpu-utilization"}},
+                   "metricName": "gpuscale-gpu-utilization"}
+        print(f"KEDA external scaler on {host}:{port}; try:\n  grpcurl -plaintext -d "
+              f"'{json.dumps(example)}' {host}:{port} "
+              f"externalscaler.ExternalScaler/GetMetrics", flush=True)
+
+    try:
+        async with asyncio.TaskGroup() as tg:
+            for agent, node in zip(agents, scenario.nodes, strict=True):
+                tg.create_task(agent.run(agent_up(node.name)), name=f"agent-{node.name}")
+            tg.create_task(server.serve(scaler_up), name="scaler")
+    except asyncio.CancelledError:
+        log.info("stopping on signal")
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    try:
+        asyncio.run(demo(args))
+    except ScenarioError as exc:
+        print(f"gpuscale: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"gpuscale: cannot listen: {exc}", file=sys.stderr)
+        return 1
+    except ExceptionGroup as group:
+        bind = group.subgroup(OSError)
+        if bind is None:
+            raise
+        print(f"gpuscale: cannot listen: {bind.exceptions[0]}", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,1 @@
+"""The KEDA external scaler: metadata, profiles, signals, fleet view, gRPC service."""

@@ -1,0 +1,156 @@
+"""ScaledObject trigger metadata -> a validated trigger configuration.
+
+Schema (all values are strings, as KEDA sends them):
+
+================== ============================= ===================================
+key                value                         default
+================== ============================= ===================================
+profile            a name from ``gpuscale profiles``   ``gpu-utilization``
+signal             one signal (replaces the profile's)  the profile's signals
+targetValue        number > 0, per pod, signal's unit   the profile's target
+activationThreshold number >= 0                         the profile's activation
+valueMode          ``sum`` | ``average``                ``sum``
+metricType         ``AverageValue`` | ``Value``         (keda-gpu-scaler's key: sets
+                                                         valueMode sum | average)
+podSelector        label selector (``app=vllm,tier in (a,b)``)   the scale target's pods
+demandSource       name of a demand source in the scaler's config   none
+================== ============================= ===================================
+
+``scalerAddress`` (KEDA's own key) and the TLS keys KEDA passes through are accepted and
+ignored. Keys naming endpoints or URLs (``vllmEndpoint``, ``tritonEndpoint``, ...) are
+refused: gpuscale never fetches an address taken from a ScaledObject.
+
+Parsing is cached per distinct map; any problem raises MetadataError whose message names
+the key and the valid choices (the service answers INVALID_ARGUMENT with it).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+
+from gpuscale.scaler.profiles import PROFILES, SIGNALS, Target
+from gpuscale.scaler.selector import Selector, SelectorError, parse_selector
+
+MAX_KEYS = 64
+MAX_VALUE = 4096
+
+PASSTHROUGH = frozenset({"scalerAddress", "caCert", "tlsClientCert", "tlsClientKey",
+                         "tlsCertFile", "unsafeSsl", "enableTLS", "cert", "key"})
+KNOWN = frozenset({"profile", "signal", "targetValue", "activationThreshold", "valueMode",
+                   "metricType", "podSelector", "demandSource"})
+_URL_KEYS = ("endpoint", "url", "uri", "address", "host", "port")
+
+
+class MetadataError(ValueError):
+    """Trigger metadata that cannot be used; the message names the key and the choices."""
+
+
+@dataclass(frozen=True, slots=True)
+class TriggerConfig:
+    profile: str
+    targets: tuple[Target, ...]
+    value_mode: str  # "sum" | "average"
+    selector: Selector | None  # None: the ScaledObject's scale target's pods
+    demand_source: str | None
+
+    def metric_name(self, target: Target) -> str:
+        return f"gpuscale-{target.signal}"
+
+    def target_for(self, metric_name: str) -> Target | None:
+        """The target KEDA asks about; KEDA may prefix the name (``s0-``)."""
+        for t in self.targets:
+            name = self.metric_name(t)
+            if metric_name == name or metric_name.endswith("-" + name):
+                return t
+        return None
+
+
+def parse_metadata(metadata: Mapping[str, str]) -> TriggerConfig:
+    """Validate trigger metadata (cached per distinct map). Raises MetadataError."""
+    if len(metadata) > MAX_KEYS:
+        raise MetadataError(f"more than {MAX_KEYS} metadata keys")
+    return _parse(frozenset(metadata.items()))
+
+
+@lru_cache(maxsize=4096)
+def _parse(items: frozenset[tuple[str, str]]) -> TriggerConfig:
+    md = dict(items)
+    for key, value in md.items():
+        if len(value) > MAX_VALUE or len(key) > 256:
+            raise MetadataError(f"{key[:64]}: longer than {MAX_VALUE} characters")
+        if key in PASSTHROUGH or key in KNOWN:
+            continue
+        if key.lower().endswith(_URL_KEYS):
+            raise MetadataError(
+                f"{key}: gpuscale does not fetch addresses from ScaledObject metadata (anyone "
+                f"who can create a ScaledObject could make the scaler call any host). Engine "
+                f"metrics are scraped by the agent from pods that opt in with the "
+                f"gpuscale.io/engine annotation; demand sources are declared in the scaler's "
+                f"configuration and named with demandSource.")
+        raise MetadataError(f"{key}: unknown key; valid keys: {', '.join(sorted(KNOWN))}")
+
+    profile_name = md.get("profile", "gpu-utilization")
+    profile = PROFILES.get(profile_name)
+    if profile is None:
+        raise MetadataError(f"profile: {profile_name!r} is not one of "
+                            f"{', '.join(sorted(PROFILES))}")
+    targets = list(profile.targets)
+    if "signal" in md:
+        sig = md["signal"]
+        if sig not in SIGNALS:
+            raise MetadataError(f"signal: {sig!r} is not one of {', '.join(sorted(SIGNALS))}")
+        same = [t for t in targets if t.signal == sig]
+        if not same and "targetValue" not in md:
+            raise MetadataError(f"targetValue: required with signal {sig!r}, which profile "
+                                f"{profile_name!r} has no target for")
+        targets = same[:1] or [Target(sig, 1.0, 0.0)]
+    if "targetValue" in md:
+        if len(targets) > 1:
+            raise MetadataError(f"targetValue: profile {profile_name!r} has "
+                                f"{len(targets)} signals ({', '.join(t.signal for t in targets)}"
+                                f"); choose one with signal")
+        targets = [Target(targets[0].signal, _number(md, "targetValue", positive=True),
+                          targets[0].activation)]
+    if "activationThreshold" in md:
+        act = _number(md, "activationThreshold", positive=False)
+        targets = [Target(t.signal, t.target, act) for t in targets]
+
+    mode = md.get("valueMode")
+    if mode is not None and mode not in ("sum", "average"):
+        raise MetadataError(f"valueMode: {mode!r} is not one of average, sum")
+    if "metricType" in md:
+        mt = md["metricType"]
+        implied = {"AverageValue": "sum", "Value": "average"}.get(mt)
+        if implied is None:
+            raise MetadataError(f"metricType: {mt!r} is not one of AverageValue, Value "
+                                f"(Utilization is for CPU and memory only)")
+        if mode is not None and mode != implied:
+            raise MetadataError(f"valueMode: {mode!r} contradicts metricType {mt!r} (which "
+                                f"means valueMode {implied!r}); give one of the two")
+        mode = implied
+
+    selector = None
+    if "podSelector" in md:
+        try:
+            selector = parse_selector(md["podSelector"])
+        except SelectorError as exc:
+            raise MetadataError(f"podSelector: {exc}") from None
+    demand = md.get("demandSource") or None
+    if demand is not None and not demand.replace("-", "").replace("_", "").isalnum():
+        raise MetadataError("demandSource: a name (letters, digits, '-', '_') from the "
+                            "scaler's configuration")
+    return TriggerConfig(profile_name, tuple(targets), mode or "sum", selector, demand)
+
+
+def _number(md: Mapping[str, str], key: str, positive: bool) -> float:
+    try:
+        value = float(md[key])
+    except ValueError:
+        raise MetadataError(f"{key}: {md[key][:40]!r} is not a number") from None
+    if not math.isfinite(value) or value < 0 or (positive and value == 0):
+        raise MetadataError(f"{key}: must be a finite number {'> 0' if positive else '>= 0'},"
+                            f" got {md[key][:40]!r}")
+    return value

@@ -1,0 +1,77 @@
+"""Signals (what can be measured per pod) and profiles (what to scale a kind of workload on).
+
+A signal is a per-pod number with a unit. A profile picks one or more signals with a target
+per pod and an activation threshold; with several, the HPA takes the largest desired count.
+Every profile says why it uses what it uses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Signal:
+    name: str
+    unit: str
+    help: str
+    engine: str = ""  # "" for GPU signals, else the engine that must be scraped
+
+
+SIGNALS: dict[str, Signal] = {s.name: s for s in (
+    Signal("gpu-utilization", "%", "attributed GPU kernel duty cycle, mean over the pod's "
+           "GPUs or slices (100 = its GPUs fully busy)"),
+    Signal("gpu-memory", "%", "attributed GPU memory used over the memory of the pod's "
+           "devices"),
+    Signal("vllm-waiting", "requests", "vllm:num_requests_waiting, summed over engines",
+           "vllm"),
+    Signal("vllm-running", "requests", "vllm:num_requests_running, summed over engines",
+           "vllm"),
+    Signal("vllm-kv-cache", "%", "vllm:kv_cache_usage_perc (or the older "
+           "vllm:gpu_cache_usage_perc) x 100, the largest over engines", "vllm"),
+    Signal("triton-pending", "requests", "nv_inference_pending_request_count, summed over "
+           "models", "triton"),
+    Signal("triton-queue-time", "ms", "mean queue time per request over the last window, "
+           "from nv_inference_queue_duration_us / nv_inference_request_success", "triton"),
+    Signal("tgi-queue", "requests", "tgi_queue_size", "tgi"),
+    Signal("tgi-batch", "requests", "tgi_batch_current_size", "tgi"),
+)}
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    signal: str
+    target: float  # per pod, in the signal's unit
+    activation: float  # IsActive is true when the signal is strictly above this
+
+
+@dataclass(frozen=True, slots=True)
+class Profile:
+    name: str
+    targets: tuple[Target, ...]
+    why: str
+
+
+PROFILES: dict[str, Profile] = {p.name: p for p in (
+    Profile("gpu-utilization", (Target("gpu-utilization", 70.0, 5.0),),
+            "Generic GPU work whose throughput tracks kernel duty cycle. 70 % leaves headroom "
+            "for bursts; duty cycle saturates early, so higher targets react late."),
+    Profile("vllm-inference", (Target("vllm-waiting", 5.0, 0.0),
+                               Target("vllm-kv-cache", 80.0, 0.0)),
+            "vLLM pre-allocates ~90 % of GPU memory and keeps kernels busy with a small batch, "
+            "so memory % and duty cycle do not move with load. Requests waiting in the "
+            "scheduler queue mean the pods are short of capacity; KV-cache usage near full "
+            "means the batch cannot grow. Scale on whichever needs more pods."),
+    Profile("triton-inference", (Target("triton-pending", 10.0, 0.0),
+                                 Target("triton-queue-time", 50.0, 0.0)),
+            "Triton's pending requests and the time requests wait in its queue are direct "
+            "measures of unserved demand; GPU duty cycle depends on the model mix."),
+    Profile("tgi-inference", (Target("tgi-queue", 5.0, 0.0),),
+            "TGI's queue size counts requests not yet batched: the same reasoning as vLLM."),
+    Profile("training", (Target("gpu-utilization", 85.0, 10.0),),
+            "Training keeps GPUs saturated; scale data-parallel workers (or jobs) while they "
+            "are busy, and let idle ones (data stalls, finished epochs) go."),
+    Profile("batch", (Target("gpu-utilization", 80.0, 1.0),),
+            "Batch workers: scale out while busy, to zero when nothing runs. Pair with a "
+            "demandSource (a queue) so work waiting with no pods wakes them."),
+)}

@@ -1,0 +1,143 @@
+"""Trigger metadata and label selectors: a table for every key, hypothesis for the rest."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpuscale.scaler.metadata import KNOWN, MetadataError, parse_metadata
+from gpuscale.scaler.profiles import PROFILES, SIGNALS
+from gpuscale.scaler.selector import SelectorError, parse_selector
+
+
+def test_defaults_and_passthrough_keys() -> None:
+    cfg = parse_metadata({"podSelector": "app=x", "scalerAddress": "gpuscale:6000",
+                          "caCert": "...", "tlsClientCert": "...", "tlsClientKey": "..."})
+    assert cfg.profile == "gpu-utilization"
+    assert [(t.signal, t.target, t.activation) for t in cfg.targets] == [
+        ("gpu-utilization", 70.0, 5.0)]
+    assert cfg.value_mode == "sum"
+    assert cfg.metric_name(cfg.targets[0]) == "gpuscale-gpu-utilization"
+    assert cfg.target_for("s0-gpuscale-gpu-utilization") is cfg.targets[0]
+    assert cfg.target_for("gpuscale-vllm-waiting") is None
+
+
+@pytest.mark.parametrize("profile", sorted(PROFILES))
+def test_every_profile(profile: str) -> None:
+    cfg = parse_metadata({"profile": profile, "podSelector": "app=x"})
+    assert cfg.targets == PROFILES[profile].targets
+
+
+@pytest.mark.parametrize(("md", "expect"), [
+    ({"profile": "vllm-inference", "signal": "vllm-kv-cache"}, [("vllm-kv-cache", 80.0, 0.0)]),
+    ({"profile": "vllm-inference", "signal": "vllm-running", "targetValue": "12"},
+     [("vllm-running", 12.0, 0.0)]),
+    ({"targetValue": "55.5", "activationThreshold": "0"}, [("gpu-utilization", 55.5, 0.0)]),
+    ({"signal": "gpu-memory", "targetValue": "60"}, [("gpu-memory", 60.0, 0.0)]),
+    ({"profile": "triton-inference", "activationThreshold": "2"},
+     [("triton-pending", 10.0, 2.0), ("triton-queue-time", 50.0, 2.0)]),
+])
+def test_signal_target_and_activation(md: dict[str, str],
+                                      expect: list[tuple[str, float, float]]) -> None:
+    cfg = parse_metadata(md)
+    assert [(t.signal, t.target, t.activation) for t in cfg.targets] == expect
+
+
+@pytest.mark.parametrize(("md", "mode"), [
+    ({}, "sum"), ({"valueMode": "average"}, "average"), ({"metricType": "Value"}, "average"),
+    ({"metricType": "AverageValue"}, "sum"),
+    ({"metricType": "Value", "valueMode": "average"}, "average")])
+def test_value_mode(md: dict[str, str], mode: str) -> None:
+    assert parse_metadata(md).value_mode == mode
+
+
+@pytest.mark.parametrize(("md", "message"), [
+    ({"profile": "llm"}, "profile: 'llm' is not one of batch, gpu-utilization,"),
+    ({"signal": "gpu-temp"}, "signal: 'gpu-temp' is not one of gpu-memory,"),
+    ({"signal": "vllm-running"}, "targetValue: required with signal 'vllm-running'"),
+    ({"profile": "vllm-inference", "targetValue": "5"},
+     "targetValue: profile 'vllm-inference' has 2 signals"),
+    ({"targetValue": "abc"}, "targetValue: 'abc' is not a number"),
+    ({"targetValue": "0"}, "targetValue: must be a finite number > 0"),
+    ({"targetValue": "-3"}, "targetValue: must be a finite number > 0"),
+    ({"targetValue": "nan"}, "targetValue: must be a finite number > 0"),
+    ({"targetValue": "inf"}, "targetValue: must be a finite number > 0"),
+    ({"activationThreshold": "-1"}, "activationThreshold: must be a finite number >= 0"),
+    ({"valueMode": "max"}, "valueMode: 'max' is not one of average, sum"),
+    ({"metricType": "Utilization"}, "metricType: 'Utilization' is not one of AverageValue"),
+    ({"metricType": "Value", "valueMode": "sum"}, "valueMode: 'sum' contradicts metricType"),
+    ({"podSelector": "app in (a,"}, "podSelector: unbalanced '('"),
+    ({"podSelector": ""}, "podSelector: empty"),
+    ({"demandSource": "http://x"}, "demandSource: a name"),
+    ({"vllmEndpoint": "http://10.0.0.1:8000/metrics"},
+     "vllmEndpoint: gpuscale does not fetch addresses from ScaledObject metadata"),
+    ({"tritonEndpoint": "x"}, "tritonEndpoint: gpuscale does not fetch addresses"),
+    ({"prometheusURL": "x"}, "prometheusURL: gpuscale does not fetch addresses"),
+    ({"gpuIndex": "0"}, "gpuIndex: unknown key; valid keys: activationThreshold, "),
+])
+def test_bad_metadata_names_the_key(md: dict[str, str], message: str) -> None:
+    with pytest.raises(MetadataError) as err:
+        parse_metadata(md)
+    assert message in str(err.value)
+
+
+def test_oversized_metadata() -> None:
+    with pytest.raises(MetadataError, match="more than 64 metadata keys"):
+        parse_metadata({f"k{i}": "v" for i in range(100)})
+    with pytest.raises(MetadataError, match="longer than 4096"):
+        parse_metadata({"podSelector": "a=" + "b" * 5000})
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.dictionaries(
+    st.sampled_from([*KNOWN, "scalerAddress", "x", "fooEndpoint"]) | st.text(max_size=12),
+    st.sampled_from([*PROFILES, *SIGNALS, "1", "0", "-1", "1e309", "nan", "Value",
+                     "AverageValue", "sum", "average", "app=x", "app in (a,b)", "!x", ""])
+    | st.text(max_size=30), max_size=8))
+def test_any_metadata_gives_a_config_or_metadata_error(md: dict[str, str]) -> None:
+    try:
+        cfg = parse_metadata(md)
+    except MetadataError as exc:
+        message = str(exc)
+        assert message, "an error must say what is wrong"
+        return
+    assert cfg.targets
+    assert all(t.target > 0 and t.activation >= 0 for t in cfg.targets)
+
+
+@pytest.mark.parametrize(("text", "labels", "match"), [
+    ("app=vllm", {"app": "vllm"}, True),
+    ("app==vllm", {"app": "vllm"}, True),
+    ("app=vllm", {"app": "tgi"}, False),
+    ("app!=vllm", {}, True),
+    ("app!=vllm", {"app": "vllm"}, False),
+    ("app in (vllm, tgi),tier notin (dev)", {"app": "tgi", "tier": "prod"}, True),
+    ("app in (vllm,tgi),tier notin (dev)", {"app": "tgi", "tier": "dev"}, False),
+    ("gpu", {"gpu": ""}, True),
+    ("!gpu", {"gpu": ""}, False),
+    ("!gpu", {"app": "x"}, True),
+    ("example.com/team=ml, app=a", {"example.com/team": "ml", "app": "a"}, True),
+])
+def test_selector_matching(text: str, labels: dict[str, str], match: bool) -> None:
+    assert parse_selector(text).matches(labels) is match
+
+
+@pytest.mark.parametrize("text", ["", "app=", "=x", "app in ()", "app in (a,,b)",
+                                  "app notin a", "a b", "app=(x)", "Bad_Prefix./x=1",
+                                  "a" * 64 + "=1", "app=" + "v" * 64, "(", "a=1)"])
+def test_selector_errors(text: str) -> None:
+    if text == "app=":
+        assert parse_selector(text).matches({"app": ""})  # empty value is valid
+        return
+    with pytest.raises(SelectorError):
+        parse_selector(text)
+
+
+@given(st.text(max_size=80))
+def test_any_selector_text_parses_or_raises_selector_error(text: str) -> None:
+    try:
+        sel = parse_selector(text)
+    except SelectorError:
+        return
+    sel.matches({"app": "x"})
