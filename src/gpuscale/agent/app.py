@@ -12,6 +12,7 @@ import logging
 import os
 import signal
 import socket
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -22,8 +23,9 @@ from gpuscale.agent.http import make_app, start_http
 from gpuscale.agent.sampler import Sampler
 from gpuscale.attribution.model import NodeAttribution
 from gpuscale.attribution.sources import AttributionSources, attribute_tick
+from gpuscale.engines.scrape import EngineScraper
 from gpuscale.telemetry.backend import GpuBackend
-from gpuscale.telemetry.model import NodeSnapshot
+from gpuscale.telemetry.model import Absent, NodeSnapshot, Reading
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +56,8 @@ class Agent:
                 return await attribute_tick(sources, snap)
         self.sampler = Sampler(backend, config.interval, self.registry,
                                attributor=attributor)
+        self.engines = (EngineScraper(sources.pod_infos, config.interval)
+                        if sources is not None else None)
         # In Kubernetes the downward API sets NODE_NAME; dcgm-exporter labels by node too.
         hostname = config.hostname or os.environ.get("NODE_NAME") or socket.gethostname()
         self.registry.register(SnapshotCollector(lambda: self.sampler.latest, hostname,
@@ -71,11 +75,26 @@ class Agent:
                 tg.create_task(self.sampler.run(), name="sampler")
                 if self.sources is not None:
                     tg.create_task(self.sources.run(), name="attribution-sources")
+                if self.engines is not None:
+                    tg.create_task(self.engines.run(), name="engine-scraper")
         finally:
             await asyncio.shield(asyncio.wait_for(runner.cleanup(), timeout=5.0))
             if self.sources is not None:
                 await asyncio.shield(asyncio.wait_for(self.sources.close(), timeout=5.0))
             self.backend.close()
+
+
+    def engine_signals(self) -> dict[tuple[str, str], dict[str, Reading]]:
+        """Per-pod engine signals; older than the staleness bound -> UNAVAILABLE."""
+        if self.engines is None:
+            return {}
+        now = time.monotonic()
+        out: dict[tuple[str, str], dict[str, Reading]] = {}
+        for key, r in self.engines.readings().items():
+            stale = now - r.scraped_at > self.sampler.stale_after
+            out[key] = {name: Absent.UNAVAILABLE if stale else value
+                        for name, value in r.signals.items()}
+        return out
 
 
 async def run_until_signalled(agent: Agent, on_listening: Callable[[int], None]) -> None:

@@ -23,6 +23,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.watch import Watch
 
 from gpuscale.attribution.model import OwnerRef, PodInfo, PodPhase
+from gpuscale.bounded import read_bounded
 from gpuscale.telemetry.model import Absent
 
 log = logging.getLogger(__name__)
@@ -229,12 +230,13 @@ MAX_BODY_BYTES = 64 * 1024 * 1024
 
 async def _json(resp: aiohttp.ClientResponse) -> dict[str, Any]:
     """The JSON body of a raw response; ApiException for a non-2xx status."""
-    body = await resp.content.read(MAX_BODY_BYTES + 1)
-    resp.release()
     if not 200 <= resp.status < 300:
+        resp.release()
         raise ApiException(status=resp.status, reason=resp.reason or "")
-    if len(body) > MAX_BODY_BYTES:
-        raise ValueError(f"API answer larger than {MAX_BODY_BYTES} bytes")
+    try:
+        body = await read_bounded(resp, MAX_BODY_BYTES)
+    finally:
+        resp.release()
     data = json.loads(body)
     if not isinstance(data, dict):
         raise ValueError("API answer is not a JSON object")

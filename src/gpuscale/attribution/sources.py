@@ -63,6 +63,10 @@ class AttributionSources(Protocol):
 
     async def close(self) -> None: ...
 
+    def pod_infos(self) -> Mapping[tuple[str, str], PodInfo] | Absent:
+        """This node's pods as last known (for the engine scraper); never blocks."""
+        ...
+
 
 async def attribute_tick(sources: AttributionSources, snapshot: NodeSnapshot,
                          ) -> NodeAttribution:
@@ -96,6 +100,9 @@ class ClusterSources:
             await self._pods.run()
         else:
             await asyncio.Event().wait()  # nothing to watch; live as long as the agent
+
+    def pod_infos(self) -> Mapping[tuple[str, str], PodInfo] | Absent:
+        return Absent.UNAVAILABLE if self._pods is None else self._pods.pods()
 
     async def close(self) -> None:
         await self._kubelet.close()
@@ -189,6 +196,9 @@ class ScenarioSources:
 
     async def close(self) -> None:
         pass
+
+    def pod_infos(self) -> Mapping[tuple[str, str], PodInfo] | Absent:
+        return self._pods
 
     async def gather(self, snapshot: NodeSnapshot) -> Inputs:
         return Inputs(self._allocations, self._clock(), self._pods, self._owners, ())

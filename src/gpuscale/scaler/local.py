@@ -24,6 +24,7 @@ def feed(agent: Agent, fleet: FleetView) -> None:
             return
         if att.state is AttributionState.UNAVAILABLE:
             return
-        fleet.update_node(snap.node, pod_records(snap, att, sampled_at=snap.monotonic))
+        fleet.update_node(snap.node, pod_records(snap, att, sampled_at=snap.monotonic,
+                                                 engines=agent.engine_signals()))
 
     agent.sampler.add_listener(on_tick)

@@ -1,0 +1,1 @@
+"""Inference engines: scrape opted-in pods, parse their /metrics into per-pod signals."""
