@@ -2,8 +2,9 @@
 
 Agents (in this process, or over their stream) call ``update_node`` once per tick with the
 node's pod records. Readers never wait and never do I/O: ``select`` answers from a cache
-that is rebuilt only when pods or their labels change (``membership`` generation), so a
-GetMetrics costs O(pods of the workload). ``wait_changed`` lets push streams react to new
+that is rebuilt only when the namespace's pods or their labels change, so a GetMetrics
+costs O(pods of the workload). A pod that moves between nodes is owned by the last node
+that reported it. ``wait_changed`` lets push streams react to new
 data instead of polling.
 """
 
@@ -45,8 +46,9 @@ class FleetView:
         self.stale_after = stale_after
         self._monotonic = monotonic
         self._nodes: dict[str, _Node] = {}
-        self._by_ns: dict[str, list[PodRecord]] = {}
-        self.membership = 0  # bumps when pods come, go or change labels
+        self._pods: dict[tuple[str, str], PodRecord] = {}
+        self._ns_keys: dict[str, set[tuple[str, str]]] = {}
+        self._ns_membership: dict[str, int] = {}  # bumps when a namespace's pods change
         self.version = 0  # bumps on every update
         self._select_cache: dict[tuple[str, str], tuple[int, tuple[tuple[str, str], ...]]] = {}
         self._changed = asyncio.Event()
@@ -54,47 +56,61 @@ class FleetView:
     # -- writers -------------------------------------------------------------------------
 
     def update_node(self, node: str, records: Iterable[PodRecord]) -> None:
+        """Replace ``node``'s pods. O(pods on the node); selections of a namespace are
+        recomputed only when that namespace's pods come, go or change labels."""
         new = {(r.namespace, r.name): r for r in records}
         entry = self._nodes.setdefault(node, _Node())
         old = entry.pods
-        if old.keys() != new.keys() or any(old[k].labels != new[k].labels for k in new):
-            self.membership += 1
+        for key in old.keys() - new.keys():
+            if self._pods.get(key) is old[key]:  # not since reported by another node
+                self._drop(key)
+        for key, r in new.items():
+            before = old.get(key)
+            if before is None or before.labels != r.labels:
+                self._ns_keys.setdefault(key[0], set()).add(key)
+                self._bump(key[0])
+            self._pods[key] = r
         entry.pods = new
         entry.updated_at = self._monotonic()
-        self._reindex()
+        self._notify()
+
+    def remove_node(self, node: str) -> None:
+        entry = self._nodes.pop(node, None)
+        if entry is not None:
+            for key, record in entry.pods.items():
+                if self._pods.get(key) is record:
+                    self._drop(key)
+            self._notify()
+
+    def _drop(self, key: tuple[str, str]) -> None:
+        self._pods.pop(key, None)
+        keys = self._ns_keys.get(key[0])
+        if keys is not None:
+            keys.discard(key)
+        self._bump(key[0])
+
+    def _bump(self, namespace: str) -> None:
+        self._ns_membership[namespace] = self._ns_membership.get(namespace, 0) + 1
+
+    def _notify(self) -> None:
         self.version += 1
         self._changed.set()
         self._changed = asyncio.Event()
-
-    def remove_node(self, node: str) -> None:
-        if self._nodes.pop(node, None) is not None:
-            self.membership += 1
-            self._reindex()
-            self.version += 1
-            self._changed.set()
-            self._changed = asyncio.Event()
-
-    def _reindex(self) -> None:
-        by_ns: dict[str, list[PodRecord]] = {}
-        for n in self._nodes.values():
-            for r in n.pods.values():
-                by_ns.setdefault(r.namespace, []).append(r)
-        self._by_ns = by_ns
 
     # -- readers -------------------------------------------------------------------------
 
     def select(self, namespace: str, selector: Selector) -> list[PodRecord]:
         """Pods of ``namespace`` whose labels match, with their latest records."""
         key = (namespace, selector.text)
+        membership = self._ns_membership.get(namespace, 0)
         hit = self._select_cache.get(key)
-        if hit is None or hit[0] != self.membership:
-            names = tuple((r.namespace, r.name) for r in self._by_ns.get(namespace, ())
-                          if selector.matches(r.labels))
-            if len(self._select_cache) > 10_000:
+        if hit is None or hit[0] != membership:
+            names = tuple(sorted(k for k in self._ns_keys.get(namespace, ())
+                                 if selector.matches(self._pods[k].labels)))
+            if len(self._select_cache) > 100_000:
                 self._select_cache.clear()
-            self._select_cache[key] = (self.membership, names)
-            hit = self._select_cache[key]
-        pods = {(r.namespace, r.name): r for r in self._by_ns.get(namespace, ())}
+            hit = self._select_cache[key] = (membership, names)
+        pods = self._pods
         return [pods[k] for k in hit[1] if k in pods]
 
     def age(self, record: PodRecord) -> float:
@@ -106,7 +122,7 @@ class FleetView:
         return {n: now - e.updated_at for n, e in self._nodes.items()}
 
     def pod_count(self) -> int:
-        return sum(len(n.pods) for n in self._nodes.values())
+        return len(self._pods)
 
     async def wait_changed(self, within: float) -> bool:
         """Wait for the next update (True), or ``within`` seconds to pass (False)."""

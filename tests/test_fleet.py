@@ -1,0 +1,55 @@
+"""The fleet view's bookkeeping: selections, moves between nodes, per-pod signals."""
+
+from __future__ import annotations
+
+from gpuscale.scaler.fleet import FleetView, PodRecord
+from gpuscale.scaler.selector import parse_selector
+
+
+def rec(name: str, node: str, app: str = "a", ns: str = "ns", util: float = 1.0) -> PodRecord:
+    return PodRecord(ns, name, node, {"app": app}, None, True, {"gpu-utilization": util}, 0.0)
+
+
+def names(records: list[PodRecord]) -> list[str]:
+    return [r.name for r in records]
+
+
+def test_selection_follows_pods_coming_going_and_relabelled() -> None:
+    fleet = FleetView(monotonic=lambda: 0.0)
+    sel = parse_selector("app=a")
+    fleet.update_node("n1", [rec("p1", "n1"), rec("p2", "n1", app="b")])
+    fleet.update_node("n2", [rec("p3", "n2")])
+    assert names(fleet.select("ns", sel)) == ["p1", "p3"]
+    fleet.update_node("n1", [rec("p1", "n1"), rec("p2", "n1", app="a")])  # relabelled
+    assert names(fleet.select("ns", sel)) == ["p1", "p2", "p3"]
+    fleet.update_node("n2", [])
+    assert names(fleet.select("ns", sel)) == ["p1", "p2"]
+    fleet.remove_node("n1")
+    assert fleet.select("ns", sel) == []
+    assert fleet.pod_count() == 0
+
+
+def test_updates_are_seen_without_membership_change() -> None:
+    fleet = FleetView(monotonic=lambda: 0.0)
+    sel = parse_selector("app=a")
+    fleet.update_node("n1", [rec("p1", "n1", util=10.0)])
+    assert fleet.select("ns", sel)[0].signals["gpu-utilization"] == 10.0
+    fleet.update_node("n1", [rec("p1", "n1", util=55.0)])
+    assert fleet.select("ns", sel)[0].signals["gpu-utilization"] == 55.0
+
+
+def test_a_pod_moving_between_nodes_is_kept_by_its_new_node() -> None:
+    fleet = FleetView(monotonic=lambda: 0.0)
+    sel = parse_selector("app=a")
+    fleet.update_node("n1", [rec("p1", "n1")])
+    fleet.update_node("n2", [rec("p1", "n2")])  # the new node reports first
+    fleet.update_node("n1", [])  # then the old one drops it
+    assert [(r.name, r.node) for r in fleet.select("ns", sel)] == [("p1", "n2")]
+    fleet.remove_node("n1")
+    assert names(fleet.select("ns", sel)) == ["p1"]
+
+
+def test_namespaces_do_not_leak() -> None:
+    fleet = FleetView(monotonic=lambda: 0.0)
+    fleet.update_node("n1", [rec("p1", "n1", ns="x"), rec("p2", "n1", ns="y")])
+    assert names(fleet.select("x", parse_selector("app=a"))) == ["p1"]
