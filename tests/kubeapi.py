@@ -1,5 +1,5 @@
-"""A test Kubernetes API server: pods list/watch in the real wire format, and the
-ReplicaSet/Job reads the owner chain needs.
+"""A test Kubernetes API server: list/watch of pods, Deployments, StatefulSets and KEDA
+ScaledObjects in the real wire format, object reads (ReplicaSet, Job) and /scale.
 
 Wire format as the API server speaks it: lists carry ``metadata.resourceVersion``; a watch
 (``?watch=true&resourceVersion=N&allowWatchBookmarks=true&timeoutSeconds=S``) is a chunked
@@ -41,20 +41,30 @@ def status(code: int, reason: str, message: str) -> dict[str, Any]:
             "message": message, "reason": reason, "code": code}
 
 
+PODS = "/api/v1/pods"
+DEPLOYMENTS = "/apis/apps/v1/deployments"
+STATEFULSETS = "/apis/apps/v1/statefulsets"
+SCALEDOBJECTS = "/apis/keda.sh/v1alpha1/scaledobjects"
+COLLECTIONS = (PODS, DEPLOYMENTS, STATEFULSETS, SCALEDOBJECTS)
+
+
 class KubeApiPeer:
     def __init__(self, token: str = "t0ken") -> None:
         self.token = token
         self.rv = 100
         self.compacted = 0
-        self.pods: dict[str, dict[str, Any]] = {}
-        self.history: list[tuple[int, str, dict[str, Any]]] = []
+        self.objects: dict[str, dict[str, dict[str, Any]]] = {c: {} for c in COLLECTIONS}
+        self.pods = self.objects[PODS]
+        self.scales: dict[tuple[str, str, str], str] = {}  # (plural, ns, name) -> selector
+        self.discovery: dict[str, list[dict[str, Any]]] = {}  # "group/version" -> resources
+        self.history: list[tuple[int, str, str, dict[str, Any]]] = []  # rv, path, type, obj
         self.owners: dict[tuple[str, str, str], dict[str, Any]] = {}  # (plural, ns, name)
         self.hang_watches = False
         self.garbage_next_watch = False
         self.lists = 0
         self.watches = 0
         self._streams: set[web.StreamResponse] = set()
-        self._queues: set[asyncio.Queue[dict[str, Any] | None]] = set()
+        self._queues: dict[asyncio.Queue[dict[str, Any] | None], str] = {}
         self._runner: web.AppRunner | None = None
         self.port = 0
 
@@ -65,24 +75,25 @@ class KubeApiPeer:
         """Open watch connections."""
         return len(self._queues)
 
-    def _event(self, kind: str, obj: dict[str, Any]) -> None:
+    def _event(self, path: str, kind: str, obj: dict[str, Any]) -> None:
         self.rv += 1
         obj = copy.deepcopy(obj)
         obj["metadata"]["resourceVersion"] = str(self.rv)
-        self.history.append((self.rv, kind, obj))
-        for q in self._queues:
-            q.put_nowait({"type": kind, "object": obj})
+        self.history.append((self.rv, path, kind, obj))
+        for q, qpath in self._queues.items():
+            if qpath == path:
+                q.put_nowait({"type": kind, "object": obj})
 
-    def add(self, pod: dict[str, Any]) -> None:
-        self.pods[pod["metadata"]["uid"]] = pod
-        self._event("ADDED", pod)
+    def add(self, obj: dict[str, Any], path: str = PODS) -> None:
+        self.objects[path][obj["metadata"]["uid"]] = obj
+        self._event(path, "ADDED", obj)
 
-    def modify(self, pod: dict[str, Any]) -> None:
-        self.pods[pod["metadata"]["uid"]] = pod
-        self._event("MODIFIED", pod)
+    def modify(self, obj: dict[str, Any], path: str = PODS) -> None:
+        self.objects[path][obj["metadata"]["uid"]] = obj
+        self._event(path, "MODIFIED", obj)
 
-    def delete(self, uid: str) -> None:
-        self._event("DELETED", self.pods.pop(uid))
+    def delete(self, uid: str, path: str = PODS) -> None:
+        self._event(path, "DELETED", self.objects[path].pop(uid))
 
     def bookmark(self) -> None:
         for q in self._queues:
@@ -104,7 +115,11 @@ class KubeApiPeer:
 
     async def start(self, port: int = 0) -> None:
         app = web.Application()
-        app.router.add_get("/api/v1/pods", self._pods)
+        for path in COLLECTIONS:
+            app.router.add_get(path, self._collection)
+        app.router.add_get("/apis/{group}/{version}/namespaces/{ns}/{plural}/{name}/scale",
+                           self._scale)
+        app.router.add_get("/apis/{group}/{version}", self._discover)
         app.router.add_get("/apis/apps/v1/namespaces/{ns}/replicasets/{name}", self._owner)
         app.router.add_get("/apis/batch/v1/namespaces/{ns}/jobs/{name}", self._owner)
         self._runner = web.AppRunner(app, shutdown_timeout=0.1)
@@ -135,19 +150,39 @@ class KubeApiPeer:
             return True
         key, _, value = sel.partition("=")
         assert key == "spec.nodeName", f"unexpected field selector {sel}"
-        return bool(pod["spec"]["nodeName"] == value)
+        return bool(pod.get("spec", {}).get("nodeName") == value)
 
-    async def _pods(self, request: web.Request) -> web.StreamResponse:
+    async def _collection(self, request: web.Request) -> web.StreamResponse:
         denied = self._auth(request)
         if denied is not None:
             return denied
         if request.query.get("watch") in ("true", "1", "True"):
             return await self._watch(request)
         self.lists += 1
-        items = [p for p in self.pods.values() if self._selected(request, p)]
-        return web.json_response({"kind": "PodList", "apiVersion": "v1",
+        items = [p for p in self.objects[request.path].values() if self._selected(request, p)]
+        return web.json_response({"kind": "List", "apiVersion": "v1",
                                   "metadata": {"resourceVersion": str(self.rv)},
                                   "items": items})
+
+    async def _discover(self, request: web.Request) -> web.Response:
+        gv = f"{request.match_info['group']}/{request.match_info['version']}"
+        if gv not in self.discovery:
+            return web.json_response(status(404, "NotFound", "not found"), status=404)
+        return web.json_response({"kind": "APIResourceList", "groupVersion": gv,
+                                  "resources": self.discovery[gv]})
+
+    async def _scale(self, request: web.Request) -> web.Response:
+        denied = self._auth(request)
+        if denied is not None:
+            return denied
+        m = request.match_info
+        selector = self.scales.get((m["plural"], m["ns"], m["name"]))
+        if selector is None:
+            return web.json_response(status(404, "NotFound", "not found"), status=404)
+        return web.json_response({"kind": "Scale", "apiVersion": "autoscaling/v1",
+                                  "metadata": {"namespace": m["ns"], "name": m["name"]},
+                                  "spec": {"replicas": 2},
+                                  "status": {"replicas": 2, "selector": selector}})
 
     async def _watch(self, request: web.Request) -> web.StreamResponse:
         self.watches += 1
@@ -165,10 +200,10 @@ class KubeApiPeer:
                 410, "Expired", f"too old resource version: {since} ({self.compacted})")})
             return resp
         queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
-        self._queues.add(queue)
+        self._queues[queue] = request.path
         try:
-            for rv, kind, obj in self.history:
-                if rv > since and self._selected(request, obj):
+            for rv, path, kind, obj in self.history:
+                if path == request.path and rv > since and self._selected(request, obj):
                     await self._send(resp, {"type": kind, "object": obj})
             deadline = asyncio.get_running_loop().time() + timeout
             while True:
@@ -188,7 +223,7 @@ class KubeApiPeer:
                 if event["type"] == "BOOKMARK" or self._selected(request, event["object"]):
                     await self._send(resp, event)
         finally:
-            self._queues.discard(queue)
+            self._queues.pop(queue, None)
         return resp
 
     @staticmethod
@@ -208,3 +243,22 @@ class KubeApiPeer:
     def add_owner(self, plural: str, ns: str, name: str, owner: tuple[str, str]) -> None:
         self.owners[(plural, ns, name)] = {"metadata": {"namespace": ns, "name": name,
             "ownerReferences": [{"kind": owner[0], "name": owner[1], "controller": True}]}}
+
+
+def make_workload(kind: str, ns: str, name: str, match_labels: dict[str, str],
+                  expressions: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    selector: dict[str, Any] = {"matchLabels": match_labels}
+    if expressions:
+        selector["matchExpressions"] = expressions
+    return {"apiVersion": "apps/v1", "kind": kind,
+            "metadata": {"namespace": ns, "name": name, "uid": f"uid-{kind}-{ns}-{name}"},
+            "spec": {"selector": selector, "replicas": 2}}
+
+
+def make_scaledobject(ns: str, name: str, target: str, kind: str = "Deployment",
+                      api_version: str = "apps/v1") -> dict[str, Any]:
+    return {"apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject",
+            "metadata": {"namespace": ns, "name": name, "uid": f"uid-so-{ns}-{name}"},
+            "spec": {"scaleTargetRef": {"name": target, "kind": kind,
+                                        "apiVersion": api_version},
+                     "triggers": [{"type": "external", "metadata": {}}]}}

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -25,6 +25,9 @@ from gpuscale.scaler.fleet import FleetView, PodRecord
 from gpuscale.scaler.metadata import MetadataError, TriggerConfig, parse_metadata
 from gpuscale.scaler.profiles import Target
 
+if TYPE_CHECKING:  # the Kubernetes client is imported only where the resolver is built
+    from gpuscale.scaler.workloads import WorkloadResolver
+
 log = logging.getLogger(__name__)
 
 DEFAULT_PORT = 6000
@@ -37,9 +40,11 @@ DemandCheck = Callable[[str], bool | None]  # demand source name -> pending work
 
 class ScalerService(pb_grpc.ExternalScalerServicer):
     def __init__(self, fleet: FleetView, demand: DemandCheck | None = None,
-                 resend_s: float = STREAM_RESEND_S) -> None:
+                 resend_s: float = STREAM_RESEND_S,
+                 workloads: WorkloadResolver | None = None) -> None:
         self.fleet = fleet
         self._demand = demand
+        self._workloads = workloads
         self._resend_s = resend_s
         self.stopping = asyncio.Event()
 
@@ -50,7 +55,7 @@ class ScalerService(pb_grpc.ExternalScalerServicer):
             cfg = parse_metadata(ref.scalerMetadata)
         except MetadataError as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-        if cfg.selector is None:
+        if cfg.selector is None and self._workloads is None:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                                 "podSelector: required (label selector of the workload's "
                                 "pods, e.g. app=vllm); resolving scaleTargetRef through the "
@@ -63,8 +68,16 @@ class ScalerService(pb_grpc.ExternalScalerServicer):
         return cfg
 
     def _pods(self, ref: pb.ScaledObjectRef, cfg: TriggerConfig) -> list[PodRecord]:
-        assert cfg.selector is not None
-        return self.fleet.select(ref.namespace, cfg.selector)
+        """The workload's pods: podSelector, else the ScaledObject's scale target's
+        selector (from the watches). Raises WorkloadUnavailable."""
+        selector = cfg.selector
+        if selector is None:
+            assert self._workloads is not None
+            resolved = self._workloads.resolve(ref.namespace, ref.name)
+            if isinstance(resolved, str):
+                raise WorkloadUnavailable(f"scale target: {resolved}")
+            selector = resolved
+        return self.fleet.select(ref.namespace, selector)
 
     async def _value(self, ref: pb.ScaledObjectRef, cfg: TriggerConfig, target: Target,
                      context: Context) -> float:

@@ -1,0 +1,1 @@
+"""Kubernetes API plumbing shared by the agent and the scaler."""

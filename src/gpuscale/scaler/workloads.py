@@ -1,0 +1,158 @@
+"""Which pods a ScaledObject scales, when its trigger names no podSelector.
+
+KEDA sends the ScaledObject's name and namespace, not its target, so the scaler watches
+ScaledObjects (``spec.scaleTargetRef``) and the targets' selectors: Deployments and
+StatefulSets by watch; any other scalable kind through its ``/scale`` subresource
+(``status.selector``), refreshed in the background. ``resolve`` answers from memory only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from gpuscale.kube.listwatch import BACKOFF_S, ListWatch, api_json, describe
+from gpuscale.scaler.selector import Selector, SelectorError, parse_selector
+
+log = logging.getLogger(__name__)
+
+SCALE_REFRESH_S = 30.0
+WATCHED = {("apps/v1", "Deployment"), ("apps/v1", "StatefulSet")}
+
+TargetRef = tuple[str, str, str]  # apiVersion, kind, name
+
+
+def selector_from_label_selector(sel: Mapping[str, Any]) -> Selector:
+    """A Kubernetes LabelSelector object (matchLabels, matchExpressions) as a Selector."""
+    parts = [f"{k}={v}" for k, v in sorted((sel.get("matchLabels") or {}).items())]
+    for e in sel.get("matchExpressions") or []:
+        key, op, values = e.get("key", ""), e.get("operator", ""), e.get("values") or []
+        if op in ("In", "NotIn"):
+            parts.append(f"{key} {op.lower()} ({','.join(values)})")
+        elif op == "Exists":
+            parts.append(key)
+        elif op == "DoesNotExist":
+            parts.append(f"!{key}")
+        else:
+            raise SelectorError(f"unknown matchExpressions operator {op!r}")
+    if not parts:
+        raise SelectorError("the target's selector is empty (it would select every pod)")
+    return parse_selector(",".join(parts))
+
+
+class WorkloadResolver:
+    def __init__(self, api: client.ApiClient, backoff_s: tuple[float, ...] = BACKOFF_S,
+                 scale_refresh_s: float = SCALE_REFRESH_S) -> None:
+        self._api = api
+        apps = client.AppsV1Api(api)
+        custom = client.CustomObjectsApi(api)
+        self._so = ListWatch(custom.list_cluster_custom_object, "ScaledObject watch",
+                             list_args=("keda.sh", "v1alpha1", "scaledobjects"),
+                             on_change=self._index_so, backoff_s=backoff_s)
+        self._deploy = ListWatch(apps.list_deployment_for_all_namespaces, "Deployment watch",
+                                 on_change=self._index_targets, backoff_s=backoff_s)
+        self._sts = ListWatch(apps.list_stateful_set_for_all_namespaces, "StatefulSet watch",
+                              on_change=self._index_targets, backoff_s=backoff_s)
+        self._refresh_s = scale_refresh_s
+        self._targets: dict[tuple[str, str], TargetRef] = {}  # (ns, so) -> target
+        self._selectors: dict[tuple[str, str, str, str], Selector | str] = {}  # (ns, av, k, n)
+        self._scales: dict[tuple[str, str, str, str], Selector | str] = {}
+        self._plurals: dict[tuple[str, str], str] = {}  # (apiVersion, kind) -> resource
+
+    def resolve(self, namespace: str, name: str) -> Selector | str:
+        """The pod selector of ScaledObject ``namespace/name``'s target, or why not."""
+        if self._so.synced_at is None:
+            return f"ScaledObjects not listed yet ({self._so.state()[1]})"
+        target = self._targets.get((namespace, name))
+        if target is None:
+            return f"ScaledObject {namespace}/{name} not found"
+        av, kind, tname = target
+        key = (namespace, av, kind, tname)
+        if (av, kind) in WATCHED:
+            lw = self._deploy if kind == "Deployment" else self._sts
+            if lw.synced_at is None:
+                return f"{kind}s not listed yet ({lw.state()[1]})"
+            return self._selectors.get(key, f"{kind} {namespace}/{tname} not found")
+        return self._scales.get(key, f"{kind} {namespace}/{tname}: /scale not read yet")
+
+    def state(self) -> list[str]:
+        return [f"{lw.what}: {why}" for lw in (self._so, self._deploy, self._sts)
+                for ok, why in [lw.state()] if not ok]
+
+    async def run(self) -> None:
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(self._so.run())
+            tg.create_task(self._deploy.run())
+            tg.create_task(self._sts.run())
+            tg.create_task(self._refresh_scales())
+
+    async def _index_so(self) -> None:
+        targets = {}
+        for so in self._so.items.values():
+            meta, ref = so.get("metadata") or {}, (so.get("spec") or {}).get("scaleTargetRef")
+            if not isinstance(ref, dict) or not ref.get("name"):
+                continue
+            targets[(str(meta.get("namespace", "")), str(meta.get("name", "")))] = (
+                str(ref.get("apiVersion") or "apps/v1"), str(ref.get("kind") or "Deployment"),
+                str(ref["name"]))
+        self._targets = targets
+
+    async def _index_targets(self) -> None:
+        selectors: dict[tuple[str, str, str, str], Selector | str] = {}
+        for kind, lw in (("Deployment", self._deploy), ("StatefulSet", self._sts)):
+            for obj in lw.items.values():
+                meta = obj.get("metadata") or {}
+                key = (str(meta.get("namespace", "")), "apps/v1", kind,
+                       str(meta.get("name", "")))
+                try:
+                    selectors[key] = selector_from_label_selector(
+                        (obj.get("spec") or {}).get("selector") or {})
+                except SelectorError as exc:
+                    selectors[key] = f"{kind} {key[0]}/{key[3]}: {exc}"
+        self._selectors = selectors
+
+    async def _refresh_scales(self) -> None:
+        while True:
+            wanted = {(ns, av, kind, name) for (ns, _), (av, kind, name) in
+                      self._targets.items() if (av, kind) not in WATCHED}
+            scales: dict[tuple[str, str, str, str], Selector | str] = {}
+            for key in wanted:
+                scales[key] = await self._read_scale(*key)
+            self._scales = scales
+            await asyncio.sleep(self._refresh_s)
+
+    async def _read_scale(self, ns: str, api_version: str, kind: str,
+                          name: str) -> Selector | str:
+        try:
+            plural = await self._plural(api_version, kind)
+            if plural is None:
+                return f"{api_version} has no kind {kind}"
+            prefix = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
+            body = await self._get(f"{prefix}/namespaces/{ns}/{plural}/{name}/scale")
+            text = str((body.get("status") or {}).get("selector") or "")
+            return parse_selector(text)
+        except SelectorError as exc:
+            return f"{kind} {ns}/{name}: /scale selector: {exc}"
+        except (ApiException, OSError, ValueError, TimeoutError) as exc:
+            return f"{kind} {ns}/{name}: /scale: {describe(exc, kind)}"
+
+    async def _plural(self, api_version: str, kind: str) -> str | None:
+        """The resource name of a kind, from API discovery (cached)."""
+        if (api_version, kind) not in self._plurals:
+            prefix = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
+            body = await self._get(prefix)
+            for r in body.get("resources") or []:
+                if r.get("kind") and "/" not in str(r.get("name", "")):
+                    self._plurals[(api_version, str(r["kind"]))] = str(r["name"])
+        return self._plurals.get((api_version, kind))
+
+    async def _get(self, path: str) -> dict[str, Any]:
+        resp = await self._api.call_api(path, "GET", header_params={"Accept": "application/json"},
+                                        auth_settings=["BearerToken"], _preload_content=False,
+                                        _request_timeout=10)
+        return await api_json(resp)

@@ -1,0 +1,145 @@
+"""Resolving a ScaledObject's scaleTargetRef to its pods through the API (watched)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+
+import grpc
+import pytest
+from kubernetes_asyncio import client
+
+from gpuscale.proto import externalscaler_pb2 as pb
+from gpuscale.proto import externalscaler_pb2_grpc as pb_grpc
+from gpuscale.scaler.fleet import FleetView, PodRecord
+from gpuscale.scaler.selector import Selector
+from gpuscale.scaler.service import ScalerServer, ScalerService
+from gpuscale.scaler.workloads import WorkloadResolver, selector_from_label_selector
+from tests.kubeapi import (
+    DEPLOYMENTS,
+    SCALEDOBJECTS,
+    STATEFULSETS,
+    KubeApiPeer,
+    make_scaledobject,
+    make_workload,
+)
+
+
+@pytest.fixture
+async def peer() -> AsyncIterator[KubeApiPeer]:
+    p = KubeApiPeer()
+    await p.start()
+    yield p
+    await p.stop()
+
+
+@pytest.fixture
+async def resolver(peer: KubeApiPeer) -> AsyncIterator[WorkloadResolver]:
+    conf = client.Configuration(host=f"http://127.0.0.1:{peer.port}")
+    conf.api_key = {"BearerToken": peer.token}
+    conf.api_key_prefix = {"BearerToken": "Bearer"}
+    api = client.ApiClient(conf)
+    r = WorkloadResolver(api, backoff_s=(0.05,), scale_refresh_s=0.1)
+    task = asyncio.create_task(r.run())
+    yield r
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await api.close()
+
+
+async def until(cond: Callable[[], bool], within: float = 10.0) -> None:
+    deadline = asyncio.get_running_loop().time() + within
+    while not cond():
+        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
+        await asyncio.sleep(0.02)
+
+
+def text(x: Selector | str) -> str:
+    return x.text if isinstance(x, Selector) else f"ERR {x}"
+
+
+async def test_deployment_statefulset_and_any_scalable(peer: KubeApiPeer,
+                                                       resolver: WorkloadResolver) -> None:
+    peer.add(make_workload("Deployment", "llm", "vllm", {"app": "vllm"},
+                           [{"key": "tier", "operator": "In", "values": ["a", "b"]}]),
+             DEPLOYMENTS)
+    peer.add(make_workload("StatefulSet", "llm", "train", {"app": "train"}), STATEFULSETS)
+    peer.add(make_scaledobject("llm", "so-vllm", "vllm"), SCALEDOBJECTS)
+    peer.add(make_scaledobject("llm", "so-train", "train", kind="StatefulSet"), SCALEDOBJECTS)
+    peer.discovery["example.com/v1"] = [{"name": "inferencesets", "kind": "InferenceSet"},
+                                        {"name": "inferencesets/scale", "kind": "Scale"}]
+    peer.scales[("inferencesets", "llm", "phi")] = "app=phi,!canary"
+    peer.add(make_scaledobject("llm", "so-phi", "phi", kind="InferenceSet",
+                               api_version="example.com/v1"), SCALEDOBJECTS)
+    await until(lambda: text(resolver.resolve("llm", "so-phi")) == "app=phi,!canary")
+    assert text(resolver.resolve("llm", "so-vllm")) == "app=vllm,tier in (a,b)"
+    assert text(resolver.resolve("llm", "so-train")) == "app=train"
+    assert resolver.resolve("llm", "nope") == "ScaledObject llm/nope not found"
+
+
+async def test_target_changes_are_followed(peer: KubeApiPeer,
+                                           resolver: WorkloadResolver) -> None:
+    peer.add(make_workload("Deployment", "llm", "vllm", {"app": "vllm"}), DEPLOYMENTS)
+    peer.add(make_scaledobject("llm", "so", "vllm"), SCALEDOBJECTS)
+    await until(lambda: text(resolver.resolve("llm", "so")) == "app=vllm")
+    peer.modify(make_workload("Deployment", "llm", "vllm", {"app": "vllm", "v": "2"}),
+                DEPLOYMENTS)
+    await until(lambda: text(resolver.resolve("llm", "so")) == "app=vllm,v=2")
+    peer.delete("uid-Deployment-llm-vllm", DEPLOYMENTS)
+    await until(lambda: resolver.resolve("llm", "so") == "Deployment llm/vllm not found")
+
+
+async def test_resolved_workload_served_over_grpc(peer: KubeApiPeer,
+                                                  resolver: WorkloadResolver) -> None:
+    peer.add(make_workload("Deployment", "llm", "vllm", {"app": "vllm"}), DEPLOYMENTS)
+    peer.add(make_scaledobject("llm", "so", "vllm"), SCALEDOBJECTS)
+    fleet = FleetView(monotonic=lambda: 0.0)
+    fleet.update_node("n", [PodRecord("llm", f"p{i}", "n", {"app": "vllm"}, None, True,
+                                      {"gpu-utilization": 30.0}, 0.0) for i in range(3)])
+    server = ScalerServer(ScalerService(fleet, workloads=resolver), host="127.0.0.1", port=0)
+    await server.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as ch:
+            stub = pb_grpc.ExternalScalerStub(ch)
+            req = pb.GetMetricsRequest(metricName="s0-gpuscale-gpu-utilization",
+                                       scaledObjectRef=pb.ScaledObjectRef(name="so",
+                                                                          namespace="llm"))
+            await until(lambda: isinstance(resolver.resolve("llm", "so"), Selector))
+            got = await stub.GetMetrics(req)
+            assert got.metricValues[0].metricValueFloat == 90.0
+            missing = pb.GetMetricsRequest(metricName="gpuscale-gpu-utilization",
+                                           scaledObjectRef=pb.ScaledObjectRef(
+                                               name="ghost", namespace="llm"))
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await stub.GetMetrics(missing)
+            assert err.value.code() is grpc.StatusCode.UNAVAILABLE
+            assert "scale target: ScaledObject llm/ghost not found" in (err.value.details()
+                                                                       or "")
+    finally:
+        await server.stop(0.2)
+
+
+async def test_forbidden_is_reported(peer: KubeApiPeer, resolver: WorkloadResolver) -> None:
+    peer.token = "rotated"
+    await until(lambda: any("forbidden (403)" in s for s in resolver.state()))
+    assert "ScaledObjects not listed yet" in text(resolver.resolve("llm", "so"))
+
+
+@pytest.mark.parametrize(("sel", "expect"), [
+    ({"matchLabels": {"b": "2", "a": "1"}}, "a=1,b=2"),
+    ({"matchExpressions": [{"key": "x", "operator": "Exists"},
+                           {"key": "y", "operator": "DoesNotExist"},
+                           {"key": "z", "operator": "NotIn", "values": ["q"]}]},
+     "x,!y,z notin (q)"),
+])
+def test_label_selector_objects(sel: dict[str, object], expect: str) -> None:
+    assert selector_from_label_selector(sel).text == expect
+
+
+@pytest.mark.parametrize("sel", [{}, {"matchExpressions": [{"key": "x", "operator": "Gt"}]}])
+def test_bad_label_selector_objects(sel: dict[str, object]) -> None:
+    from gpuscale.scaler.selector import SelectorError
+
+    with pytest.raises(SelectorError):
+        selector_from_label_selector(sel)
