@@ -26,10 +26,10 @@ import json
 import os
 import platform
 import random
-import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -68,7 +68,8 @@ CLIENT = r"""
 import asyncio, json, random, sys, time
 import grpc
 from gpuscale.proto import externalscaler_pb2 as pb, externalscaler_pb2_grpc as g
-port, callers, seconds, pace = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
+port, callers = int(sys.argv[1]), int(sys.argv[2])
+seconds, pace = float(sys.argv[3]), float(sys.argv[4])
 async def main():
     chans = [grpc.aio.insecure_channel(f"127.0.0.1:{port}") for _ in range(20)]
     for c in chans:
@@ -108,7 +109,7 @@ async def latency(seconds: float) -> None:
     handler_times: list[float] = []
     original = service.GetMetrics
 
-    async def timed(request, context):  # type: ignore[no-untyped-def]
+    async def timed(request, context):
         t0 = time.perf_counter()
         try:
             return await original(request, context)
@@ -176,7 +177,7 @@ async def freshness(trials: int) -> None:
             stub = pb_grpc.ExternalScalerStub(ch)
             stream = stub.StreamIsActive(ref)
 
-            async def pushed() -> float:
+            async def pushed(stream: Any = stream) -> float:
                 while True:
                     msg = await stream.read()
                     if msg is grpc.aio.EOF:
