@@ -132,6 +132,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--port", type=int, default=6000, help="scaler gRPC port (6000)")
     demo.add_argument("--metrics-port", type=int, default=9400,
                       help="first agent's metrics port; node i uses this + i (9400)")
+    demo.add_argument("--scaler-config", type=Path, default=None,
+                      help="scaler configuration YAML (demand sources)")
 
     sub.add_parser("profiles", help="list the scaling profiles and signals")
 

@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 from gpuscale.agent.app import Agent, AgentConfig
 from gpuscale.attribution.sources import ScenarioSources
+from gpuscale.scaler.demand import ConfigError, DemandSources, ScalerConfig, load_config
 from gpuscale.scaler.fleet import FleetView
 from gpuscale.scaler.local import feed
 from gpuscale.scaler.service import ScalerServer, ScalerService
@@ -37,7 +38,10 @@ async def demo(args: argparse.Namespace) -> None:
                       ScenarioSources(node))
         feed(agent, fleet)
         agents.append(agent)
-    server = ScalerServer(ScalerService(fleet), host=args.host, port=args.port)
+    demand = DemandSources(load_config(args.scaler_config) if args.scaler_config
+                           else ScalerConfig())
+    server = ScalerServer(ScalerService(fleet, demand=demand.pending), host=args.host,
+                          port=args.port)
     host = "localhost" if args.host in ("0.0.0.0", "::", "[::]") else args.host
     loop = asyncio.get_running_loop()
     task = asyncio.current_task()
@@ -65,6 +69,7 @@ async def demo(args: argparse.Namespace) -> None:
             for agent, node in zip(agents, scenario.nodes, strict=True):
                 tg.create_task(agent.run(agent_up(node.name)), name=f"agent-{node.name}")
             tg.create_task(server.serve(scaler_up), name="scaler")
+            tg.create_task(demand.run(), name="demand-sources")
     except asyncio.CancelledError:
         log.info("stopping on signal")
 
@@ -72,7 +77,7 @@ async def demo(args: argparse.Namespace) -> None:
 def run_demo(args: argparse.Namespace) -> int:
     try:
         asyncio.run(demo(args))
-    except ScenarioError as exc:
+    except (ScenarioError, ConfigError) as exc:
         print(f"gpuscale: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:

@@ -1,0 +1,229 @@
+"""Demand sources: pending work that exists before any GPU pod does (scale-from-zero).
+
+With zero replicas there is no GPU signal, so the scaler's operator - not whoever writes a
+ScaledObject - may declare named endpoints that count waiting work, and a ScaledObject
+refers to one by name (``demandSource: gateway``). IsActive is then also true while the
+source shows pending work. Declared in the scaler's YAML configuration::
+
+    demandSources:
+      - name: gateway                      # letters, digits, '-', '_'
+        kind: metrics                      # a Prometheus-format /metrics endpoint ...
+        url: http://llm-gateway.gateway.svc:9090/metrics
+        metric: gateway_pending_requests   # gauge; samples matching `labels` are summed
+        labels: {model: llama-8b}
+      - name: queue
+        kind: prometheus                   # ... or a Prometheus server's query API
+        url: http://prometheus.monitoring.svc:9090
+        query: sum(rabbitmq_queue_messages{queue="gpu-jobs"})
+    interval_s: 2                          # optional, for every source (default 2)
+    timeout_s: 1                           # optional (default 1)
+
+Each source is polled in the background; a source that fails or has not answered for
+three intervals counts as "no pending work" (it cannot wake a workload) and is reported
+in the log and in ``state()``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import re
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode, urlsplit
+
+import aiohttp
+import yaml
+
+from gpuscale.bounded import BodyTooLarge, read_bounded
+from gpuscale.engines.signals import EngineParseError
+
+log = logging.getLogger(__name__)
+
+MAX_BODY = 4 * 1024 * 1024
+_NAME = re.compile(r"[A-Za-z0-9_-]{1,63}")
+
+
+class ConfigError(ValueError):
+    """A scaler configuration that cannot be used; the message names the key."""
+
+
+@dataclass(frozen=True, slots=True)
+class DemandSource:
+    name: str
+    kind: str  # "metrics" | "prometheus"
+    url: str
+    metric: str = ""
+    labels: tuple[tuple[str, str], ...] = ()
+    query: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ScalerConfig:
+    demand_sources: tuple[DemandSource, ...] = ()
+    interval_s: float = 2.0
+    timeout_s: float = 1.0
+
+
+def load_config(path: Path) -> ScalerConfig:
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read ({exc.strerror})") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+    return parse_config(data or {})
+
+
+def parse_config(data: object) -> ScalerConfig:
+    if not isinstance(data, dict):
+        raise ConfigError("configuration: expected a mapping")
+    unknown = set(data) - {"demandSources", "interval_s", "timeout_s"}
+    if unknown:
+        raise ConfigError(f"configuration: unknown key(s) {sorted(map(str, unknown))}; "
+                          f"allowed: demandSources, interval_s, timeout_s")
+    interval = _positive(data.get("interval_s", 2.0), "interval_s")
+    timeout = _positive(data.get("timeout_s", 1.0), "timeout_s")
+    raw = data.get("demandSources", [])
+    if not isinstance(raw, list) or len(raw) > 100:
+        raise ConfigError("demandSources: expected a list of at most 100 sources")
+    sources = [_source(s, f"demandSources[{i}]") for i, s in enumerate(raw)]
+    names = [s.name for s in sources]
+    if len(set(names)) != len(names):
+        raise ConfigError("demandSources: names must be unique")
+    return ScalerConfig(tuple(sources), interval, timeout)
+
+
+def _positive(v: object, where: str) -> float:
+    if isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v <= 3600:
+        raise ConfigError(f"{where}: expected a number of seconds in (0, 3600]")
+    return float(v)
+
+
+def _source(s: object, where: str) -> DemandSource:
+    if not isinstance(s, dict):
+        raise ConfigError(f"{where}: expected a mapping")
+    kind = s.get("kind", "metrics")
+    if kind not in ("metrics", "prometheus"):
+        raise ConfigError(f"{where}.kind: {kind!r} is not one of metrics, prometheus")
+    allowed = {"name", "kind", "url"} | ({"metric", "labels"} if kind == "metrics"
+                                         else {"query"})
+    unknown = set(s) - allowed
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {sorted(map(str, unknown))} for kind "
+                          f"{kind!r}; allowed: {sorted(allowed)}")
+    name = s.get("name")
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise ConfigError(f"{where}.name: letters, digits, '-' and '_' (1-63)")
+    url = s.get("url")
+    if not isinstance(url, str) or urlsplit(url).scheme not in ("http", "https") or \
+            not urlsplit(url).hostname:
+        raise ConfigError(f"{where}.url: an http(s) URL")
+    if kind == "metrics":
+        metric = s.get("metric")
+        if not isinstance(metric, str) or not metric:
+            raise ConfigError(f"{where}.metric: the metric name to read")
+        labels = s.get("labels", {})
+        if not isinstance(labels, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                                   for k, v in labels.items()):
+            raise ConfigError(f"{where}.labels: a mapping of label names to values")
+        return DemandSource(name, kind, url, metric, tuple(sorted(labels.items())))
+    query = s.get("query")
+    if not isinstance(query, str) or not query:
+        raise ConfigError(f"{where}.query: a PromQL query whose result is the pending work")
+    return DemandSource(name, kind, url, query=query)
+
+
+@dataclass(frozen=True, slots=True)
+class _Reading:
+    value: float | None
+    at: float
+    error: str = ""
+
+
+class DemandSources:
+    def __init__(self, config: ScalerConfig,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
+        self.config = config
+        self._by_name = {s.name: s for s in config.demand_sources}
+        self._readings: dict[str, _Reading] = {}
+        self._monotonic = monotonic
+
+    def pending(self, name: str) -> bool | None:
+        """Whether ``name`` shows pending work now; None when no such source is declared."""
+        if name not in self._by_name:
+            return None
+        r = self._readings.get(name)
+        if r is None or r.value is None:
+            return False
+        if self._monotonic() - r.at > 3 * self.config.interval_s:
+            return False
+        return r.value > 0
+
+    def state(self) -> Mapping[str, str]:
+        return {n: (r.error or "ok") for n, r in self._readings.items()}
+
+    async def run(self) -> None:
+        if not self._by_name:
+            await asyncio.Event().wait()
+        timeout = aiohttp.ClientTimeout(total=self.config.timeout_s)
+        async with aiohttp.ClientSession(timeout=timeout, trust_env=False) as http:
+            while True:
+                await asyncio.gather(*(self._poll(http, s) for s in self._by_name.values()))
+                await asyncio.sleep(self.config.interval_s)
+
+    async def _poll(self, http: aiohttp.ClientSession, s: DemandSource) -> None:
+        try:
+            value = await (self._metrics(http, s) if s.kind == "metrics"
+                           else self._prometheus(http, s))
+            error = ""
+        except (aiohttp.ClientError, TimeoutError, BodyTooLarge, EngineParseError,
+                ValueError, KeyError, UnicodeDecodeError) as exc:
+            value, error = None, f"{type(exc).__name__}: {str(exc)[:160]}"
+        previous = self._readings.get(s.name)
+        if error and (previous is None or previous.error != error):
+            log.warning("demand source %s: %s", s.name, error)
+        if not error and previous is not None and previous.error:
+            log.info("demand source %s: readable again", s.name)
+        self._readings[s.name] = _Reading(value, self._monotonic(), error)
+
+    async def _metrics(self, http: aiohttp.ClientSession, s: DemandSource) -> float:
+        from prometheus_client.parser import text_string_to_metric_families
+
+        async with http.get(s.url, allow_redirects=False) as resp:
+            if resp.status != 200:
+                raise ValueError(f"HTTP {resp.status}")
+            text = (await read_bounded(resp, MAX_BODY)).decode()
+        want = dict(s.labels)
+        total, seen = 0.0, False
+        try:
+            for fam in text_string_to_metric_families(text):
+                for sample in fam.samples:
+                    if sample.name == s.metric and all(sample.labels.get(k) == v
+                                                       for k, v in want.items()):
+                        total += sample.value
+                        seen = True
+        except (TypeError, IndexError) as exc:
+            raise EngineParseError(str(exc)) from None
+        if not seen or not math.isfinite(total):
+            raise ValueError(f"no sample of {s.metric} matching {want}")
+        return total
+
+    async def _prometheus(self, http: aiohttp.ClientSession, s: DemandSource) -> float:
+        url = s.url.rstrip("/") + "/api/v1/query?" + urlencode({"query": s.query})
+        async with http.get(url, allow_redirects=False) as resp:
+            body: Any = json.loads(await read_bounded(resp, MAX_BODY))
+        if body.get("status") != "success":
+            raise ValueError(f"query failed: {str(body.get('error'))[:120]}")
+        data = body["data"]
+        if data["resultType"] == "scalar":
+            return float(data["result"][1])
+        values = [float(r["value"][1]) for r in data["result"]]
+        if not values:
+            raise ValueError("the query returned no series")
+        return sum(values)
