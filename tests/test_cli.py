@@ -110,6 +110,17 @@ def test_demo_serves_keda_and_stops_cleanly_with_streams_open() -> None:
                 if got.metricValues[0].metricValueFloat > 0:
                     break
                 await asyncio.sleep(0.1)
+            # The simulated vLLM engines, scraped by the agent: KV-cache use per pod summed.
+            vllm = pb.ScaledObjectRef(name="demo", namespace="llm", scalerMetadata={
+                "podSelector": "app=vllm-llama", "profile": "vllm-inference"})
+            for _ in range(50):
+                try:
+                    kv = await stub.GetMetrics(pb.GetMetricsRequest(
+                        scaledObjectRef=vllm, metricName="gpuscale-vllm-kv-cache"))
+                    break
+                except grpc.aio.AioRpcError:  # until the first scrape landed
+                    await asyncio.sleep(0.1)
+            assert 4 * 15 < kv.metricValues[0].metricValueFloat < 4 * 95
             stream = stub.StreamIsActive(ref)
             first = (await asyncio.wait_for(stream.read(), 10)).result
             proc.send_signal(signal.SIGTERM)  # with the stream open

@@ -1,8 +1,9 @@
 """``gpuscale demo``: a simulated fleet end to end in one process.
 
 One agent per scenario node (simulated GPUs, attribution from the scenario, /metrics on
-its own port), all feeding one fleet view, and the KEDA external scaler on :6000 answering
-from it. SIGTERM or Ctrl-C stops everything in order.
+its own port), simulated inference engines at the pods' loopback IPs (scraped by the
+agents like real pods), all feeding one fleet view, and the KEDA external scaler on :6000
+answering from it. SIGTERM or Ctrl-C stops everything in order.
 """
 
 from __future__ import annotations
@@ -15,12 +16,16 @@ import signal
 import sys
 from collections.abc import Callable
 
+from aiohttp import web
+
 from gpuscale.agent.app import Agent, AgentConfig
 from gpuscale.attribution.sources import ScenarioSources
+from gpuscale.engines.simulated import engines_for, start_engines
 from gpuscale.scaler.demand import ConfigError, DemandSources, ScalerConfig, load_config
 from gpuscale.scaler.fleet import FleetView
 from gpuscale.scaler.local import feed
 from gpuscale.scaler.service import ScalerServer, ScalerService
+from gpuscale.telemetry.model import Absent
 from gpuscale.telemetry.scenario import ScenarioError, load_scenario
 from gpuscale.telemetry.simulated import SimulatedBackend
 
@@ -31,13 +36,20 @@ async def demo(args: argparse.Namespace) -> None:
     scenario = load_scenario(args.scenario)
     fleet = FleetView(stale_after=max(3.0 * args.interval, 2.0))
     agents = []
+    engines: list[web.AppRunner] = []
     for i, node in enumerate(scenario.nodes):
-        agent = Agent(SimulatedBackend(node, speed=args.speed),
-                      AgentConfig(args.host, args.metrics_port + i if args.metrics_port else 0,
-                                  args.interval, node.name),
-                      ScenarioSources(node))
+        backend = SimulatedBackend(node, speed=args.speed)
+        sources = ScenarioSources(node, ip_base=f"127.{i + 1}.0")
+        agent = Agent(backend, AgentConfig(args.host, args.metrics_port + i if
+                                           args.metrics_port else 0, args.interval, node.name),
+                      sources)
         feed(agent, fleet)
         agents.append(agent)
+        loads = {(p.pod.namespace, p.pod.name): p.load for p in node.processes if p.pod}
+        pods = sources.pod_infos()
+        assert not isinstance(pods, Absent)
+        engines.extend(await start_engines(engines_for(dict(pods), loads),
+                                           backend.scenario_time))
     demand = DemandSources(load_config(args.scaler_config) if args.scaler_config
                            else ScalerConfig())
     server = ScalerServer(ScalerService(fleet, demand=demand.pending), host=args.host,
@@ -72,6 +84,8 @@ async def demo(args: argparse.Namespace) -> None:
             tg.create_task(demand.run(), name="demand-sources")
     except asyncio.CancelledError:
         log.info("stopping on signal")
+    finally:
+        await asyncio.gather(*(r.cleanup() for r in engines))
 
 
 def run_demo(args: argparse.Namespace) -> int:

@@ -31,6 +31,7 @@ from gpuscale.attribution.model import (
     ProcessOwner,
 )
 from gpuscale.attribution.rules import attribute
+from gpuscale.engines.scrape import DEFAULT_PORTS
 from gpuscale.telemetry.model import Absent, NodeSnapshot, SharingMode
 from gpuscale.telemetry.scenario import NodeSpec
 from gpuscale.telemetry.simulated import gpu_uuid, mig_uuid
@@ -150,10 +151,14 @@ class ScenarioSources:
 
     Each process with a ``pod`` holds its GPU (``GPU-<uuid>``, or ``GPU-<uuid>::<n>`` on
     time-sliced GPUs) or its MIG instance. Pods are Running and Ready; their workload is the
-    pod name without its last ``-<suffix>``, as a Deployment.
+    pod name without its last ``-<suffix>``, as a Deployment. Pod IPs are loopback addresses
+    ``<ip_base>.<10+k>`` (all of 127/8 is loopback on Linux), and a pod with an ``engine``
+    carries the engine opt-in annotations, so the agent's real scraper can read the
+    simulated engines the demo serves there (gpuscale.engines.simulated).
     """
 
-    def __init__(self, node: NodeSpec, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, node: NodeSpec, clock: Callable[[], float] = time.time,
+                 ip_base: str = "127.1.0") -> None:
         self._clock = clock
         allocs: dict[tuple[str, str, str], list[str]] = {}
         self._pods: dict[tuple[str, str], PodInfo] = {}
@@ -181,10 +186,15 @@ class ScenarioSources:
             prev = self._pods.get((p.pod.namespace, p.pod.name))
             containers = dict(prev.container_ids) if prev else {}
             containers[p.pod.container] = cid
+            ip = prev.ip if prev else f"{ip_base}.{len(self._pods) + 10}"
+            annotations = (prev.annotations if prev else ()) or (
+                (("gpuscale.io/engine", p.pod.engine),
+                 ("gpuscale.io/metrics-port", str(DEFAULT_PORTS[p.pod.engine])))
+                if p.pod.engine else ())
             self._pods[(p.pod.namespace, p.pod.name)] = PodInfo(
                 p.pod.namespace, p.pod.name, uid, labels=(("app", workload),),
-                owner=OwnerRef("Deployment", workload), phase=PodPhase.RUNNING, ready=True,
-                ip=f"10.244.0.{len(self._pods) + 10}",
+                annotations=annotations, owner=OwnerRef("Deployment", workload),
+                phase=PodPhase.RUNNING, ready=True, ip=ip,
                 container_ids=tuple(sorted(containers.items())))
             self._owners[p.pid] = ProcessOwner(uid, cid)
         self._allocations = tuple(

@@ -23,7 +23,8 @@ Schema (every key not marked optional is required)::
                                           # or {steps: [[t, value], ...], repeat_s: 600}
                                           # or {trace: {path, capacity_tokens_per_s,
                                           #      window_s, speedup, share}}
-            pod: {namespace: ns, name: p, container: c}   # optional, for attribution
+            pod: {namespace: ns, name: p, container: c,   # optional, for attribution
+                  engine: vllm}                   # optional: simulated engine metrics
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ class PodRef:
     namespace: str
     name: str
     container: str
+    engine: str = ""  # "vllm" | "triton" | "tgi": the demo serves simulated engine metrics
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,10 +225,15 @@ def _process(data: object, where: str, pos: int, gpus: list[GpuSpec],
     pod = None
     if "pod" in m:
         pm = _mapping(m["pod"], f"{where}.pod", required={"namespace", "name"},
-                      optional={"container"})
+                      optional={"container", "engine"})
+        engine = _str(pm.get("engine", "none"), f"{where}.pod.engine")
+        if engine not in ("none", "vllm", "triton", "tgi"):
+            raise ScenarioError(f"{where}.pod.engine: {engine!r} is not one of vllm, triton, "
+                                f"tgi")
         pod = PodRef(_str(pm["namespace"], f"{where}.pod.namespace"),
                      _str(pm["name"], f"{where}.pod.name"),
-                     _str(pm.get("container", "main"), f"{where}.pod.container"))
+                     _str(pm.get("container", "main"), f"{where}.pod.container"),
+                     "" if engine == "none" else engine)
     return ProcessSpec(pid, gpu_idx, mig, memory_mib, _load(m["load"], f"{where}.load",
                                                               base_dir), pod)
 

@@ -1,0 +1,104 @@
+"""Simulated inference engines for the demo: each scenario pod with an ``engine`` serves
+``/metrics`` in its engine's real format at the pod's (loopback) IP, with numbers that
+follow the process's simulated load. The agent scrapes them like real pods.
+
+The load -> queue mapping is deliberately simple and only meant to make the demo move:
+a replica runs a batch proportional to its load (up to 64 for vLLM, 32 for TGI), requests
+start to queue above 75 % load (20 waiting at 100 %), vLLM's KV cache fills from 15 % to
+95 %, and Triton completes 2 requests/s per load-percent with a queue time that grows above
+70 %. The control-model issue replaces this with a serving model fed by a real trace.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from aiohttp import web
+
+from gpuscale.attribution.model import PodInfo
+from gpuscale.engines.scrape import ANNOTATION, PORT_ANNOTATION
+from gpuscale.telemetry.load import LoadCurve
+
+
+def _queue(load: float) -> float:
+    return max(0.0, (load - 75.0) / 25.0 * 20.0)
+
+
+@dataclass
+class _Triton:
+    success: float = 0.0
+    queue_us: float = 0.0
+    last: float | None = None
+
+
+@dataclass
+class SimulatedEngine:
+    pod: PodInfo
+    engine: str
+    load: LoadCurve
+    triton: _Triton = field(default_factory=_Triton)
+
+    def render(self, t: float) -> str:
+        load = self.load.at(t)
+        labels = f'model_name="{self.pod.name.rsplit("-", 1)[0]}"'
+        if self.engine == "vllm":
+            return (
+                "# TYPE vllm:num_requests_running gauge\n"
+                f'vllm:num_requests_running{{engine="0",{labels}}} {round(load / 100 * 64)}\n'
+                "# TYPE vllm:num_requests_waiting gauge\n"
+                f'vllm:num_requests_waiting{{engine="0",{labels}}} {round(_queue(load))}\n'
+                "# TYPE vllm:kv_cache_usage_perc gauge\n"
+                f'vllm:kv_cache_usage_perc{{engine="0",{labels}}} '
+                f"{0.15 + 0.8 * load / 100:.4f}\n")
+        if self.engine == "tgi":
+            return ("# TYPE tgi_queue_size gauge\n"
+                    f"tgi_queue_size {round(_queue(load))}\n"
+                    "# TYPE tgi_batch_current_size gauge\n"
+                    f"tgi_batch_current_size {round(load / 100 * 32)}\n")
+        tr = self.triton
+        if tr.last is not None and t > tr.last:
+            done = 2.0 * load * (t - tr.last)
+            tr.success += done
+            tr.queue_us += done * (1.0 + max(0.0, load - 70.0) * 3.0) * 1000.0
+        tr.last = t
+        model = f'model="{self.pod.name.rsplit("-", 1)[0]}",version="1"'
+        return ("# TYPE nv_inference_request_success counter\n"
+                f"nv_inference_request_success{{{model}}} {tr.success:.0f}\n"
+                "# TYPE nv_inference_queue_duration_us counter\n"
+                f"nv_inference_queue_duration_us{{{model}}} {tr.queue_us:.0f}\n"
+                "# TYPE nv_inference_pending_request_count gauge\n"
+                f"nv_inference_pending_request_count{{{model}}} {round(_queue(load))}\n")
+
+
+async def start_engines(engines: list[SimulatedEngine],
+                        clock: Callable[[], float]) -> list[web.AppRunner]:
+    """Serve every engine at its pod's IP and annotated port; clean the runners up after."""
+    runners: list[web.AppRunner] = []
+    try:
+        for e in engines:
+            async def metrics(_: web.Request, e: SimulatedEngine = e) -> web.Response:
+                return web.Response(text=e.render(clock()), content_type="text/plain")
+
+            app = web.Application()
+            app.router.add_get("/metrics", metrics)
+            runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
+            await runner.setup()
+            runners.append(runner)
+            port = int(dict(e.pod.annotations)[PORT_ANNOTATION])
+            await web.TCPSite(runner, e.pod.ip, port).start()
+    except BaseException:
+        await asyncio.gather(*(r.cleanup() for r in runners))
+        raise
+    return runners
+
+
+def engines_for(pods: dict[tuple[str, str], PodInfo],
+                loads: dict[tuple[str, str], LoadCurve]) -> list[SimulatedEngine]:
+    out = []
+    for key, info in pods.items():
+        engine = dict(info.annotations).get(ANNOTATION)
+        if engine and key in loads:
+            out.append(SimulatedEngine(info, engine, loads[key]))
+    return out
