@@ -117,6 +117,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="sample interval in seconds (0.2 or more; default 1)")
     agent.add_argument("--host", default="0.0.0.0", help="listen address (default 0.0.0.0)")
     agent.add_argument("--port", type=int, default=9400, help="metrics port (default 9400)")
+    agent.add_argument("--stream-port", type=int, default=9401,
+                       help="telemetry stream for scalers (default 9401; -1: off)")
     agent.add_argument("--hostname", default="",
                        help="Hostname label on dcgm series (default: $NODE_NAME, else this "
                             "host's name)")
@@ -134,6 +136,24 @@ def build_parser() -> argparse.ArgumentParser:
                       help="first agent's metrics port; node i uses this + i (9400)")
     demo.add_argument("--scaler-config", type=Path, default=None,
                       help="scaler configuration YAML (demand sources)")
+
+    sc = sub.add_parser("scaler", help="the KEDA external scaler, fed by every agent's "
+                                       "telemetry stream")
+    sc.add_argument("--host", default="0.0.0.0", help="listen address")
+    sc.add_argument("--port", type=int, default=6000, help="gRPC port (6000)")
+    sc.add_argument("--metrics-port", type=int, default=9402, help="metrics port (9402)")
+    sc.add_argument("--agents", type=lambda v: [a for a in v.split(",") if a], default=[],
+                    help="agent stream addresses host:port,... (static)")
+    sc.add_argument("--agent-service", default="",
+                    help="NAMESPACE/NAME of the agents' headless Service (EndpointSlices)")
+    sc.add_argument("--agent-port", type=int, default=9401,
+                    help="agent stream port when the EndpointSlice names none")
+    sc.add_argument("--resolve-targets", action="store_true",
+                    help="resolve ScaledObjects' scaleTargetRef through the API")
+    sc.add_argument("--kubeconfig", type=Path, default=None,
+                    help="kubeconfig (default: in-cluster credentials)")
+    sc.add_argument("--config", type=Path, default=None,
+                    help="scaler configuration YAML (demand sources)")
 
     sub.add_parser("profiles", help="list the scaling profiles and signals")
 
@@ -153,6 +173,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from gpuscale.demo import run_demo
 
         return run_demo(args)
+    if args.command == "scaler":
+        from gpuscale.scaler.main import run_scaler
+
+        return run_scaler(args)
     try:
         backend = make_backend(args.gpu_backend, args.scenario, args.node, args.pcie,
                                args.speed)
@@ -167,14 +191,20 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _agent(args: argparse.Namespace, backend: GpuBackend) -> int:
     from gpuscale.agent.app import Agent, AgentConfig, run_until_signalled
 
+    agent: Agent | None = None
+
     def listening(port: int) -> None:
         host = "localhost" if args.host in ("0.0.0.0", "::") else args.host
+        stream = f"; telemetry stream on :{agent.stream_port}" if agent and \
+            agent.stream_port else ""
         print(f"gpuscale agent ({backend.name} backend) serving metrics at "
-              f"http://{host}:{port}/metrics (health: /healthz, /readyz)", flush=True)
+              f"http://{host}:{port}/metrics (health: /healthz, /readyz){stream}", flush=True)
 
     async def serve() -> None:
+        nonlocal agent
         sources = await make_sources(args, backend)
-        agent = Agent(backend, AgentConfig(args.host, args.port, args.interval, args.hostname),
+        agent = Agent(backend, AgentConfig(args.host, args.port, args.interval, args.hostname,
+                                           None if args.stream_port < 0 else args.stream_port),
                       sources)
         await run_until_signalled(agent, listening)
 

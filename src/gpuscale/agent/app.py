@@ -1,8 +1,9 @@
-"""The agent's root: one task group owns the sampler and the HTTP server.
+"""The agent's root: one task group owns the sampler, attribution sources, the engine
+scraper, the HTTP server and the telemetry stream.
 
-Start order: backend, registry, sampler, HTTP server; the server starts listening at once
-(/healthz answers, /readyz says "no sample yet"). SIGTERM or SIGINT cancel the group; the
-HTTP server is cleaned up with a bounded timeout and the backend is closed last.
+Start order: backend, registry, sampler, HTTP server, stream server; the HTTP server
+listens at once (/healthz answers, /readyz says "no sample yet"). SIGTERM or SIGINT cancel
+the group; open streams end, servers stop with bounded timeouts, the backend closes last.
 """
 
 from __future__ import annotations
@@ -16,20 +17,27 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import grpc
 from prometheus_client import CollectorRegistry, disable_created_metrics
 
 from gpuscale.agent.exporter import SnapshotCollector
 from gpuscale.agent.http import make_app, start_http
 from gpuscale.agent.sampler import Sampler
-from gpuscale.attribution.model import NodeAttribution
+from gpuscale.attribution.model import AttributionState, NodeAttribution
 from gpuscale.attribution.sources import AttributionSources, attribute_tick
 from gpuscale.engines.scrape import EngineScraper
+from gpuscale.fleet.publisher import TelemetryPublisher
+from gpuscale.proto import telemetry_pb2_grpc as pb_grpc
+from gpuscale.scaler.fleet import PodRecord, pod_records
 from gpuscale.telemetry.backend import GpuBackend
-from gpuscale.telemetry.model import Absent, NodeSnapshot, Reading
+from gpuscale.telemetry.model import Absent, BackendState, NodeSnapshot, Reading
 
 log = logging.getLogger(__name__)
 
 DEFAULT_METRICS_PORT = 9400  # dcgm-exporter's port, so existing scrape configs keep working
+
+
+DEFAULT_STREAM_PORT = 9401
 
 
 @dataclass(frozen=True)
@@ -38,6 +46,7 @@ class AgentConfig:
     port: int = DEFAULT_METRICS_PORT
     interval: float = 1.0
     hostname: str = ""
+    stream_port: int | None = None  # telemetry stream for scalers; None: not served
 
 
 class Agent:
@@ -63,11 +72,25 @@ class Agent:
         self.registry.register(SnapshotCollector(lambda: self.sampler.latest, hostname,
                                                  attribution=lambda: self.sampler.attribution))
         self.port: int | None = None
+        self.publisher: TelemetryPublisher | None = None
+        self.stream_port: int | None = None
+        if config.stream_port is not None:
+            self.publisher = TelemetryPublisher(hostname, config.interval)
+            publisher = self.publisher
+            self.sampler.add_listener(
+                lambda snap, att: publisher.publish(self.pod_records(snap, att)))
 
     async def run(self, on_listening: Callable[[int], None] | None = None) -> None:
         """Run until cancelled. ``on_listening(port)`` is called once the port is bound."""
         runner, self.port = await start_http(
             make_app(self.registry, self.sampler.readiness), self.config.host, self.config.port)
+        stream = None
+        if self.publisher is not None:
+            stream = grpc.aio.server(options=[("grpc.max_concurrent_streams", 64)])
+            pb_grpc.add_AgentTelemetryServicer_to_server(self.publisher, stream)  # type: ignore[no-untyped-call]
+            self.stream_port = stream.add_insecure_port(
+                f"{self.config.host}:{self.config.stream_port}")
+            await stream.start()
         try:
             if on_listening is not None:
                 on_listening(self.port)
@@ -78,11 +101,25 @@ class Agent:
                 if self.engines is not None:
                     tg.create_task(self.engines.run(), name="engine-scraper")
         finally:
+            if stream is not None and self.publisher is not None:
+                self.publisher.stopping.set()
+                await asyncio.shield(stream.stop(2.0))
             await asyncio.shield(asyncio.wait_for(runner.cleanup(), timeout=5.0))
             if self.sources is not None:
                 await asyncio.shield(asyncio.wait_for(self.sources.close(), timeout=5.0))
             self.backend.close()
 
+
+    def pod_records(self, snap: NodeSnapshot,
+                    att: NodeAttribution | None) -> list[PodRecord] | None:
+        """This tick's per-pod signals, or None when there are none to trust (GPU backend or
+        attribution unavailable): consumers then keep the last ones, which age."""
+        if snap.state is not BackendState.OK or att is None:
+            return None
+        if att.state is AttributionState.UNAVAILABLE:
+            return None
+        return pod_records(snap, att, sampled_at=snap.monotonic,
+                           engines=self.engine_signals())
 
     def engine_signals(self) -> dict[tuple[str, str], dict[str, Reading]]:
         """Per-pod engine signals; older than the staleness bound -> UNAVAILABLE."""

@@ -57,9 +57,10 @@ def evaluate(fleet: FleetView, pods: list[PodRecord], target: Target,
             problems.append(f"{p.namespace}/{p.name} ({why})")
             continue
         age = fleet.age(p)
-        if age > fleet.stale_after:
+        bound = p.stale_after or fleet.stale_after
+        if age > bound:
             problems.append(f"{p.namespace}/{p.name} (stale: {age:.1f}s old, bound "
-                            f"{fleet.stale_after:.1f}s)")
+                            f"{bound:.1f}s)")
             continue
         total += float(value)
         counted += 1

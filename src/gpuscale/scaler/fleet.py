@@ -32,6 +32,7 @@ class PodRecord:
     ready: bool
     signals: Mapping[str, Reading]
     sampled_at: float
+    stale_after: float = 0.0  # this pod's staleness bound; 0: the fleet view's default
 
 
 @dataclass

@@ -1,14 +1,15 @@
 """Feed the fleet view from agents in the same process (the demo, and single-node use).
 
-The fleet issue adds the same feed over each agent's telemetry stream.
+Scaler replicas in a cluster get the same records over each agent's telemetry stream
+(gpuscale.fleet).
 """
 
 from __future__ import annotations
 
 from gpuscale.agent.app import Agent
-from gpuscale.attribution.model import AttributionState, NodeAttribution
-from gpuscale.scaler.fleet import FleetView, pod_records
-from gpuscale.telemetry.model import BackendState, NodeSnapshot
+from gpuscale.attribution.model import NodeAttribution
+from gpuscale.scaler.fleet import FleetView
+from gpuscale.telemetry.model import NodeSnapshot
 
 
 def feed(agent: Agent, fleet: FleetView) -> None:
@@ -20,11 +21,8 @@ def feed(agent: Agent, fleet: FleetView) -> None:
     """
 
     def on_tick(snap: NodeSnapshot, att: NodeAttribution | None) -> None:
-        if snap.state is not BackendState.OK or att is None:
-            return
-        if att.state is AttributionState.UNAVAILABLE:
-            return
-        fleet.update_node(snap.node, pod_records(snap, att, sampled_at=snap.monotonic,
-                                                 engines=agent.engine_signals()))
+        records = agent.pod_records(snap, att)
+        if records is not None:
+            fleet.update_node(snap.node, records)
 
     agent.sampler.add_listener(on_tick)

@@ -1,0 +1,1 @@
+"""Agent -> scaler telemetry: the stream codec, the agent's publisher, the scaler's subscribers."""

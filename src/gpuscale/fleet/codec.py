@@ -1,0 +1,54 @@
+"""PodRecord <-> telemetry.proto messages (pure)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from gpuscale.attribution.model import OwnerRef
+from gpuscale.proto import telemetry_pb2 as pb
+from gpuscale.scaler.fleet import PodRecord
+from gpuscale.telemetry.model import Absent, Reading
+
+MAX_PODS_PER_NODE = 2048
+MAX_SIGNALS = 32
+_ABSENT = {a.value: a for a in Absent}
+
+
+def encode(node: str, agent_id: str, seq: int, sampled_at: float, interval: float,
+           records: Iterable[PodRecord] | None) -> pb.NodeUpdate:
+    """One update: the node's pods, or ``attribution_ok=False`` when there are none to give
+    this tick (the subscriber keeps what it had; it ages)."""
+    msg = pb.NodeUpdate(node=node, agent_id=agent_id, seq=seq, sampled_at=sampled_at,
+                        interval=interval, attribution_ok=records is not None)
+    for r in records or ():
+        pod = msg.pods.add(namespace=r.namespace, name=r.name, ready=r.ready,
+                           owner_kind=r.owner.kind if r.owner else "",
+                           owner_name=r.owner.name if r.owner else "")
+        pod.labels.update(r.labels)
+        for name, value in r.signals.items():
+            if isinstance(value, Absent):
+                pod.signals[name].absent = value.value
+            else:
+                pod.signals[name].value = float(value)
+    return msg
+
+
+class DecodeError(ValueError):
+    """An update that breaks the bounds (too many pods or signals)."""
+
+
+def decode(msg: pb.NodeUpdate, received_at: float, stale_after: float) -> list[PodRecord]:
+    """The records of an update, timestamped with the subscriber's receipt time."""
+    if len(msg.pods) > MAX_PODS_PER_NODE:
+        raise DecodeError(f"{len(msg.pods)} pods on one node (bound {MAX_PODS_PER_NODE})")
+    out = []
+    for p in msg.pods:
+        if len(p.signals) > MAX_SIGNALS:
+            raise DecodeError(f"{len(p.signals)} signals on one pod (bound {MAX_SIGNALS})")
+        signals: dict[str, Reading] = {}
+        for name, r in p.signals.items():
+            signals[name] = _ABSENT.get(r.absent, Absent.UNAVAILABLE) if r.absent else r.value
+        owner = OwnerRef(p.owner_kind, p.owner_name) if p.owner_kind else None
+        out.append(PodRecord(p.namespace, p.name, msg.node, dict(p.labels), owner, p.ready,
+                             signals, received_at, stale_after))
+    return out

@@ -1,0 +1,46 @@
+"""Agent discovery through the EndpointSlices of the agents' headless Service (watched)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from kubernetes_asyncio import client
+
+from gpuscale.kube.listwatch import BACKOFF_S, ListWatch
+
+
+def addresses(slices: Iterable[dict[str, Any]], port_name: str, default_port: int) -> set[str]:
+    """``ip:port`` of every endpoint that is not known to be unready."""
+    out = set()
+    for s in slices:
+        port = next((p.get("port") for p in s.get("ports") or []
+                     if p.get("name") == port_name and p.get("port")), default_port)
+        v6 = s.get("addressType") == "IPv6"
+        for ep in s.get("endpoints") or []:
+            if (ep.get("conditions") or {}).get("ready") is False:
+                continue
+            for ip in (ep.get("addresses") or [])[:1]:
+                out.add(f"[{ip}]:{port}" if v6 else f"{ip}:{port}")
+    return out
+
+
+class EndpointSliceDiscovery:
+    def __init__(self, api: client.ApiClient, namespace: str, service: str,
+                 on_change: Callable[[set[str]], None], port_name: str = "telemetry",
+                 default_port: int = 9401, backoff_s: tuple[float, ...] = BACKOFF_S) -> None:
+        self._on_change = on_change
+        self._port_name = port_name
+        self._default_port = default_port
+        self.watch = ListWatch(
+            client.DiscoveryV1Api(api).list_namespaced_endpoint_slice,
+            f"EndpointSlice watch of {namespace}/{service}", list_args=(namespace,),
+            list_kwargs={"label_selector": f"kubernetes.io/service-name={service}"},
+            on_change=self._changed, backoff_s=backoff_s)
+
+    async def _changed(self) -> None:
+        self._on_change(addresses(self.watch.items.values(), self._port_name,
+                                  self._default_port))
+
+    async def run(self) -> None:
+        await self.watch.run()

@@ -1,0 +1,88 @@
+"""The agent's side of the stream: every subscriber gets the node's latest state per tick.
+
+Each subscriber has a one-slot mailbox: a new update replaces one not yet sent, so a slow
+or frozen scaler costs the agent one message of memory, never a backlog. Updates are full
+(the node's whole state), so skipping one loses nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+
+from gpuscale.fleet.codec import encode
+from gpuscale.proto import telemetry_pb2 as pb
+from gpuscale.proto import telemetry_pb2_grpc as pb_grpc
+from gpuscale.scaler.fleet import PodRecord
+
+log = logging.getLogger(__name__)
+
+Context = grpc.aio.ServicerContext[Any, Any]
+
+
+class _Mailbox:
+    def __init__(self) -> None:
+        self.item: pb.NodeUpdate | None = None
+        self.ready = asyncio.Event()
+
+    def put(self, update: pb.NodeUpdate) -> None:
+        self.item = update  # replaces an unsent one
+        self.ready.set()
+
+    async def get(self) -> pb.NodeUpdate:
+        await self.ready.wait()
+        self.ready.clear()
+        item, self.item = self.item, None
+        assert item is not None
+        return item
+
+
+class TelemetryPublisher(pb_grpc.AgentTelemetryServicer):
+    def __init__(self, node: str, interval: float) -> None:
+        self.node = node
+        self.interval = interval
+        self.agent_id = uuid.uuid4().hex
+        self._seq = 0
+        self._latest: pb.NodeUpdate | None = None
+        self._boxes: set[_Mailbox] = set()
+        self.stopping = asyncio.Event()
+
+    @property
+    def subscribers(self) -> int:
+        return len(self._boxes)
+
+    def publish(self, records: list[PodRecord] | None) -> None:
+        """Called once per tick (None: attribution unavailable this tick)."""
+        self._seq += 1
+        update = encode(self.node, self.agent_id, self._seq, time.time(), self.interval,
+                        records)
+        if records is not None or self._latest is None:
+            self._latest = update
+        for box in self._boxes:
+            box.put(update)
+
+    async def Subscribe(self, request: pb.SubscribeRequest,
+                        context: Context) -> AsyncIterator[pb.NodeUpdate]:
+        box = _Mailbox()
+        if self._latest is not None:
+            box.put(self._latest)
+        self._boxes.add(box)
+        log.info("subscriber %s connected", request.subscriber[:64] or context.peer())
+        try:
+            while not self.stopping.is_set():
+                get = asyncio.ensure_future(box.get())
+                stop = asyncio.ensure_future(self.stopping.wait())
+                done, pending = await asyncio.wait({get, stop},
+                                                   return_when=asyncio.FIRST_COMPLETED)
+                for t in pending:
+                    t.cancel()
+                if get in done:
+                    yield get.result()
+        finally:
+            self._boxes.discard(box)

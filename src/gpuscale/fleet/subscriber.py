@@ -1,0 +1,175 @@
+"""The scaler's side of the stream: one link per agent, kept current as agents come and go.
+
+A link subscribes, applies each update to the fleet view (timestamped with its receipt
+time, so agent clock skew does not matter), and on any failure reconnects with jittered
+backoff. A restarted agent (new agent_id) starts a new sequence; an old or repeated seq of
+the same agent is ignored. A silent stream (frozen agent, cut network) is abandoned after
+an inactivity timeout; meanwhile its pods' data ages past the staleness bound and their
+workloads answer UNAVAILABLE, never a smaller sum. A node whose agent has left discovery
+is forgotten only after ``forget_after`` seconds (its pods have gone too, or they will
+show up with their new node).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import grpc
+
+from gpuscale.fleet.codec import DecodeError, decode
+from gpuscale.proto import telemetry_pb2 as pb
+from gpuscale.proto import telemetry_pb2_grpc as pb_grpc
+from gpuscale.scaler.fleet import FleetView
+
+log = logging.getLogger(__name__)
+
+BACKOFF_S = (0.1, 0.25, 0.5, 1.0)  # a dead agent costs one dial a second at most
+FORGET_AFTER_S = 300.0
+MIN_STALE_S = 2.0
+MAX_MESSAGE = 16 * 1024 * 1024
+
+Credentials = Callable[[], grpc.ChannelCredentials | None]  # None: plaintext
+
+
+@dataclass
+class LinkState:
+    address: str
+    connected: bool = False
+    node: str = ""
+    agent_id: str = ""
+    seq: int = 0
+    last_update: float | None = None  # monotonic receipt time
+    error: str = ""
+    reconnects: int = 0
+    updates: int = 0
+
+
+class AgentLink:
+    def __init__(self, address: str, fleet: FleetView, name: str,
+                 credentials: Credentials = lambda: None,
+                 backoff_s: tuple[float, ...] = BACKOFF_S,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
+        self.state = LinkState(address)
+        self._fleet = fleet
+        self._name = name
+        self._credentials = credentials
+        self._backoff_s = backoff_s
+        self._monotonic = monotonic
+
+    async def run(self) -> None:
+        attempt = 0
+        while True:
+            try:
+                if await self._session():
+                    attempt = 0
+            except asyncio.CancelledError:
+                raise
+            except grpc.aio.AioRpcError as exc:
+                self._failed(f"{exc.code().name}: {(exc.details() or '')[:160]}")
+            except (DecodeError, TimeoutError) as exc:
+                self._failed(str(exc) or type(exc).__name__)
+            self.state.connected = False
+            delay = self._backoff_s[min(attempt, len(self._backoff_s) - 1)]
+            attempt += 1
+            self.state.reconnects += 1
+            await asyncio.sleep(delay * random.uniform(0.5, 1.5))
+
+    def _failed(self, why: str) -> None:
+        if why != self.state.error:
+            log.warning("agent %s: %s; reconnecting", self.state.address, why)
+        self.state.error = why
+
+    async def _session(self) -> bool:
+        """One subscription; True when it delivered at least one update."""
+        options = [("grpc.max_receive_message_length", MAX_MESSAGE),
+                   ("grpc.keepalive_time_ms", 10_000), ("grpc.keepalive_timeout_ms", 5_000),
+                   ("grpc.enable_retries", 0)]
+        creds = self._credentials()
+        channel = (grpc.aio.secure_channel(self.state.address, creds, options)
+                   if creds is not None else
+                   grpc.aio.insecure_channel(self.state.address, options))
+        got = False
+        async with channel:
+            stub = pb_grpc.AgentTelemetryStub(channel)  # type: ignore[no-untyped-call]
+            call = stub.Subscribe(pb.SubscribeRequest(subscriber=self._name))
+            inactivity = 10.0
+            while True:
+                msg = await asyncio.wait_for(call.read(), inactivity)
+                if msg is grpc.aio.EOF:
+                    self._failed("the agent closed the stream")
+                    return got
+                got = True
+                inactivity = max(10.0, 5.0 * msg.interval)
+                self._apply(msg)
+
+    def _apply(self, msg: pb.NodeUpdate) -> None:
+        s = self.state
+        now = self._monotonic()
+        if msg.agent_id != s.agent_id:
+            if s.agent_id:
+                log.info("agent %s (%s) restarted; new sequence", s.address, msg.node)
+            s.agent_id, s.seq = msg.agent_id, 0
+        elif msg.seq <= s.seq:
+            return  # a repeat of what we have
+        if s.error:
+            log.info("agent %s (%s): receiving again", s.address, msg.node)
+        s.seq, s.node, s.last_update, s.error, s.connected = msg.seq, msg.node, now, "", True
+        s.updates += 1
+        if msg.attribution_ok:
+            bound = max(3.0 * msg.interval, MIN_STALE_S)
+            self._fleet.update_node(msg.node, decode(msg, now, bound))
+
+
+class FleetSubscriber:
+    """Keeps one AgentLink per discovered agent address."""
+
+    def __init__(self, fleet: FleetView, name: str, credentials: Credentials = lambda: None,
+                 forget_after: float = FORGET_AFTER_S,
+                 backoff_s: tuple[float, ...] = BACKOFF_S,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
+        self.fleet = fleet
+        self._name = name
+        self._credentials = credentials
+        self._forget_after = forget_after
+        self._backoff_s = backoff_s
+        self._monotonic = monotonic
+        self.links: dict[str, tuple[AgentLink, asyncio.Task[None]]] = {}
+        self._departed: dict[str, float] = {}  # node -> when its agent left discovery
+
+    def set_addresses(self, addresses: Iterable[str]) -> None:
+        """Reconcile links with the discovered agent addresses."""
+        wanted = set(addresses)
+        for addr in list(self.links):
+            if addr not in wanted:
+                link, task = self.links.pop(addr)
+                task.cancel()
+                if link.state.node:
+                    self._departed[link.state.node] = self._monotonic()
+                log.info("agent %s left discovery", addr)
+        for addr in wanted - self.links.keys():
+            link = AgentLink(addr, self.fleet, self._name, self._credentials,
+                             self._backoff_s, self._monotonic)
+            self.links[addr] = (link, asyncio.create_task(link.run(), name=f"agent {addr}"))
+
+    def sweep(self) -> None:
+        """Forget nodes whose agent left discovery long ago and no link reports."""
+        live = {link.state.node for link, _ in self.links.values()}
+        now = self._monotonic()
+        for node, since in list(self._departed.items()):
+            if node in live:
+                del self._departed[node]
+            elif now - since > self._forget_after:
+                self.fleet.remove_node(node)
+                del self._departed[node]
+
+    async def close(self) -> None:
+        tasks = [t for _, t in self.links.values()]
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self.links.clear()

@@ -1,0 +1,152 @@
+"""``gpuscale scaler``: the KEDA external scaler fed by every agent's telemetry stream.
+
+Run two or more replicas; none leads. Each discovers the agents (a static list, or the
+EndpointSlices of the agents' headless Service), subscribes to all of them, and answers
+KEDA from its own fleet view - the same inputs give every replica the same answers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import socket
+import sys
+from collections.abc import Iterable
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from gpuscale.fleet.subscriber import FleetSubscriber
+from gpuscale.scaler.demand import ConfigError, DemandSources, ScalerConfig, load_config
+from gpuscale.scaler.fleet import FleetView
+from gpuscale.scaler.service import ScalerServer, ScalerService
+
+log = logging.getLogger(__name__)
+
+
+class ScalerCollector(Collector):
+    """Per-agent connection state and data age, rendered on every scrape."""
+
+    def __init__(self, subscriber: FleetSubscriber) -> None:
+        self._sub = subscriber
+
+    def collect(self) -> Iterable[Metric]:
+        up = GaugeMetricFamily("gpuscale_scaler_agent_connected",
+                               "1 while the agent's stream delivers updates.",
+                               labels=["address", "node"])
+        age = GaugeMetricFamily("gpuscale_scaler_agent_data_age_seconds",
+                                "Seconds since the agent's last update arrived.",
+                                labels=["address", "node"])
+        reconnects = CounterMetricFamily("gpuscale_scaler_agent_reconnects",
+                                         "Stream reconnections per agent.", labels=["address"])
+        nodes = self._sub.fleet.nodes()
+        for link, _ in self._sub.links.values():
+            s = link.state
+            up.add_metric([s.address, s.node], 1.0 if s.connected else 0.0)
+            if s.node in nodes:
+                age.add_metric([s.address, s.node], nodes[s.node])
+            reconnects.add_metric([s.address], float(s.reconnects))
+        pods = GaugeMetricFamily("gpuscale_scaler_fleet_pods", "Pods in the fleet view.")
+        pods.add_metric([], float(self._sub.fleet.pod_count()))
+        return [up, age, reconnects, pods]
+
+
+async def serve(args: argparse.Namespace) -> None:
+    fleet = FleetView()
+    subscriber = FleetSubscriber(fleet, name=socket.gethostname())
+    config = load_config(args.config) if args.config else ScalerConfig()
+    demand = DemandSources(config)
+    api = None
+    workloads = None
+    discovery = None
+    if args.agent_service or args.resolve_targets:
+        from kubernetes_asyncio import client
+        from kubernetes_asyncio import config as kconfig
+
+        conf = client.Configuration()
+        if args.kubeconfig:
+            await kconfig.load_kube_config(config_file=str(args.kubeconfig),
+                                           client_configuration=conf)
+        else:
+            kconfig.load_incluster_config(client_configuration=conf)  # type: ignore[no-untyped-call]
+        api = client.ApiClient(conf)
+    if args.resolve_targets and api is not None:
+        from gpuscale.scaler.workloads import WorkloadResolver
+
+        workloads = WorkloadResolver(api)
+    if args.agent_service:
+        from gpuscale.fleet.discovery import EndpointSliceDiscovery
+
+        ns, _, name = args.agent_service.partition("/")
+        assert api is not None
+        discovery = EndpointSliceDiscovery(api, ns, name, subscriber.set_addresses,
+                                           default_port=args.agent_port)
+    else:
+        subscriber.set_addresses(args.agents)
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(ScalerCollector(subscriber))
+    server = ScalerServer(ScalerService(fleet, demand=demand.pending, workloads=workloads),
+                          host=args.host, port=args.port)
+
+    async def metrics(_: web.Request) -> web.Response:
+        return web.Response(body=generate_latest(registry), content_type="text/plain")
+
+    async def healthz(_: web.Request) -> web.Response:
+        return web.Response(text="ok\n")
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/healthz", healthz)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, args.host, args.metrics_port).start()
+
+    async def sweep() -> None:
+        while True:
+            await asyncio.sleep(10)
+            subscriber.sweep()
+
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    assert task is not None
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, task.cancel)
+    try:
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(server.serve(lambda port: print(
+                f"gpuscale scaler on {args.host}:{port}, metrics on :{args.metrics_port}, "
+                f"agents: {args.agent_service or ', '.join(args.agents)}", flush=True)))
+            tg.create_task(demand.run())
+            tg.create_task(sweep())
+            if workloads is not None:
+                tg.create_task(workloads.run())
+            if discovery is not None:
+                tg.create_task(discovery.run())
+    except asyncio.CancelledError:
+        log.info("stopping on signal")
+    finally:
+        await subscriber.close()
+        await runner.cleanup()
+        if api is not None:
+            await api.close()
+
+
+def run_scaler(args: argparse.Namespace) -> int:
+    if not args.agents and not args.agent_service:
+        print("gpuscale: give --agents HOST:PORT,... or --agent-service NAMESPACE/NAME",
+              file=sys.stderr)
+        return 2
+    try:
+        asyncio.run(serve(args))
+    except ConfigError as exc:
+        print(f"gpuscale: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"gpuscale: {exc}", file=sys.stderr)
+        return 1
+    return 0
