@@ -167,8 +167,11 @@ def test_scaler_metrics_show_agent_links(cluster: dict[str, object]) -> None:
     scalers: list[Proc] = cluster["scalers"]  # type: ignore[assignment]
     port = scalers[1].args[scalers[1].args.index("--metrics-port") + 1]
 
-    body = until(lambda: (lambda b: b if b.count("gpuscale_scaler_agent_connected{") == 3
-                          else None)(urllib.request.urlopen(
-                              f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()))
+    def scrape() -> str | None:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+            text: str = r.read().decode()
+        return text if text.count("gpuscale_scaler_agent_connected{") == 3 else None
+
+    body = until(scrape)
     assert 'node="node-a"' in str(body)
     assert "gpuscale_scaler_fleet_pods 4.0" in str(body)
