@@ -45,7 +45,8 @@ PODS = "/api/v1/pods"
 DEPLOYMENTS = "/apis/apps/v1/deployments"
 STATEFULSETS = "/apis/apps/v1/statefulsets"
 SCALEDOBJECTS = "/apis/keda.sh/v1alpha1/scaledobjects"
-COLLECTIONS = (PODS, DEPLOYMENTS, STATEFULSETS, SCALEDOBJECTS)
+ENDPOINTSLICES = "/apis/discovery.k8s.io/v1/namespaces/gpuscale/endpointslices"
+COLLECTIONS = (PODS, DEPLOYMENTS, STATEFULSETS, SCALEDOBJECTS, ENDPOINTSLICES)
 
 
 class KubeApiPeer:
@@ -145,6 +146,11 @@ class KubeApiPeer:
         return None
 
     def _selected(self, request: web.Request, pod: dict[str, Any]) -> bool:
+        labels = request.query.get("labelSelector", "")
+        if labels:
+            key, _, value = labels.partition("=")
+            if (pod.get("metadata", {}).get("labels") or {}).get(key) != value:
+                return False
         sel = request.query.get("fieldSelector", "")
         if not sel:
             return True
@@ -262,3 +268,15 @@ def make_scaledobject(ns: str, name: str, target: str, kind: str = "Deployment",
             "spec": {"scaleTargetRef": {"name": target, "kind": kind,
                                         "apiVersion": api_version},
                      "triggers": [{"type": "external", "metadata": {}}]}}
+
+
+def make_endpointslice(service: str, name: str, endpoints: list[tuple[str, bool]],
+                       port: int | None = None) -> dict[str, Any]:
+    """An EndpointSlice of ``service`` with (ip, ready) endpoints."""
+    return {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "addressType": "IPv4",
+            "metadata": {"namespace": "gpuscale", "name": name, "uid": f"uid-eps-{name}",
+                         "labels": {"kubernetes.io/service-name": service}},
+            "ports": [{"name": "telemetry", "port": port, "protocol": "TCP"}] if port else [],
+            "endpoints": [{"addresses": [ip], "conditions": {"ready": ready}}
+                          for ip, ready in endpoints]}
