@@ -127,7 +127,8 @@ def main() -> None:
 
     agent = subprocess.Popen(
         [sys.executable, "-m", "gpuscale.cli", "--log-level", "WARNING", "agent",
-         "--gpu-backend", "nvml", "--host", "127.0.0.1", "--port", "0", "--interval", "1"],
+         "--gpu-backend", "nvml", "--host", "127.0.0.1", "--port", "0", "--interval", "1",
+         "--stream-port", "-1"],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert agent.stdout is not None

@@ -53,6 +53,7 @@ def test_bad_scenario_is_a_clear_error(tmp_path: Path) -> None:
 
 def test_agent_serves_then_stops_cleanly_on_sigterm() -> None:
     proc = subprocess.Popen([*GPUSCALE, "agent", "--gpu-backend", "sim", "--port", "0",
+                             "--stream-port", "-1",
                              "--host", "127.0.0.1"], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     assert proc.stdout is not None
@@ -71,13 +72,14 @@ def test_agent_port_in_use() -> None:
         s.bind(("127.0.0.1", 0))
         s.listen()
         port = s.getsockname()[1]
-        out = run("agent", "--gpu-backend", "sim", "--host", "127.0.0.1", "--port", str(port))
+        out = run("agent", "--gpu-backend", "sim", "--host", "127.0.0.1", "--port", str(port),
+              "--stream-port", "-1")
     assert out.returncode == 1
     assert f"cannot serve on 127.0.0.1:{port}" in out.stderr
 
 
 def test_bad_interval() -> None:
-    out = run("agent", "--gpu-backend", "sim", "--interval", "0.05")
+    out = run("agent", "--gpu-backend", "sim", "--interval", "0.05", "--stream-port", "-1")
     assert out.returncode == 2
     assert "at least 0.2" in out.stderr
 

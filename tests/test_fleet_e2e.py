@@ -79,12 +79,13 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, obje
     agents = {n: Proc("agent", "--gpu-backend", "sim", "--scenario", str(scenario),
                       "--node", f"node-{n}", "--host", "127.0.0.1", "--port", "0",
                       "--stream-port", str(streams[n]), "--interval", str(INTERVAL),
-                      "--hostname", f"node-{n}")
+                      "--hostname", f"node-{n}", "--stream-insecure")
               for n in "abc"}
     addresses = ",".join(f"127.0.0.1:{p}" for p in streams.values())
     scaler_ports = [free_port(), free_port()]
     scalers = [Proc("scaler", "--host", "127.0.0.1", "--port", str(port), "--metrics-port",
-                    str(free_port()), "--agents", addresses) for port in scaler_ports]
+                    str(free_port()), "--agents", addresses, "--agents-insecure")
+               for port in scaler_ports]
     try:
         yield {"agents": agents, "scalers": scalers, "ports": scaler_ports, "tmp": tmp}
     finally:

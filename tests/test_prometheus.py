@@ -77,6 +77,7 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     agent = subprocess.Popen(
         [sys.executable, "-m", "gpuscale.cli", "agent", "--gpu-backend", "sim", "--scenario",
          str(scenario), "--host", "127.0.0.1", "--port", "0", "--hostname", "prom-node",
+         "--stream-port", "-1",
          "--interval", "0.5"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert agent.stdout is not None

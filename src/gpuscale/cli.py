@@ -25,6 +25,7 @@ from gpuscale.attribution.sources import (
     attribute_tick,
     cluster_sources,
 )
+from gpuscale.fleet.tls import TlsFiles
 from gpuscale.telemetry.backend import GpuBackend
 from gpuscale.telemetry.model import Absent, BackendState, NodeSnapshot
 from gpuscale.telemetry.scenario import ScenarioError, builtin_scenarios, load_scenario
@@ -119,6 +120,12 @@ def build_parser() -> argparse.ArgumentParser:
     agent.add_argument("--port", type=int, default=9400, help="metrics port (default 9400)")
     agent.add_argument("--stream-port", type=int, default=9401,
                        help="telemetry stream for scalers (default 9401; -1: off)")
+    agent.add_argument("--stream-tls-cert", type=Path, help="stream server certificate (PEM)")
+    agent.add_argument("--stream-tls-key", type=Path, help="its private key (PEM)")
+    agent.add_argument("--stream-tls-ca", type=Path,
+                       help="CA that signs the scalers' client certificates (PEM)")
+    agent.add_argument("--stream-insecure", action="store_true",
+                       help="serve the stream in plaintext (only on trusted networks)")
     agent.add_argument("--hostname", default="",
                        help="Hostname label on dcgm series (default: $NODE_NAME, else this "
                             "host's name)")
@@ -154,6 +161,13 @@ def build_parser() -> argparse.ArgumentParser:
                     help="kubeconfig (default: in-cluster credentials)")
     sc.add_argument("--config", type=Path, default=None,
                     help="scaler configuration YAML (demand sources)")
+    sc.add_argument("--agent-tls-cert", type=Path, help="client certificate for agents (PEM)")
+    sc.add_argument("--agent-tls-key", type=Path, help="its private key (PEM)")
+    sc.add_argument("--agent-tls-ca", type=Path, help="CA that signs the agents' certificates")
+    sc.add_argument("--agent-tls-server-name", default="gpuscale-agent",
+                    help="name the agents' certificates carry (default gpuscale-agent)")
+    sc.add_argument("--agents-insecure", action="store_true",
+                    help="subscribe in plaintext (only on trusted networks)")
 
     sub.add_parser("profiles", help="list the scaling profiles and signals")
 
@@ -176,6 +190,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "scaler":
         from gpuscale.scaler.main import run_scaler
 
+        try:
+            args.agent_tls = tls_files(args.agent_tls_cert, args.agent_tls_key,
+                                       args.agent_tls_ca)
+        except ValueError as exc:
+            print(f"gpuscale: {exc}", file=sys.stderr)
+            return 2
         return run_scaler(args)
     try:
         backend = make_backend(args.gpu_backend, args.scenario, args.node, args.pcie,
@@ -200,12 +220,23 @@ def _agent(args: argparse.Namespace, backend: GpuBackend) -> int:
         print(f"gpuscale agent ({backend.name} backend) serving metrics at "
               f"http://{host}:{port}/metrics (health: /healthz, /readyz){stream}", flush=True)
 
+    try:
+        tls = tls_files(args.stream_tls_cert, args.stream_tls_key, args.stream_tls_ca)
+    except ValueError as exc:
+        print(f"gpuscale: {exc}", file=sys.stderr)
+        return 2
+    if args.stream_port >= 0 and tls is None and not args.stream_insecure:
+        print("gpuscale: the telemetry stream needs --stream-tls-cert, --stream-tls-key and "
+              "--stream-tls-ca (mutual TLS), or --stream-insecure, or --stream-port -1",
+              file=sys.stderr)
+        return 2
+
     async def serve() -> None:
         nonlocal agent
         sources = await make_sources(args, backend)
         agent = Agent(backend, AgentConfig(args.host, args.port, args.interval, args.hostname,
-                                           None if args.stream_port < 0 else args.stream_port),
-                      sources)
+                                           None if args.stream_port < 0 else args.stream_port,
+                                           tls), sources)
         await run_until_signalled(agent, listening)
 
     try:
@@ -242,6 +273,16 @@ def _gpus(args: argparse.Namespace, backend: GpuBackend) -> int:
     else:
         print(format_table(snap, att))
     return 0 if snap.state is BackendState.OK else 1
+
+
+def tls_files(cert: Path | None, key: Path | None, ca: Path | None) -> TlsFiles | None:
+    """All three TLS files, or none (ValueError for a partial set)."""
+    given = [p for p in (cert, key, ca) if p is not None]
+    if not given:
+        return None
+    if cert is None or key is None or ca is None:
+        raise ValueError("TLS needs a certificate, its key and a CA: all three files")
+    return TlsFiles(cert, key, ca)
 
 
 def _profiles() -> int:

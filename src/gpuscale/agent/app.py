@@ -27,6 +27,7 @@ from gpuscale.attribution.model import AttributionState, NodeAttribution
 from gpuscale.attribution.sources import AttributionSources, attribute_tick
 from gpuscale.engines.scrape import EngineScraper
 from gpuscale.fleet.publisher import TelemetryPublisher
+from gpuscale.fleet.tls import TlsFiles, server_credentials
 from gpuscale.proto import telemetry_pb2_grpc as pb_grpc
 from gpuscale.scaler.fleet import PodRecord, pod_records
 from gpuscale.telemetry.backend import GpuBackend
@@ -47,6 +48,7 @@ class AgentConfig:
     interval: float = 1.0
     hostname: str = ""
     stream_port: int | None = None  # telemetry stream for scalers; None: not served
+    stream_tls: TlsFiles | None = None  # mTLS for the stream; None: plaintext
 
 
 class Agent:
@@ -88,8 +90,10 @@ class Agent:
         if self.publisher is not None:
             stream = grpc.aio.server(options=[("grpc.max_concurrent_streams", 64)])
             pb_grpc.add_AgentTelemetryServicer_to_server(self.publisher, stream)  # type: ignore[no-untyped-call]
-            self.stream_port = stream.add_insecure_port(
-                f"{self.config.host}:{self.config.stream_port}")
+            address = f"{self.config.host}:{self.config.stream_port}"
+            self.stream_port = (
+                stream.add_secure_port(address, server_credentials(self.config.stream_tls))
+                if self.config.stream_tls is not None else stream.add_insecure_port(address))
             await stream.start()
         try:
             if on_listening is not None:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import grpc
 
 from gpuscale.fleet.codec import DecodeError, decode
+from gpuscale.fleet.tls import DEFAULT_SERVER_NAME
 from gpuscale.proto import telemetry_pb2 as pb
 from gpuscale.proto import telemetry_pb2_grpc as pb_grpc
 from gpuscale.scaler.fleet import FleetView
@@ -53,8 +54,10 @@ class AgentLink:
     def __init__(self, address: str, fleet: FleetView, name: str,
                  credentials: Credentials = lambda: None,
                  backoff_s: tuple[float, ...] = BACKOFF_S,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+                 monotonic: Callable[[], float] = time.monotonic,
+                 server_name: str = DEFAULT_SERVER_NAME) -> None:
         self.state = LinkState(address)
+        self._server_name = server_name
         self._fleet = fleet
         self._name = name
         self._credentials = credentials
@@ -86,10 +89,13 @@ class AgentLink:
 
     async def _session(self) -> bool:
         """One subscription; True when it delivered at least one update."""
-        options = [("grpc.max_receive_message_length", MAX_MESSAGE),
-                   ("grpc.keepalive_time_ms", 10_000), ("grpc.keepalive_timeout_ms", 5_000),
-                   ("grpc.enable_retries", 0)]
+        options: list[tuple[str, str | int]] = [
+            ("grpc.max_receive_message_length", MAX_MESSAGE),
+            ("grpc.keepalive_time_ms", 10_000), ("grpc.keepalive_timeout_ms", 5_000),
+            ("grpc.enable_retries", 0)]
         creds = self._credentials()
+        if creds is not None:  # agents are dialled by IP: check the certificate's fixed name
+            options.append(("grpc.ssl_target_name_override", self._server_name))
         channel = (grpc.aio.secure_channel(self.state.address, creds, options)
                    if creds is not None else
                    grpc.aio.insecure_channel(self.state.address, options))
@@ -131,8 +137,10 @@ class FleetSubscriber:
     def __init__(self, fleet: FleetView, name: str, credentials: Credentials = lambda: None,
                  forget_after: float = FORGET_AFTER_S,
                  backoff_s: tuple[float, ...] = BACKOFF_S,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+                 monotonic: Callable[[], float] = time.monotonic,
+                 server_name: str = DEFAULT_SERVER_NAME) -> None:
         self.fleet = fleet
+        self._server_name = server_name
         self._name = name
         self._credentials = credentials
         self._forget_after = forget_after
@@ -153,7 +161,7 @@ class FleetSubscriber:
                 log.info("agent %s left discovery", addr)
         for addr in wanted - self.links.keys():
             link = AgentLink(addr, self.fleet, self._name, self._credentials,
-                             self._backoff_s, self._monotonic)
+                             self._backoff_s, self._monotonic, self._server_name)
             self.links[addr] = (link, asyncio.create_task(link.run(), name=f"agent {addr}"))
 
     def sweep(self) -> None:

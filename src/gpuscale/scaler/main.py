@@ -21,6 +21,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from gpuscale.fleet.subscriber import FleetSubscriber
+from gpuscale.fleet.tls import channel_credentials
 from gpuscale.scaler.demand import ConfigError, DemandSources, ScalerConfig, load_config
 from gpuscale.scaler.fleet import FleetView
 from gpuscale.scaler.service import ScalerServer, ScalerService
@@ -57,7 +58,9 @@ class ScalerCollector(Collector):
 
 async def serve(args: argparse.Namespace) -> None:
     fleet = FleetView()
-    subscriber = FleetSubscriber(fleet, name=socket.gethostname())
+    creds = channel_credentials(args.agent_tls) if args.agent_tls else (lambda: None)
+    subscriber = FleetSubscriber(fleet, name=socket.gethostname(), credentials=creds,
+                                 server_name=args.agent_tls_server_name)
     config = load_config(args.config) if args.config else ScalerConfig()
     demand = DemandSources(config)
     api = None
@@ -140,6 +143,10 @@ def run_scaler(args: argparse.Namespace) -> int:
     if not args.agents and not args.agent_service:
         print("gpuscale: give --agents HOST:PORT,... or --agent-service NAMESPACE/NAME",
               file=sys.stderr)
+        return 2
+    if args.agent_tls is None and not args.agents_insecure:
+        print("gpuscale: agent streams need --agent-tls-cert, --agent-tls-key and "
+              "--agent-tls-ca (mutual TLS), or --agents-insecure", file=sys.stderr)
         return 2
     try:
         asyncio.run(serve(args))

@@ -1,0 +1,152 @@
+"""Mutual TLS on the telemetry stream: certificates from files, rotated under a running
+agent, and connections without the right client certificate refused."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import ipaddress
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from gpuscale.agent.app import Agent, AgentConfig
+from gpuscale.attribution.sources import ScenarioSources
+from gpuscale.fleet.subscriber import FleetSubscriber
+from gpuscale.fleet.tls import TlsFiles, channel_credentials
+from gpuscale.scaler.fleet import FleetView
+from gpuscale.telemetry.scenario import load_scenario
+from gpuscale.telemetry.simulated import SimulatedBackend
+
+Key = ec.EllipticCurvePrivateKey
+
+
+def _name(cn: str) -> x509.Name:
+    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+
+
+def make_ca(cn: str) -> tuple[x509.Certificate, Key]:
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (x509.CertificateBuilder().subject_name(_name(cn)).issuer_name(_name(cn))
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(hours=1))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(key, hashes.SHA256()))
+    return cert, key
+
+
+def issue(ca: tuple[x509.Certificate, Key], cn: str, dns: str) -> tuple[bytes, bytes]:
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (x509.CertificateBuilder().subject_name(_name(cn)).issuer_name(ca[0].subject)
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(hours=1))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName(
+                [x509.DNSName(dns), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                critical=False)
+            .sign(ca[1], hashes.SHA256()))
+    return (cert.public_bytes(serialization.Encoding.PEM),
+            key.private_bytes(serialization.Encoding.PEM,
+                              serialization.PrivateFormat.PKCS8,
+                              serialization.NoEncryption()))
+
+
+def write(d: Path, name: str, ca: tuple[x509.Certificate, Key],
+          leaf: tuple[bytes, bytes]) -> TlsFiles:
+    d.mkdir(parents=True, exist_ok=True)
+    (d / f"{name}.crt").write_bytes(leaf[0])
+    (d / f"{name}.key").write_bytes(leaf[1])
+    (d / f"{name}-ca.crt").write_bytes(ca[0].public_bytes(serialization.Encoding.PEM))
+    return TlsFiles(d / f"{name}.crt", d / f"{name}.key", d / f"{name}-ca.crt")
+
+
+async def until(cond: Callable[[], bool], within: float = 10.0) -> None:
+    deadline = asyncio.get_running_loop().time() + within
+    while not cond():
+        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
+        await asyncio.sleep(0.02)
+
+
+Secured = tuple[Agent, TlsFiles, tuple[x509.Certificate, Key]]
+
+
+@pytest.fixture
+async def secured(tmp_path: Path) -> AsyncIterator[Secured]:
+    ca = make_ca("gpuscale test CA")
+    agent_files = write(tmp_path / "agent", "agent", ca, issue(ca, "agent", "gpuscale-agent"))
+    node = load_scenario("timesliced-node").nodes[0]
+    agent = Agent(SimulatedBackend(node),
+                  AgentConfig("127.0.0.1", 0, 0.2, node.name, 0, agent_files),
+                  ScenarioSources(node))
+    bound: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+    task = asyncio.create_task(agent.run(bound.set_result))
+    await bound
+    yield agent, agent_files, ca
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+
+
+async def subscribe(agent: Agent, creds: Callable[[], object]) -> tuple[FleetSubscriber,
+                                                                         FleetView]:
+    fleet = FleetView()
+    sub = FleetSubscriber(fleet, "test", credentials=creds)  # type: ignore[arg-type]
+    sub.set_addresses([f"127.0.0.1:{agent.stream_port}"])
+    return sub, fleet
+
+
+async def test_mutual_tls_stream(secured: Secured,
+                                 tmp_path: Path) -> None:
+    agent, _, ca = secured
+    scaler_files = write(tmp_path / "scaler", "scaler", ca, issue(ca, "scaler", "scaler"))
+    sub, fleet = await subscribe(agent, channel_credentials(scaler_files))
+    try:
+        await until(lambda: fleet.pod_count() == 7)
+    finally:
+        await sub.close()
+
+
+@pytest.mark.parametrize("who", ["plaintext", "foreign CA"])
+async def test_connections_without_a_trusted_client_certificate_are_refused(
+        secured: Secured, tmp_path: Path,
+        who: str) -> None:
+    agent, _, ca = secured
+    if who == "plaintext":
+        creds: Callable[[], object] = lambda: None  # noqa: E731
+    else:
+        rogue = make_ca("rogue")
+        files = write(tmp_path / "rogue", "rogue", rogue, issue(rogue, "x", "x"))
+        # Trusts the agent's CA (so the failure is the agent refusing the client).
+        files.ca.write_bytes(ca[0].public_bytes(serialization.Encoding.PEM))
+        creds = channel_credentials(files)
+    sub, fleet = await subscribe(agent, creds)
+    try:
+        link = next(iter(sub.links.values()))[0]
+        await until(lambda: link.state.reconnects >= 2)
+        assert fleet.pod_count() == 0
+        assert link.state.error
+    finally:
+        await sub.close()
+
+
+async def test_rotated_certificates_are_picked_up(
+        secured: Secured, tmp_path: Path) -> None:
+    agent, agent_files, _ = secured
+    # Rotate to a new CA: new agent certificate and new trusted client CA, same files.
+    new_ca = make_ca("gpuscale test CA 2")
+    write(tmp_path / "agent", "agent", new_ca, issue(new_ca, "agent", "gpuscale-agent"))
+    scaler_files = write(tmp_path / "scaler2", "scaler", new_ca,
+                         issue(new_ca, "scaler", "scaler"))
+    sub, fleet = await subscribe(agent, channel_credentials(scaler_files))
+    try:
+        await until(lambda: fleet.pod_count() == 7)  # only possible with the reloaded files
+    finally:
+        await sub.close()
+    assert agent_files.cert.read_bytes().startswith(b"-----BEGIN CERTIFICATE-----")
