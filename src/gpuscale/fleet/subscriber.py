@@ -55,9 +55,11 @@ class AgentLink:
                  credentials: Credentials = lambda: None,
                  backoff_s: tuple[float, ...] = BACKOFF_S,
                  monotonic: Callable[[], float] = time.monotonic,
-                 server_name: str = DEFAULT_SERVER_NAME) -> None:
+                 server_name: str = DEFAULT_SERVER_NAME,
+                 on_delay: Callable[[float], None] | None = None) -> None:
         self.state = LinkState(address)
         self._server_name = server_name
+        self._on_delay = on_delay  # seconds from the agent's sample to the update's arrival
         self._fleet = fleet
         self._name = name
         self._credentials = credentials
@@ -126,6 +128,8 @@ class AgentLink:
             log.info("agent %s (%s): receiving again", s.address, msg.node)
         s.seq, s.node, s.last_update, s.error, s.connected = msg.seq, msg.node, now, "", True
         s.updates += 1
+        if self._on_delay is not None:
+            self._on_delay(max(0.0, time.time() - msg.sampled_at))
         if msg.attribution_ok:
             bound = max(3.0 * msg.interval, MIN_STALE_S)
             self._fleet.update_node(msg.node, decode(msg, now, bound))
@@ -138,9 +142,11 @@ class FleetSubscriber:
                  forget_after: float = FORGET_AFTER_S,
                  backoff_s: tuple[float, ...] = BACKOFF_S,
                  monotonic: Callable[[], float] = time.monotonic,
-                 server_name: str = DEFAULT_SERVER_NAME) -> None:
+                 server_name: str = DEFAULT_SERVER_NAME,
+                 on_delay: Callable[[float], None] | None = None) -> None:
         self.fleet = fleet
         self._server_name = server_name
+        self._on_delay = on_delay
         self._name = name
         self._credentials = credentials
         self._forget_after = forget_after
@@ -161,7 +167,8 @@ class FleetSubscriber:
                 log.info("agent %s left discovery", addr)
         for addr in wanted - self.links.keys():
             link = AgentLink(addr, self.fleet, self._name, self._credentials,
-                             self._backoff_s, self._monotonic, self._server_name)
+                             self._backoff_s, self._monotonic, self._server_name,
+                             self._on_delay)
             self.links[addr] = (link, asyncio.create_task(link.run(), name=f"agent {addr}"))
 
     def sweep(self) -> None:

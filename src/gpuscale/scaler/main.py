@@ -16,7 +16,7 @@ import sys
 from collections.abc import Iterable
 
 from aiohttp import web
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -59,8 +59,15 @@ class ScalerCollector(Collector):
 async def serve(args: argparse.Namespace) -> None:
     fleet = FleetView()
     creds = channel_credentials(args.agent_tls) if args.agent_tls else (lambda: None)
+    registry = CollectorRegistry(auto_describe=False)
+    delay = Histogram("gpuscale_scaler_update_delay_seconds",
+                      "From an agent's sample (its wall clock) to the update reaching this "
+                      "scaler; includes clock skew between the nodes.",
+                      buckets=(0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0),
+                      registry=registry)
     subscriber = FleetSubscriber(fleet, name=socket.gethostname(), credentials=creds,
-                                 server_name=args.agent_tls_server_name)
+                                 server_name=args.agent_tls_server_name,
+                                 on_delay=delay.observe)
     config = load_config(args.config) if args.config else ScalerConfig()
     demand = DemandSources(config)
     api = None
@@ -91,7 +98,6 @@ async def serve(args: argparse.Namespace) -> None:
     else:
         subscriber.set_addresses(args.agents)
 
-    registry = CollectorRegistry(auto_describe=False)
     registry.register(ScalerCollector(subscriber))
     server = ScalerServer(ScalerService(fleet, demand=demand.pending, workloads=workloads),
                           host=args.host, port=args.port)
