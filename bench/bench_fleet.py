@@ -141,7 +141,7 @@ async def probe(scaler_port: int, controls: list[tuple[int, int, int]], n: int,
             t0 = time.perf_counter()
             got = await stub.GetMetrics(req)
             latencies.append(time.perf_counter() - t0)
-            return got.metricValues[0].metricValueFloat
+            return float(got.metricValues[0].metricValueFloat)
 
         boosted: dict[int, float] = {}
         for _ in range(n):

@@ -28,6 +28,12 @@ from gpuscale.scaler.service import ScalerServer, ScalerService
 
 log = logging.getLogger(__name__)
 
+WARMUP_S = 15.0
+
+
+def loop_time() -> float:
+    return asyncio.get_running_loop().time()
+
 
 class ScalerCollector(Collector):
     """Per-agent connection state and data age, rendered on every scrape."""
@@ -108,9 +114,26 @@ async def serve(args: argparse.Namespace) -> None:
     async def healthz(_: web.Request) -> web.Response:
         return web.Response(text="ok\n")
 
+    started = loop_time()
+
+    async def readyz(_: web.Request) -> web.Response:
+        """Ready once every discovered agent has delivered an update (or after a warm-up of
+        WARMUP_S, so one dead agent cannot keep every replica out of the Service): a
+        restarted replica does not answer KEDA from a half-filled fleet view."""
+        links = [link.state for link, _ in subscriber.links.values()]
+        waiting = [s.address for s in links if s.updates == 0]
+        if not links:
+            return web.Response(text="no agents discovered yet\n", status=503)
+        if waiting and loop_time() - started < WARMUP_S:
+            return web.Response(text=f"waiting for {len(waiting)} of {len(links)} agents\n",
+                                status=503)
+        return web.Response(text=f"ok: {len(links) - len(waiting)} of {len(links)} agents "
+                                 f"reporting, {fleet.pod_count()} pods\n")
+
     app = web.Application()
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     await web.TCPSite(runner, args.host, args.metrics_port).start()
