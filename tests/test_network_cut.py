@@ -1,0 +1,116 @@
+"""A network cut between an agent and the scaler, with a network namespace this test makes.
+
+The agent runs in its own namespace behind a veth pair; bringing the link down drops its
+traffic without closing anything (the stream just goes silent). Its workload must turn
+UNAVAILABLE within the staleness bound, and recover when the link comes back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gpuscale.fleet.subscriber import FleetSubscriber
+from gpuscale.scaler.evaluate import WorkloadUnavailable, evaluate
+from gpuscale.scaler.fleet import FleetView
+from gpuscale.scaler.profiles import Target
+from gpuscale.scaler.selector import parse_selector
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(os.geteuid() != 0 or shutil.which("ip") is None,
+                       reason="needs root and iproute2 to make a network namespace"),
+]
+
+SCENARIO = """
+nodes:
+  - name: cut-node
+    gpus: [{model: L4}]
+    processes:
+      - {gpu: 0, memory_mib: 1000, load: {constant: 42},
+         pod: {namespace: ns, name: w-0, container: c}}
+"""
+
+
+def sh(*args: str) -> None:
+    subprocess.run(args, check=True, capture_output=True)
+
+
+@pytest.fixture
+def netns() -> Iterator[tuple[str, str, str]]:
+    tag = f"{os.getpid() % 10000}"
+    ns, host_if, ns_if = f"gs-cut-{tag}", f"gsh{tag}", f"gsn{tag}"
+    octet = 1 + os.getpid() % 250
+    host_ip, ns_ip = f"10.231.{octet}.1", f"10.231.{octet}.2"
+    sh("ip", "netns", "add", ns)
+    try:
+        sh("ip", "link", "add", host_if, "type", "veth", "peer", "name", ns_if)
+        sh("ip", "link", "set", ns_if, "netns", ns)
+        sh("ip", "addr", "add", f"{host_ip}/30", "dev", host_if)
+        sh("ip", "link", "set", host_if, "up")
+        sh("ip", "netns", "exec", ns, "ip", "addr", "add", f"{ns_ip}/30", "dev", ns_if)
+        sh("ip", "netns", "exec", ns, "ip", "link", "set", ns_if, "up")
+        sh("ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
+        yield ns, host_if, ns_ip
+    finally:
+        subprocess.run(["ip", "link", "del", host_if], capture_output=True, check=False)
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True, check=False)
+
+
+@pytest.fixture
+def agent_in_netns(netns: tuple[str, str, str], tmp_path: Path) -> Iterator[tuple[str, str]]:
+    """An agent on a simulated node inside the namespace: (host-side link, agent IP)."""
+    ns, host_if, ns_ip = netns
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(SCENARIO)
+    agent = subprocess.Popen(
+        ["ip", "netns", "exec", ns, sys.executable, "-m", "gpuscale.cli", "agent",
+         "--gpu-backend", "sim", "--scenario", str(scenario), "--host", ns_ip, "--port", "0",
+         "--stream-port", "9401", "--stream-insecure", "--interval", "0.5"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    assert agent.stdout is not None
+    assert "gpuscale agent" in agent.stdout.readline()
+    try:
+        yield host_if, ns_ip
+    finally:
+        agent.terminate()
+        agent.wait(10)
+
+
+async def test_cut_link_makes_the_workload_unavailable_then_recovers(
+        agent_in_netns: tuple[str, str]) -> None:
+    host_if, ns_ip = agent_in_netns
+    fleet = FleetView()
+    sub = FleetSubscriber(fleet, "test")
+    sub.set_addresses([f"{ns_ip}:9401"])
+    sel, target = parse_selector("app=w"), Target("gpu-utilization", 70.0, 0.0)
+
+    def value() -> float | str:
+        try:
+            return evaluate(fleet, fleet.select("ns", sel), target, "sum").value
+        except WorkloadUnavailable as exc:
+            return str(exc)
+
+    async def until(expect: object, within: float) -> None:
+        deadline = asyncio.get_running_loop().time() + within
+        while not (value() == expect if not isinstance(expect, type) else
+                   isinstance(value(), expect)):
+            assert asyncio.get_running_loop().time() < deadline, f"got {value()!r}"
+            await asyncio.sleep(0.1)
+
+    try:
+        await until(42.0, 20)
+        sh("ip", "link", "set", host_if, "down")  # traffic dropped, nothing closed
+        await until(str, 10)
+        assert "stale" in str(value())
+        sh("ip", "link", "set", host_if, "up")
+        await until(42.0, 40)  # keepalive or inactivity timeout, then a fresh stream
+    finally:
+        await sub.close()
