@@ -280,3 +280,13 @@ def make_endpointslice(service: str, name: str, endpoints: list[tuple[str, bool]
             "ports": [{"name": "telemetry", "port": port, "protocol": "TCP"}] if port else [],
             "endpoints": [{"addresses": [ip], "conditions": {"ready": ready}}
                           for ip, ready in endpoints]}
+
+
+def api_client(peer: KubeApiPeer, token: str | None = None) -> Any:
+    """A kubernetes_asyncio ApiClient for the peer, with its bearer token (or another)."""
+    from kubernetes_asyncio import client
+
+    conf = client.Configuration(host=f"http://127.0.0.1:{peer.port}")
+    conf.api_key = {"BearerToken": token if token is not None else peer.token}
+    conf.api_key_prefix = {"BearerToken": "Bearer"}
+    return client.ApiClient(conf)

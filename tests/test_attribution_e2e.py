@@ -25,7 +25,7 @@ from gpuscale.telemetry.model import Absent
 from gpuscale.telemetry.scenario import load_scenario
 from gpuscale.telemetry.simulated import SimulatedBackend, gpu_uuid
 from tests.fakenvml import DRIVER, build, gpu_line, proc_line
-from tests.kubeapi import KubeApiPeer, make_pod
+from tests.kubeapi import KubeApiPeer, api_client, make_pod
 from tests.kubelet import KubeletPeer, pod
 
 NODE = load_scenario("timesliced-node").nodes[0]  # GPU 0: 4 pods time-slicing
@@ -66,10 +66,7 @@ async def cluster(tmp_path: Path) -> AsyncIterator[tuple[KubeletPeer, KubeApiPee
 
 async def sources_for(kubelet: KubeletPeer, api: KubeApiPeer, proc: Path
                       ) -> tuple[ClusterSources, asyncio.Task[None], client.ApiClient]:
-    conf = client.Configuration(host=f"http://127.0.0.1:{api.port}")
-    conf.api_key = {"BearerToken": api.token}
-    conf.api_key_prefix = {"BearerToken": "Bearer"}
-    apic = client.ApiClient(conf)
+    apic = api_client(api)
     cache = NodePodCache(apic, NODE.name, backoff_s=(0.05,))
     src = ClusterSources(PodResourcesClient(kubelet.socket_path, timeout=1.0), cache,
                          PidResolver(proc), api=apic)

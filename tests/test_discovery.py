@@ -6,7 +6,6 @@ import asyncio
 from collections.abc import AsyncIterator, Callable
 
 import pytest
-from kubernetes_asyncio import client
 
 from gpuscale.agent.app import Agent, AgentConfig
 from gpuscale.attribution.sources import ScenarioSources
@@ -16,7 +15,7 @@ from gpuscale.scaler.fleet import FleetView
 from gpuscale.scaler.selector import parse_selector
 from gpuscale.telemetry.scenario import parse_scenario
 from gpuscale.telemetry.simulated import SimulatedBackend
-from tests.kubeapi import ENDPOINTSLICES, KubeApiPeer, make_endpointslice
+from tests.kubeapi import ENDPOINTSLICES, KubeApiPeer, api_client, make_endpointslice
 
 DOC = {"nodes": [{"name": f"n{i}", "gpus": [{"model": "L4"}], "processes": [
     {"gpu": 0, "memory_mib": 100, "load": {"constant": 10 * (i + 1)},
@@ -49,10 +48,7 @@ async def agents() -> AsyncIterator[list[Agent]]:
 async def test_endpointslices_drive_the_subscriptions(agents: list[Agent]) -> None:
     peer = KubeApiPeer()
     await peer.start()
-    conf = client.Configuration(host=f"http://127.0.0.1:{peer.port}")
-    conf.api_key = {"BearerToken": peer.token}
-    conf.api_key_prefix = {"BearerToken": "Bearer"}
-    api = client.ApiClient(conf)
+    api = api_client(peer)
     fleet = FleetView()
     sub = FleetSubscriber(fleet, "test", forget_after=0.0)
     a, b = (ag.stream_port for ag in agents)

@@ -6,19 +6,11 @@ import asyncio
 from collections.abc import AsyncIterator, Callable
 
 import pytest
-from kubernetes_asyncio import client
 
 from gpuscale.attribution.model import OwnerRef, PodInfo, PodPhase
 from gpuscale.attribution.pods import NodePodCache, pod_info
 from gpuscale.telemetry.model import Absent
-from tests.kubeapi import KubeApiPeer, make_pod
-
-
-def api_client(peer: KubeApiPeer, token: str | None = None) -> client.ApiClient:
-    conf = client.Configuration(host=f"http://127.0.0.1:{peer.port}")
-    conf.api_key = {"BearerToken": token if token is not None else peer.token}
-    conf.api_key_prefix = {"BearerToken": "Bearer"}
-    return client.ApiClient(conf)
+from tests.kubeapi import KubeApiPeer, api_client, make_pod
 
 
 @pytest.fixture

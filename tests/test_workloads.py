@@ -7,7 +7,6 @@ from collections.abc import AsyncIterator, Callable
 
 import grpc
 import pytest
-from kubernetes_asyncio import client
 
 from gpuscale.proto import externalscaler_pb2 as pb
 from gpuscale.proto import externalscaler_pb2_grpc as pb_grpc
@@ -20,6 +19,7 @@ from tests.kubeapi import (
     SCALEDOBJECTS,
     STATEFULSETS,
     KubeApiPeer,
+    api_client,
     make_scaledobject,
     make_workload,
 )
@@ -35,10 +35,7 @@ async def peer() -> AsyncIterator[KubeApiPeer]:
 
 @pytest.fixture
 async def resolver(peer: KubeApiPeer) -> AsyncIterator[WorkloadResolver]:
-    conf = client.Configuration(host=f"http://127.0.0.1:{peer.port}")
-    conf.api_key = {"BearerToken": peer.token}
-    conf.api_key_prefix = {"BearerToken": "Bearer"}
-    api = client.ApiClient(conf)
+    api = api_client(peer)
     r = WorkloadResolver(api, backoff_s=(0.05,), scale_refresh_s=0.1)
     task = asyncio.create_task(r.run())
     yield r

@@ -12,7 +12,6 @@ import argparse
 import asyncio
 import json
 import logging
-import signal
 import sys
 from collections.abc import Callable
 
@@ -25,6 +24,7 @@ from gpuscale.scaler.demand import ConfigError, DemandSources, ScalerConfig, loa
 from gpuscale.scaler.fleet import FleetView
 from gpuscale.scaler.local import feed
 from gpuscale.scaler.service import ScalerServer, ScalerService
+from gpuscale.shutdown import cancel_on_signals
 from gpuscale.telemetry.model import Absent
 from gpuscale.telemetry.scenario import ScenarioError, load_scenario
 from gpuscale.telemetry.simulated import SimulatedBackend
@@ -55,11 +55,7 @@ async def demo(args: argparse.Namespace) -> None:
     server = ScalerServer(ScalerService(fleet, demand=demand.pending), host=args.host,
                           port=args.port)
     host = "localhost" if args.host in ("0.0.0.0", "::", "[::]") else args.host
-    loop = asyncio.get_running_loop()
-    task = asyncio.current_task()
-    assert task is not None
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, task.cancel)
+    cancel_on_signals()
 
     def agent_up(node: str) -> Callable[[int], None]:
         return lambda port: print(f"agent {node}: metrics at http://{host}:{port}/metrics",

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import signal
 import socket
 import time
 from collections.abc import Callable
@@ -30,6 +29,7 @@ from gpuscale.fleet.publisher import TelemetryPublisher
 from gpuscale.fleet.tls import TlsFiles, server_credentials
 from gpuscale.proto import telemetry_pb2_grpc as pb_grpc
 from gpuscale.scaler.fleet import PodRecord, pod_records
+from gpuscale.shutdown import cancel_on_signals
 from gpuscale.telemetry.backend import GpuBackend
 from gpuscale.telemetry.model import Absent, BackendState, NodeSnapshot, Reading
 
@@ -140,11 +140,7 @@ class Agent:
 
 async def run_until_signalled(agent: Agent, on_listening: Callable[[int], None]) -> None:
     """Run ``agent`` until SIGTERM or SIGINT, then stop it in order."""
-    loop = asyncio.get_running_loop()
-    task = asyncio.current_task()
-    assert task is not None
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, task.cancel)
+    cancel_on_signals()
     try:
         await agent.run(on_listening)
     except asyncio.CancelledError:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import signal
 import socket
 import sys
 from collections.abc import Iterable
@@ -25,6 +24,7 @@ from gpuscale.fleet.tls import channel_credentials
 from gpuscale.scaler.demand import ConfigError, DemandSources, ScalerConfig, load_config
 from gpuscale.scaler.fleet import FleetView
 from gpuscale.scaler.service import ScalerServer, ScalerService
+from gpuscale.shutdown import cancel_on_signals
 
 log = logging.getLogger(__name__)
 
@@ -143,11 +143,7 @@ async def serve(args: argparse.Namespace) -> None:
             await asyncio.sleep(10)
             subscriber.sweep()
 
-    loop = asyncio.get_running_loop()
-    task = asyncio.current_task()
-    assert task is not None
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, task.cancel)
+    cancel_on_signals()
     try:
         async with asyncio.TaskGroup() as tg:
             tg.create_task(server.serve(lambda port: print(
