@@ -1,4 +1,4 @@
-"""Command line: ``gpuscale agent`` and ``gpuscale gpus``."""
+"""Command line: ``gpuscale agent | gpus | scaler | demo | profiles``."""
 
 from __future__ import annotations
 
@@ -57,12 +57,13 @@ async def make_sources(args: argparse.Namespace, backend: GpuBackend,
 
 
 def make_backend(kind: str, scenario: str, node: str | None, pcie: bool,
-                 speed: float = 1.0) -> GpuBackend:
+                 speed: float = 1.0, interval: float = 1.0,
+                 node_name: str = "") -> GpuBackend:
     """Build the backend. ``auto`` takes NVML when it sees at least one GPU, else the sim."""
     if kind in ("nvml", "auto"):
         from gpuscale.telemetry.nvml import NvmlBackend
 
-        nvml = NvmlBackend(pcie=pcie)
+        nvml = NvmlBackend(pcie=pcie, interval=interval, node=node_name)
         if kind == "nvml":
             return nvml
         probe = nvml.sample()
@@ -199,7 +200,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_scaler(args)
     try:
         backend = make_backend(args.gpu_backend, args.scenario, args.node, args.pcie,
-                               args.speed)
+                               args.speed, getattr(args, "interval", 1.0),
+                               getattr(args, "hostname", "") or args.node_name)
     except ScenarioError as exc:
         print(f"gpuscale: {exc}", file=sys.stderr)
         return 2

@@ -50,7 +50,6 @@ class FleetView:
         self._pods: dict[tuple[str, str], PodRecord] = {}
         self._ns_keys: dict[str, set[tuple[str, str]]] = {}
         self._ns_membership: dict[str, int] = {}  # bumps when a namespace's pods change
-        self.version = 0  # bumps on every update
         self._select_cache: dict[tuple[str, str], tuple[int, tuple[tuple[str, str], ...]]] = {}
         self._changed = asyncio.Event()
 
@@ -94,7 +93,6 @@ class FleetView:
         self._ns_membership[namespace] = self._ns_membership.get(namespace, 0) + 1
 
     def _notify(self) -> None:
-        self.version += 1
         self._changed.set()
         self._changed = asyncio.Event()
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import TypeGuard, TypeVar
 
 
 class Absent(enum.Enum):
@@ -27,16 +26,9 @@ class Absent(enum.Enum):
         return f"Absent.{self.name}"
 
 
-T = TypeVar("T", int, float)
-
 #: A reading: a number, or the reason there is none.
 Reading = float | Absent
 IntReading = int | Absent
-
-
-def present(value: T | Absent) -> TypeGuard[T]:
-    """True when ``value`` is a number (and not an ``Absent`` reason)."""
-    return not isinstance(value, Absent)
 
 
 class GpuState(enum.Enum):

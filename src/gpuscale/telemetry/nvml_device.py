@@ -274,7 +274,7 @@ def _read_migs(c: Calls, d: DeviceState, now: float,
                                                  Absent.UNSUPPORTED, Absent.UNSUPPORTED,
                                                  m.gpu_instance_id, m.compute_instance_id)
                                    for p in procs)))
-        if isinstance(mem, Absent) and mem is Absent.UNAVAILABLE:
+        if mem is Absent.UNAVAILABLE:
             d.migs_read_at = -1e18  # the instance may be gone: re-enumerate next tick
     return tuple(out)
 
