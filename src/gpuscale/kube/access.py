@@ -1,0 +1,26 @@
+"""Every Kubernetes API call gpuscale makes, per component, in one place.
+
+The RBAC in deploy/ grants exactly these and nothing else; a test compares the rendered
+roles with this table. When code starts calling something new, add it here first.
+"""
+
+from __future__ import annotations
+
+# (apiGroup, resource, verbs), cluster-wide unless noted
+AGENT: frozenset[tuple[str, str, frozenset[str]]] = frozenset({
+    ("", "pods", frozenset({"list", "watch"})),  # node pod cache (field selector: the node)
+    ("apps", "replicasets", frozenset({"get"})),  # owner chain -> Deployment
+    ("batch", "jobs", frozenset({"get"})),  # owner chain -> CronJob
+})
+
+SCALER: frozenset[tuple[str, str, frozenset[str]]] = frozenset({
+    ("keda.sh", "scaledobjects", frozenset({"list", "watch"})),  # scaleTargetRef
+    ("apps", "deployments", frozenset({"list", "watch"})),  # targets' selectors
+    ("apps", "statefulsets", frozenset({"list", "watch"})),
+    ("*", "*/scale", frozenset({"get"})),  # other scalables' selectors
+})
+
+# Namespaced (the release namespace): agent discovery.
+SCALER_NAMESPACED: frozenset[tuple[str, str, frozenset[str]]] = frozenset({
+    ("discovery.k8s.io", "endpointslices", frozenset({"list", "watch"})),
+})

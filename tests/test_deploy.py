@@ -1,0 +1,183 @@
+"""The manifests in deploy/: rendered with kustomize, validated against the Kubernetes
+schemas of a pinned version and the shared CRDs, RBAC equal to the calls the code makes,
+the PrometheusRule equal to the shipped rule file and unit-tested with promtool."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+from gpuscale.kube import access
+from gpuscale.scaler.metadata import parse_metadata
+
+REPO = Path(__file__).resolve().parent.parent
+DEPLOY = REPO / "deploy"
+SCHEMAS = REPO.parent / "shared" / "schemas"
+K8S_VERSION = "1.33.0"  # the oldest Kubernetes release the manifests promise to support
+CRDS = {
+    ("keda.sh/v1alpha1", "ScaledObject"): "keda.sh_scaledobjects.yaml",
+    ("keda.sh/v1alpha1", "TriggerAuthentication"): "keda.sh_triggerauthentications.yaml",
+    ("monitoring.coreos.com/v1", "ServiceMonitor"): "monitoring.coreos.com_servicemonitors.yaml",
+    ("monitoring.coreos.com/v1", "PodMonitor"): "monitoring.coreos.com_podmonitors.yaml",
+    ("monitoring.coreos.com/v1", "PrometheusRule"): "monitoring.coreos.com_prometheusrules.yaml",
+}
+NOT_OURS = {("http.keda.sh/v1alpha1", "HTTPScaledObject")}  # the HTTP add-on's CRD
+
+
+def _python_patterns(node: Any) -> Any:
+    """CRD schemas carry Go regexes; Python wants inline flags first (``^(?i)x`` ->
+    ``(?i)^x``), the only difference these schemas hit."""
+    if isinstance(node, dict):
+        out = {k: _python_patterns(v) for k, v in node.items()}
+        if isinstance(out.get("pattern"), str) and out["pattern"].startswith("^(?i)"):
+            out["pattern"] = "(?i)^" + out["pattern"][len("^(?i)"):]
+        return out
+    if isinstance(node, list):
+        return [_python_patterns(v) for v in node]
+    return node
+
+
+@cache
+def render(path: str) -> tuple[dict[str, Any], ...]:
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.fail("kubectl not found: ./dev test installs Debian's kubernetes-client")
+    out = subprocess.run([kubectl, "kustomize", str(DEPLOY / path)], capture_output=True,
+                         text=True, check=True)
+    return tuple(d for d in yaml.safe_load_all(out.stdout) if d)
+
+
+def crd_schema(api_version: str, kind: str) -> dict[str, Any]:
+    crd = yaml.safe_load((SCHEMAS / CRDS[(api_version, kind)]).read_text())
+    version = api_version.split("/")[1]
+    schema = next(v["schema"]["openAPIV3Schema"] for v in crd["spec"]["versions"]
+                  if v["name"] == version)
+    return dict(_python_patterns(schema))
+
+
+def validate(obj: dict[str, Any]) -> None:
+    key = (obj["apiVersion"], obj["kind"])
+    if key in CRDS:
+        jsonschema.validate(obj, crd_schema(*key))
+    elif key not in NOT_OURS:
+        kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+
+
+def by_kind(objs: tuple[dict[str, Any], ...], kind: str) -> list[dict[str, Any]]:
+    return [o for o in objs if o["kind"] == kind]
+
+
+@pytest.mark.parametrize("path", ["kustomize/base", "kustomize/overlays/host-pid"])
+def test_every_rendered_object_validates(path: str) -> None:
+    objs = render(path)
+    assert len(objs) >= 15
+    for obj in objs:
+        validate(obj)
+    names = {(o["kind"], o["metadata"]["name"]) for o in objs}
+    assert {("DaemonSet", "gpuscale-agent"), ("Deployment", "gpuscale-scaler"),
+            ("Service", "gpuscale-agent"), ("Service", "gpuscale-scaler"),
+            ("PodDisruptionBudget", "gpuscale-scaler"), ("NetworkPolicy", "gpuscale-agent"),
+            ("ServiceMonitor", "gpuscale"), ("PrometheusRule", "gpuscale")} <= names
+
+
+def test_a_broken_object_is_caught() -> None:
+    """The validation above can fail: a typo'd field is rejected."""
+    ds = dict(by_kind(render("kustomize/base"), "DaemonSet")[0])
+    ds["spec"] = {**ds["spec"], "replicas": 3}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        validate(ds)
+    sm = dict(by_kind(render("kustomize/base"), "ServiceMonitor")[0])
+    sm["spec"] = {**sm["spec"], "endpoints": "not-a-list"}
+    with pytest.raises(jsonschema.ValidationError):
+        validate(sm)
+
+
+def test_agent_daemonset_contract() -> None:
+    ds = by_kind(render("kustomize/base"), "DaemonSet")[0]
+    pod = ds["spec"]["template"]["spec"]
+    (agent,) = pod["containers"]
+    terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    keys = {e["key"] for t in terms["nodeSelectorTerms"] for e in t["matchExpressions"]}
+    assert keys == {"nvidia.com/gpu.present", "feature.node.kubernetes.io/pci-10de.present"}
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in \
+        pod["tolerations"]
+    assert "nvidia.com/gpu" not in str(agent["resources"])  # sees all GPUs, takes none
+    mount = next(m for m in agent["volumeMounts"] if m["name"] == "pod-resources")
+    assert (mount["mountPath"], mount["readOnly"]) == ("/var/lib/kubelet/pod-resources", True)
+    sc = agent["securityContext"]
+    assert sc["readOnlyRootFilesystem"] is True
+    assert sc["capabilities"]["drop"] == ["ALL"]
+    assert sc["runAsNonRoot"] is True
+    assert "hostPID" not in pod
+    assert {"readinessProbe", "livenessProbe"} <= set(agent)
+    host_pid = by_kind(render("kustomize/overlays/host-pid"), "DaemonSet")[0]
+    assert host_pid["spec"]["template"]["spec"]["hostPID"] is True
+
+
+def _rules(obj: dict[str, Any]) -> set[tuple[str, str, frozenset[str]]]:
+    return {(group, resource, frozenset(rule["verbs"]))
+            for rule in obj["rules"] for group in rule["apiGroups"]
+            for resource in rule["resources"]}
+
+
+def test_rbac_grants_exactly_what_the_code_calls() -> None:
+    objs = render("kustomize/base")
+    roles = {(o["kind"], o["metadata"]["name"]): _rules(o)
+             for o in objs if o["kind"] in ("ClusterRole", "Role")}
+    assert roles[("ClusterRole", "gpuscale-agent")] == set(access.AGENT)
+    assert roles[("ClusterRole", "gpuscale-scaler")] == set(access.SCALER)
+    assert roles[("Role", "gpuscale-scaler")] == set(access.SCALER_NAMESPACED)
+
+
+def test_prometheusrule_is_the_shipped_rule_file() -> None:
+    rule = by_kind(render("kustomize/base"), "PrometheusRule")[0]
+    shipped = yaml.safe_load((DEPLOY / "prometheus" / "gpuscale-rules.yaml").read_text())
+    assert rule["spec"] == shipped
+
+
+@pytest.mark.slow
+def test_rules_fire_and_stay_quiet_in_promtool() -> None:
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.fail("promtool not found: ./dev test installs Debian's prometheus package")
+    out = subprocess.run([promtool, "test", "rules",
+                          str(DEPLOY / "prometheus" / "gpuscale-rules.test.yaml")],
+                         capture_output=True, text=True, check=False)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("example", sorted((DEPLOY / "examples").glob("*.yaml")),
+                         ids=lambda p: p.name)
+def test_examples_validate_and_their_metadata_parses(example: Path) -> None:
+    docs = [d for d in yaml.safe_load_all(example.read_text()) if d]
+    triggers = 0
+    for doc in docs:
+        validate(doc)
+        if doc["kind"] != "ScaledObject":
+            continue
+        for trig in doc["spec"]["triggers"]:
+            if trig["type"] == "external" and "gpuscale" in trig["metadata"]["scalerAddress"]:
+                parse_metadata(trig["metadata"])
+                triggers += 1
+    assert triggers >= 1
+
+
+def test_compose_file_validates_against_the_compose_spec() -> None:
+    import json
+
+    schema = json.loads((SCHEMAS / "compose-spec.json").read_text())
+    validator = jsonschema.Draft7Validator(schema)
+    for name in ("compose.yaml", "compose.gpu.yaml"):
+        validator.validate(yaml.safe_load((REPO / name).read_text()))
+    compose = yaml.safe_load((REPO / "compose.yaml").read_text())
+    assert {"agent", "scaler", "prometheus"} <= set(compose["services"])
+    bad = {**compose, "services": {"agent": {"image": 3}}}
+    assert not validator.is_valid(bad)
