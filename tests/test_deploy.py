@@ -75,7 +75,8 @@ def by_kind(objs: tuple[dict[str, Any], ...], kind: str) -> list[dict[str, Any]]
     return [o for o in objs if o["kind"] == kind]
 
 
-@pytest.mark.parametrize("path", ["kustomize/base", "kustomize/overlays/host-pid"])
+@pytest.mark.parametrize("path", ["kustomize/base", "kustomize/overlays/host-pid",
+                                  "kustomize/overlays/tls"])
 def test_every_rendered_object_validates(path: str) -> None:
     objs = render(path)
     assert len(objs) >= 15
@@ -120,6 +121,18 @@ def test_agent_daemonset_contract() -> None:
     assert {"readinessProbe", "livenessProbe"} <= set(agent)
     host_pid = by_kind(render("kustomize/overlays/host-pid"), "DaemonSet")[0]
     assert host_pid["spec"]["template"]["spec"]["hostPID"] is True
+
+
+def test_tls_overlay_leaves_no_plaintext() -> None:
+    objs = render("kustomize/overlays/tls")
+    args = [a for o in objs if o["kind"] in ("DaemonSet", "Deployment")
+            for c in o["spec"]["template"]["spec"]["containers"] for a in c["args"]]
+    assert not [a for a in args if "insecure" in a]
+    assert "--stream-tls-ca=/tls/ca.crt" in args
+    assert "--tls-ca=/tls/ca.crt" in args
+    base_args = [a for o in render("kustomize/base") if o["kind"] == "DaemonSet"
+                 for c in o["spec"]["template"]["spec"]["containers"] for a in c["args"]]
+    assert "--stream-insecure" in base_args  # plaintext only where it says so
 
 
 def _rules(obj: dict[str, Any]) -> set[tuple[str, str, frozenset[str]]]:

@@ -150,3 +150,31 @@ async def test_rotated_certificates_are_picked_up(
     finally:
         await sub.close()
     assert agent_files.cert.read_bytes().startswith(b"-----BEGIN CERTIFICATE-----")
+
+
+async def test_keda_side_of_the_scaler_over_mutual_tls(tmp_path: Path) -> None:
+    """What a TriggerAuthentication with caCert, tlsClientCert and tlsClientKey does."""
+    import grpc
+
+    from gpuscale.fleet.tls import server_credentials
+    from gpuscale.proto import externalscaler_pb2 as pb
+    from gpuscale.proto import externalscaler_pb2_grpc as pb_grpc
+    from gpuscale.scaler.service import ScalerServer, ScalerService
+
+    ca = make_ca("keda-gpuscale CA")
+    server_files = write(tmp_path / "s", "scaler", ca, issue(ca, "scaler", "gpuscale-scaler"))
+    keda_files = write(tmp_path / "k", "keda", ca, issue(ca, "keda", "keda"))
+    server = ScalerServer(ScalerService(FleetView()), host="127.0.0.1", port=0,
+                          credentials=server_credentials(server_files))
+    await server.start()
+    ref = pb.ScaledObjectRef(name="so", namespace="ns", scalerMetadata={"podSelector": "a=b"})
+    try:
+        opts = [("grpc.ssl_target_name_override", "gpuscale-scaler")]
+        async with grpc.aio.secure_channel(f"127.0.0.1:{server.port}",
+                                           channel_credentials(keda_files)(), opts) as ch:
+            assert (await pb_grpc.ExternalScalerStub(ch).IsActive(ref)).result is False
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as ch:
+            with pytest.raises(grpc.aio.AioRpcError):
+                await pb_grpc.ExternalScalerStub(ch).IsActive(ref, timeout=3)
+    finally:
+        await server.stop(0.2)

@@ -169,6 +169,11 @@ def build_parser() -> argparse.ArgumentParser:
                     help="name the agents' certificates carry (default gpuscale-agent)")
     sc.add_argument("--agents-insecure", action="store_true",
                     help="subscribe in plaintext (only on trusted networks)")
+    sc.add_argument("--tls-cert", type=Path, help="KEDA-facing server certificate (PEM)")
+    sc.add_argument("--tls-key", type=Path, help="its private key (PEM)")
+    sc.add_argument("--tls-ca", type=Path,
+                    help="CA of KEDA's client certificate (TriggerAuthentication caCert's "
+                         "counterpart); with these three KEDA must connect with mTLS")
 
     sub.add_parser("profiles", help="list the scaling profiles and signals")
 
@@ -194,6 +199,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             args.agent_tls = tls_files(args.agent_tls_cert, args.agent_tls_key,
                                        args.agent_tls_ca)
+            args.tls = tls_files(args.tls_cert, args.tls_key, args.tls_ca)
         except ValueError as exc:
             print(f"gpuscale: {exc}", file=sys.stderr)
             return 2

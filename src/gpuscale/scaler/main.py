@@ -20,7 +20,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from gpuscale.fleet.subscriber import FleetSubscriber
-from gpuscale.fleet.tls import channel_credentials
+from gpuscale.fleet.tls import channel_credentials, server_credentials
 from gpuscale.scaler.demand import ConfigError, DemandSources, ScalerConfig, load_config
 from gpuscale.scaler.fleet import FleetView
 from gpuscale.scaler.service import ScalerServer, ScalerService
@@ -106,7 +106,8 @@ async def serve(args: argparse.Namespace) -> None:
 
     registry.register(ScalerCollector(subscriber))
     server = ScalerServer(ScalerService(fleet, demand=demand.pending, workloads=workloads),
-                          host=args.host, port=args.port)
+                          host=args.host, port=args.port,
+                          credentials=server_credentials(args.tls) if args.tls else None)
 
     async def metrics(_: web.Request) -> web.Response:
         return web.Response(body=generate_latest(registry), content_type="text/plain")

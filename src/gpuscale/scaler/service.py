@@ -169,7 +169,8 @@ class ScalerServer:
     """The gRPC server: ExternalScaler, health checking and reflection, one port."""
 
     def __init__(self, service: ScalerService, host: str = "[::]",
-                 port: int = DEFAULT_PORT) -> None:
+                 port: int = DEFAULT_PORT,
+                 credentials: grpc.ServerCredentials | None = None) -> None:
         self.service = service
         self.health = HealthServicer()
         self._server = grpc.aio.server(options=[
@@ -181,7 +182,8 @@ class ScalerServer:
             (SERVICE, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
              reflection.SERVICE_NAME), self._server)
         address = host if host.startswith("unix:") else f"{host}:{port}"
-        bound = self._server.add_insecure_port(address)
+        bound = (self._server.add_secure_port(address, credentials) if credentials is not None
+                 else self._server.add_insecure_port(address))
         if bound == 0 and not host.startswith("unix:"):
             raise OSError(f"cannot listen on {address}")
         self.port = bound
