@@ -194,3 +194,68 @@ def test_compose_file_validates_against_the_compose_spec() -> None:
     assert {"agent", "scaler", "prometheus"} <= set(compose["services"])
     bad = {**compose, "services": {"agent": {"image": 3}}}
     assert not validator.is_valid(bad)
+
+
+HELM_COMBINATIONS = {
+    "defaults": None,
+    "host-pid": {"agent": {"hostPID": True}},
+    "tls": {"tls": {"enabled": True}},
+    "minimal": {"createNamespace": False, "networkPolicy": {"enabled": False},
+                "serviceMonitor": {"enabled": False}, "prometheusRule": {"enabled": False},
+                "scaler": {"replicas": 3}, "agent": {"interval": 0.5}},
+}
+
+
+def helm_render(values: dict[str, Any] | None) -> list[dict[str, Any]]:
+    from helm_python.chart import Chart
+
+    chart = Chart.load(DEPLOY / "helm" / "gpuscale")
+    out = chart.render(values, name="gpuscale", namespace="gpuscale", is_install=True)
+    return [d for text in out.values() for d in yaml.safe_load_all(text) if d]
+
+
+def _key(o: dict[str, Any]) -> tuple[str, str]:
+    return o["kind"], o["metadata"]["name"]
+
+
+def test_helm_defaults_render_the_kustomize_base() -> None:
+    helm = sorted(helm_render(None), key=_key)
+    kustomize = sorted(render("kustomize/base"), key=_key)
+    assert [_key(o) for o in helm] == [_key(o) for o in kustomize]
+    for h, k in zip(helm, kustomize, strict=True):
+        assert h == k, _key(h)
+
+
+@pytest.mark.parametrize("combo", sorted(HELM_COMBINATIONS))
+def test_helm_value_combinations_validate(combo: str) -> None:
+    objs = helm_render(HELM_COMBINATIONS[combo])
+    for obj in objs:
+        validate(obj)
+    kinds = {o["kind"] for o in objs}
+    if combo == "minimal":
+        assert not kinds & {"Namespace", "NetworkPolicy", "ServiceMonitor", "PrometheusRule"}
+    if combo in ("tls", "host-pid"):
+        overlay = sorted(render(f"kustomize/overlays/{combo}"), key=_key)
+        ds = [o for o in overlay if o["kind"] == "DaemonSet"][0]
+        helm_ds = [o for o in objs if o["kind"] == "DaemonSet"][0]
+        assert helm_ds["spec"]["template"]["spec"].get("hostPID") == \
+            ds["spec"]["template"]["spec"].get("hostPID")
+        assert helm_ds["spec"]["template"]["spec"]["containers"][0]["args"] == \
+            ds["spec"]["template"]["spec"]["containers"][0]["args"]
+
+
+def test_helm_lint_and_values_schema() -> None:
+    from helm_python.chart import Chart, lint
+    from helm_python.errors import HelmError
+
+    report = lint(DEPLOY / "helm" / "gpuscale", strict=True, namespace="gpuscale")
+    assert report["errors"] == []
+    assert [m for m in report["messages"] if m["severity"] >= 2] == []
+    chart = Chart.load(DEPLOY / "helm" / "gpuscale")
+    chart.validate_schema({"scaler": {"replicas": 2}})
+    for bad, where in (({"scaler": {"replicas": 0}}, "/scaler/replicas"),
+                       ({"agent": {"interval": 0.05}}, "/agent/interval"),
+                       ({"tls": {"enabled": "yes"}}, "/tls/enabled"),
+                       ({"unknown": 1}, "unknown")):
+        with pytest.raises(HelmError, match=where):
+            chart.validate_schema(bad)
