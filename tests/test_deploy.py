@@ -236,8 +236,8 @@ def test_helm_value_combinations_validate(combo: str) -> None:
         assert not kinds & {"Namespace", "NetworkPolicy", "ServiceMonitor", "PrometheusRule"}
     if combo in ("tls", "host-pid"):
         overlay = sorted(render(f"kustomize/overlays/{combo}"), key=_key)
-        ds = [o for o in overlay if o["kind"] == "DaemonSet"][0]
-        helm_ds = [o for o in objs if o["kind"] == "DaemonSet"][0]
+        ds = next(o for o in overlay if o["kind"] == "DaemonSet")
+        helm_ds = next(o for o in objs if o["kind"] == "DaemonSet")
         assert helm_ds["spec"]["template"]["spec"].get("hostPID") == \
             ds["spec"]["template"]["spec"].get("hostPID")
         assert helm_ds["spec"]["template"]["spec"]["containers"][0]["args"] == \
