@@ -217,3 +217,21 @@ async def test_unix_socket(fleet: FleetView) -> None:
             assert got.metricValues[0].metricValueFloat == 12.0
     finally:
         await server.stop(0.5)  # gRPC removes the socket file
+
+
+async def test_answers_are_counted_by_method_and_status(fleet: FleetView) -> None:
+    counted: list[tuple[str, str]] = []
+    server = ScalerServer(ScalerService(fleet, count=lambda m, c: counted.append((m, c))),
+                          host="127.0.0.1", port=0)
+    await server.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+            stub = pb_grpc.ExternalScalerStub(channel)
+            fleet.update_node("node-a", [rec("v-0", Absent.SHARED)])
+            await stub.GetMetricSpec(ref())
+            await code_of(stub.GetMetrics(metrics()))
+            await code_of(stub.IsActive(ref(profile="nope")))
+    finally:
+        await server.stop(0.2)
+    assert counted == [("GetMetricSpec", "OK"), ("GetMetrics", "UNAVAILABLE"),
+                       ("IsActive", "INVALID_ARGUMENT")]

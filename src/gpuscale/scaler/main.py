@@ -15,7 +15,7 @@ import sys
 from collections.abc import Iterable
 
 from aiohttp import web
-from prometheus_client import CollectorRegistry, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -105,7 +105,11 @@ async def serve(args: argparse.Namespace) -> None:
         subscriber.set_addresses(args.agents)
 
     registry.register(ScalerCollector(subscriber))
-    server = ScalerServer(ScalerService(fleet, demand=demand.pending, workloads=workloads),
+    requests = Counter("gpuscale_scaler_requests", "KEDA calls answered, by method and gRPC "
+                       "status (UNAVAILABLE: missing or stale data).",
+                       ["method", "code"], registry=registry)
+    server = ScalerServer(ScalerService(fleet, demand=demand.pending, workloads=workloads,
+                                        count=lambda m, c: requests.labels(m, c).inc()),
                           host=args.host, port=args.port,
                           credentials=server_credentials(args.tls) if args.tls else None)
 

@@ -38,11 +38,28 @@ Context = grpc.aio.ServicerContext[Any, Any]
 DemandCheck = Callable[[str], bool | None]  # demand source name -> pending work? (None: unknown)
 
 
+Count = Callable[[str, str], None]  # (method, status code name) -> record one answer
+
+
+class _Answered:
+    """Counts every RPC's outcome (OK, INVALID_ARGUMENT, UNAVAILABLE, ...) by method."""
+
+    def __init__(self, count: Count | None) -> None:
+        self._count = count
+
+    def __call__(self, method: str, context: Context) -> None:
+        if self._count is not None:
+            code = context.code()
+            self._count(method, code.name if code is not None else "OK")
+
+
 class ScalerService(pb_grpc.ExternalScalerServicer):
     def __init__(self, fleet: FleetView, demand: DemandCheck | None = None,
                  resend_s: float = STREAM_RESEND_S,
-                 workloads: WorkloadResolver | None = None) -> None:
+                 workloads: WorkloadResolver | None = None,
+                 count: Count | None = None) -> None:
         self.fleet = fleet
+        self._answered = _Answered(count)
         self._demand = demand
         self._workloads = workloads
         self._resend_s = resend_s
@@ -104,7 +121,7 @@ class ScalerService(pb_grpc.ExternalScalerServicer):
 
     # -- the contract --------------------------------------------------------------------
 
-    async def IsActive(self, request: pb.ScaledObjectRef,
+    async def _IsActive(self, request: pb.ScaledObjectRef,
                        context: Context) -> pb.IsActiveResponse:
         cfg = await self._config(request, context)
         try:
@@ -138,7 +155,7 @@ class ScalerService(pb_grpc.ExternalScalerServicer):
             for task in pending:
                 task.cancel()
 
-    async def GetMetricSpec(self, request: pb.ScaledObjectRef,
+    async def _GetMetricSpec(self, request: pb.ScaledObjectRef,
                             context: Context) -> pb.GetMetricSpecResponse:
         return self._spec(await self._config(request, context))
 
@@ -149,7 +166,7 @@ class ScalerService(pb_grpc.ExternalScalerServicer):
         yield self._spec(await self._config(request, context))
         await self.stopping.wait()
 
-    async def GetMetrics(self, request: pb.GetMetricsRequest,
+    async def _GetMetrics(self, request: pb.GetMetricsRequest,
                          context: Context) -> pb.GetMetricsResponse:
         ref = request.scaledObjectRef
         cfg = await self._config(ref, context)
@@ -163,6 +180,28 @@ class ScalerService(pb_grpc.ExternalScalerServicer):
         return pb.GetMetricsResponse(metricValues=[pb.MetricValue(
             metricName=request.metricName, metricValue=round(value),
             metricValueFloat=value)])
+
+
+    async def IsActive(self, request: pb.ScaledObjectRef,
+                       context: Context) -> pb.IsActiveResponse:
+        try:
+            return await self._IsActive(request, context)
+        finally:
+            self._answered("IsActive", context)
+
+    async def GetMetricSpec(self, request: pb.ScaledObjectRef,
+                            context: Context) -> pb.GetMetricSpecResponse:
+        try:
+            return await self._GetMetricSpec(request, context)
+        finally:
+            self._answered("GetMetricSpec", context)
+
+    async def GetMetrics(self, request: pb.GetMetricsRequest,
+                         context: Context) -> pb.GetMetricsResponse:
+        try:
+            return await self._GetMetrics(request, context)
+        finally:
+            self._answered("GetMetrics", context)
 
 
 class ScalerServer:
