@@ -5,11 +5,13 @@
 
 FROM python:3.11.7-slim-bookworm AS build
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md deploy/image-constraints.txt ./
 COPY src ./src
+# Every runtime dependency pinned (deploy/image-constraints.txt: `pip freeze` of a clean
+# install of the package; regenerate when pyproject.toml's dependencies change).
 RUN python -m venv /opt/gpuscale \
  && /opt/gpuscale/bin/pip install --no-cache-dir --upgrade pip==25.3 \
- && /opt/gpuscale/bin/pip install --no-cache-dir . \
+ && /opt/gpuscale/bin/pip install --no-cache-dir -c image-constraints.txt . \
  && find /opt/gpuscale -name '__pycache__' -prune -exec rm -rf {} +
 
 FROM python:3.11.7-slim-bookworm

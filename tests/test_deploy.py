@@ -259,3 +259,34 @@ def test_helm_lint_and_values_schema() -> None:
                        ({"unknown": 1}, "unknown")):
         with pytest.raises(HelmError, match=where):
             chart.validate_schema(bad)
+
+
+def test_dashboard_queries_only_series_gpuscale_exports() -> None:
+    """Every metric the Grafana dashboard queries is one the agent or scaler exposes."""
+    import json
+    import re
+
+    dash = json.loads((DEPLOY / "grafana" / "gpuscale-dashboard.json").read_text())
+    exprs = [t["expr"] for p in dash["panels"] for t in p["targets"]]
+    used = {m for e in exprs for m in re.findall(r"\b((?:DCGM_FI|gpuscale)_[A-Za-z_]+)", e)}
+    sources = "\n".join(p.read_text() for p in (REPO / "src" / "gpuscale").rglob("*.py"))
+    for metric in used:
+        base = re.sub(r"_(bucket|total|count|sum)$", "", metric)
+        assert f'"{base}' in sources, f"{metric} is not exported by gpuscale"
+    assert len(used) >= 10
+
+
+def test_image_constraints_pin_every_runtime_dependency() -> None:
+    """The image installs with deploy/image-constraints.txt: every direct dependency in
+    pyproject.toml must be pinned there (a new one would otherwise float)."""
+    import re
+    import tomllib
+
+    deps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    pins = {re.split(r"==", line)[0].lower().replace("_", "-")
+            for line in (DEPLOY / "image-constraints.txt").read_text().splitlines() if line}
+    for dep in deps:
+        name = re.split(r"[<>=!~ ;\[]", dep)[0].lower().replace("_", "-")
+        assert name in pins, f"{name} is not pinned in deploy/image-constraints.txt"
+    assert "COPY pyproject.toml README.md deploy/image-constraints.txt" in (
+        REPO / "Dockerfile").read_text()
