@@ -175,6 +175,18 @@ def build_parser() -> argparse.ArgumentParser:
                     help="CA of KEDA's client certificate (TriggerAuthentication caCert's "
                          "counterpart); with these three KEDA must connect with mTLS")
 
+    sim = sub.add_parser("simulate", help="replay a request trace through KEDA + HPA and "
+                                          "compare scaling policies")
+    sim.add_argument("--trace", type=Path, required=True,
+                     help="CSV: TIMESTAMP, ContextTokens, GeneratedTokens (Azure LLM format)")
+    sim.add_argument("--rate", type=float, default=1.0,
+                     help="multiply the arrivals (e.g. 8: eight times the traffic)")
+    sim.add_argument("--speedup", type=float, default=1.0,
+                     help="compress time (2: the trace plays in half the time)")
+    sim.add_argument("--duration", type=float, default=None,
+                     help="simulated seconds (default: the whole trace)")
+    sim.add_argument("--json", action="store_true", help="results as JSON")
+
     sub.add_parser("profiles", help="list the scaling profiles and signals")
 
     gpus = sub.add_parser("gpus", help="show this node's GPUs, MIG instances and processes")
@@ -189,6 +201,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.command == "profiles":
         return _profiles()
+    if args.command == "simulate":
+        return _simulate(args)
     if args.command == "demo":
         from gpuscale.demo import run_demo
 
@@ -291,6 +305,31 @@ def tls_files(cert: Path | None, key: Path | None, ca: Path | None) -> TlsFiles 
     if cert is None or key is None or ca is None:
         raise ValueError("TLS needs a certificate, its key and a CA: all three files")
     return TlsFiles(cert, key, ca)
+
+
+def _simulate(args: argparse.Namespace) -> int:
+    from gpuscale.control.simulate import compare, format_table, scale_trace
+    from gpuscale.telemetry.load import TraceError, read_trace
+
+    try:
+        trace = read_trace(args.trace)
+    except TraceError as exc:
+        print(f"gpuscale: {exc}", file=sys.stderr)
+        return 2
+    requests = scale_trace(trace, args.rate, args.speedup, args.duration)
+    if not requests:
+        print("gpuscale: no request in the chosen slice of the trace", file=sys.stderr)
+        return 2
+    duration = args.duration or requests[-1].arrival_s + 300.0
+    results = compare(requests, duration)
+    if args.json:
+        print(json.dumps([{k: v for k, v in asdict(r).items() if k != "timeline"}
+                          for r in results], indent=2))
+    else:
+        print(f"{len(requests)} requests over {duration / 60:.0f} simulated minutes; SLO: "
+              f"time to first token <= 2 s")
+        print(format_table(results))
+    return 0
 
 
 def _profiles() -> int:

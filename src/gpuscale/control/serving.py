@@ -76,11 +76,12 @@ class ServingFleet:
         self.done: list[Request] = []
         self.gpu_seconds = 0.0
 
-    def set_replicas(self, n: int, now: float) -> None:
-        """Scale to ``n``: new replicas start cold; removed ones (the newest first) give
+    def set_replicas(self, n: int, now: float, warm: bool = False) -> None:
+        """Scale to ``n``: new replicas start cold (``warm``: already running, for the
+        replicas that exist when a simulation starts); removed ones (the newest first) give
         their requests back to the front of the queue."""
         while len(self.replicas) < n:
-            self.replicas.append(Replica(now, now + self.p.cold_start_s))
+            self.replicas.append(Replica(now, now if warm else now + self.p.cold_start_s))
         while len(self.replicas) > n:
             gone = self.replicas.pop()
             for r in reversed(gone.running):
@@ -95,7 +96,7 @@ class ServingFleet:
         for rep in self.replicas:
             if now < rep.ready_at:
                 continue
-            self._admit(rep)
+            self._admit(rep, dt)
             elapsed = 0.0
             for r in rep.running:  # prefill first, one prompt after another
                 if not r.prefilled:
@@ -113,15 +114,22 @@ class ServingFleet:
             rep.running = [r for r in rep.running if r.generated < r.output]
             self.done.extend(finished)
 
-    def _admit(self, rep: Replica) -> None:
+    def _admit(self, rep: Replica, dt: float) -> None:
+        """Take waiting requests while the batch, the KV cache and this step's prefill
+        budget allow (so a burst spreads over the replicas instead of piling prefills on
+        the first one, as a scheduler with chunked prefill would)."""
         kv = rep.kv_used()
+        prefill = 0.0
         while self.queue and len(rep.running) < self.p.max_batch:
             nxt = self.queue[0]
             if kv + nxt.prompt + nxt.output > self.p.kv_tokens and rep.running:
                 break
+            if prefill > 0 and prefill + nxt.prompt > self.p.prefill_tps * dt:
+                break
             self.queue.popleft()
             rep.running.append(nxt)
             kv += nxt.prompt + nxt.output
+            prefill += nxt.prompt
 
     def signals(self, now: float) -> list[ReplicaSignals]:
         ready = [r for r in self.replicas if now >= r.ready_at]

@@ -1,0 +1,215 @@
+"""``gpuscale simulate``: replay a request trace through KEDA + HPA + a scaling policy and
+the serving model, for several policies side by side.
+
+Each policy runs its own copy of the world: a ServingFleet fed the same arrivals, the KEDA
+and HPA models, and a signal. gpuscale's profiles use the real signal code: the replicas'
+simulated telemetry becomes PodRecords in a FleetView, and ``evaluate`` (the scaler's own
+aggregation) gives the number KEDA would get. The other policies stand for what people run
+today: the per-node scaler's maximum GPU utilization under AverageValue, a GPU-blind CPU
+HPA, static provisioning at the peak, and an oracle that knows the future load.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from gpuscale.control.hpa import Hpa, Metric
+from gpuscale.control.keda import Keda, ScaledObjectSpec
+from gpuscale.control.serving import Request, ServingFleet, ServingParams
+from gpuscale.scaler.evaluate import WorkloadUnavailable, evaluate
+from gpuscale.scaler.fleet import FleetView, PodRecord
+from gpuscale.scaler.metadata import parse_metadata
+from gpuscale.scaler.selector import parse_selector
+from gpuscale.telemetry.load import Request as TraceRequest
+
+HPA_SYNC_S = 15.0
+SLO_TTFT_S = 2.0
+_SELECTOR = parse_selector("app=llm")
+
+Signal = Callable[[ServingFleet, float], list[Metric]]
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    policy: str
+    gpu_hours: float
+    slo_violation_minutes: int
+    minutes: int
+    replica_changes_per_hour: float
+    max_replicas: int
+    p95_ttft_s: float
+    unserved: int  # requests still queued or running at the end
+    timeline: tuple[tuple[float, int, float], ...] = field(default=(), repr=False)
+    #   (time, replicas, requests waiting), one per minute
+
+
+def profile_signal(metadata: dict[str, str]) -> Signal:
+    """The real gpuscale path: replicas' signals -> FleetView -> evaluate (sum)."""
+    cfg = parse_metadata({"podSelector": "app=llm", **metadata})
+
+    def signal(fleet: ServingFleet, now: float) -> list[Metric]:
+        view = FleetView(monotonic=lambda: now)
+        records = [PodRecord("sim", f"llm-{i}", "node", {"app": "llm"}, None, s.ready,
+                             {"gpu-utilization": s.duty_cycle, "vllm-waiting": s.waiting,
+                              "vllm-running": float(s.running), "vllm-kv-cache": s.kv_cache}
+                             if s.ready else {}, now)
+                   for i, s in enumerate(fleet.signals(now))]
+        view.update_node("node", records)
+        pods = view.select("sim", _SELECTOR)
+        out = []
+        for t in cfg.targets:
+            try:
+                value: float | None = evaluate(view, pods, t, cfg.value_mode).value
+            except WorkloadUnavailable:
+                value = None  # the HPA then keeps the current count
+            out.append(Metric("External", "AverageValue", t.target, value))
+        return out
+    return signal
+
+
+def node_max_signal(fleet: ServingFleet, now: float) -> list[Metric]:
+    """The per-node scaler: one node's highest GPU utilization, as an AverageValue."""
+    ready = [s.duty_cycle for s in fleet.signals(now) if s.ready]
+    return [Metric("External", "AverageValue", 70.0, max(ready) if ready else 0.0)]
+
+
+def cpu_signal(fleet: ServingFleet, now: float) -> list[Metric]:
+    """A GPU-blind HPA on CPU: an inference server's CPU barely moves with GPU load
+    (tokenization and scheduling; modelled 15 % + 10 % x duty cycle)."""
+    values = tuple(15.0 + 0.1 * s.duty_cycle for s in fleet.signals(now) if s.ready)
+    return [Metric("Pods", "AverageValue", 70.0, pod_values=values or (None,))]
+
+
+def needed_replicas(requests: Sequence[TraceRequest], duration: float, params: ServingParams,
+                    window_s: float = 60.0, busy: float = 0.8) -> list[int]:
+    """Per second: replicas the next window's work needs at ``busy`` (the oracle's plan).
+    A request costs a replica prompt/prefill_tps seconds of prefill and output/decode_max
+    seconds of decode (at full batch)."""
+    per_s = [0.0] * (int(duration) + 2)
+    for r in requests:
+        per_s[min(int(r.arrival_s), len(per_s) - 1)] += (
+            r.input_tokens / params.prefill_tps + r.output_tokens / params.decode_tps_max)
+    out = []
+    w = int(window_s)
+    for t in range(len(per_s)):
+        seconds_of_work = sum(per_s[t:t + w]) / w
+        out.append(max(1, math.ceil(seconds_of_work / busy)))
+    return out
+
+
+def run_policy(name: str, requests: Sequence[TraceRequest], duration: float,
+               params: ServingParams, signal: Signal | None = None,
+               static: int | None = None, plan: list[int] | None = None,
+               min_replicas: int = 1, max_replicas: int = 64, dt: float = 1.0) -> Result:
+    fleet = ServingFleet(params)
+    hpa = Hpa(max(min_replicas, 1), max_replicas)
+    keda = Keda(ScaledObjectSpec(min_replicas=min_replicas, max_replicas=max_replicas))
+    replicas = static if static is not None else max(min_replicas, 1)
+    if plan is not None:
+        replicas = plan[0]
+    fleet.set_replicas(replicas, 0.0, warm=True)  # what runs when the window opens
+    i, changes, last_sync, last_poll = 0, 0, -HPA_SYNC_S, None
+    timeline = []
+    order = sorted(requests, key=lambda r: r.arrival_s)
+    steps = int(duration / dt)
+    for k in range(steps):
+        now = k * dt
+        batch = []
+        while i < len(order) and order[i].arrival_s < now + dt:
+            r = order[i]
+            batch.append(Request(r.arrival_s, r.input_tokens, r.output_tokens))
+            i += 1
+        fleet.arrive(batch)
+        fleet.step(now, dt)
+        desired = replicas
+        if plan is not None:  # the oracle: provision ahead by the cold start
+            ahead = min(len(plan) - 1, int(now + params.cold_start_s))
+            desired = max(plan[int(now):ahead + 1] or [replicas])
+        elif signal is not None:
+            metrics = signal(fleet, now)
+            if keda.due(now, last_poll):
+                last_poll = now
+                values = [m.value for m in metrics]
+                active: bool | None = None  # every metric failed: a scaler error
+                if not values or any(v is not None for v in values):
+                    active = len(fleet.queue) > 0 or any(v is not None and v > 0
+                                                         for v in values)
+                set_to = keda.poll(now, replicas, active)
+                if set_to is not None:
+                    desired = set_to
+            if desired == replicas and replicas > 0 and now - last_sync >= HPA_SYNC_S:
+                last_sync = now
+                ready = sum(1 for s in fleet.signals(now) if s.ready)
+                desired = hpa.step(now, replicas, metrics, ready)
+        if desired != replicas:
+            fleet.set_replicas(desired, now)
+            changes += 1
+            replicas = desired
+        if k % int(60 / dt) == 0:
+            timeline.append((now, replicas, float(len(fleet.queue))))
+    minutes = max(1, int(duration // 60))
+    bad = set()
+    ttft = []
+    for req in fleet.done:
+        if req.first_token is not None:
+            wait = req.first_token - req.arrival
+            ttft.append(wait)
+            if wait > SLO_TTFT_S:
+                bad.add(int(req.arrival // 60))
+    unserved = len(fleet.queue) + sum(len(rep.running) for rep in fleet.replicas)
+    # Requests never served count against the minute they arrived in.
+    for queued in list(fleet.queue):
+        bad.add(int(queued.arrival // 60))
+    ttft.sort()
+    return Result(name, fleet.gpu_seconds / 3600.0, len(bad), minutes,
+                  changes / (duration / 3600.0), max(t[1] for t in timeline),
+                  ttft[int(len(ttft) * 0.95)] if ttft else 0.0, unserved, tuple(timeline))
+
+
+def compare(requests: Sequence[TraceRequest], duration: float,
+            params: ServingParams | None = None) -> list[Result]:
+    params = params or ServingParams()
+    plan = needed_replicas(requests, duration, params)
+    peak = max(plan)
+    return [
+        run_policy("gpuscale vllm-inference", requests, duration, params,
+                   profile_signal({"profile": "vllm-inference"})),
+        run_policy("gpuscale gpu-utilization", requests, duration, params,
+                   profile_signal({"profile": "gpu-utilization"})),
+        run_policy("node-max GPU util (AverageValue)", requests, duration, params,
+                   node_max_signal),
+        run_policy("CPU-based HPA", requests, duration, params, cpu_signal),
+        run_policy(f"static at peak ({peak})", requests, duration, params, static=peak),
+        run_policy("oracle", requests, duration, params, plan=plan),
+    ]
+
+
+def scale_trace(requests: Sequence[TraceRequest], rate: float, speedup: float,
+                limit_s: float | None) -> list[TraceRequest]:
+    """``rate`` x the arrivals (each request repeated/thinned), time compressed by
+    ``speedup``, cut at ``limit_s`` simulated seconds."""
+    out = []
+    acc = 0.0
+    for r in requests:
+        acc += rate
+        t = r.arrival_s / speedup
+        if limit_s is not None and t >= limit_s:
+            break
+        while acc >= 1.0:
+            out.append(TraceRequest(t, r.input_tokens, r.output_tokens))
+            acc -= 1.0
+    return out
+
+
+def format_table(results: Sequence[Result]) -> str:
+    head = (f"{'policy':<36}{'GPU-h':>8}{'SLO-viol min':>14}{'changes/h':>11}"
+            f"{'max rep':>9}{'p95 TTFT s':>12}{'unserved':>10}")
+    lines = [head, "-" * len(head)]
+    for r in results:
+        lines.append(f"{r.policy:<36}{r.gpu_hours:>8.2f}"
+                     f"{r.slo_violation_minutes:>8}/{r.minutes:<5}"
+                     f"{r.replica_changes_per_hour:>11.1f}{r.max_replicas:>9}"
+                     f"{r.p95_ttft_s:>12.2f}{r.unserved:>10}")
+    return "\n".join(lines)

@@ -1,0 +1,51 @@
+"""gpuscale simulate end to end on a short slice of the shipped trace."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from gpuscale.control.simulate import compare, scale_trace
+from gpuscale.telemetry.load import read_trace
+
+TRACE = Path(__file__).resolve().parents[2] / "shared" / "traces" / \
+    "azure-llm-inference-2023-conv.csv"
+
+
+def test_policies_side_by_side_on_a_slice() -> None:
+    requests = scale_trace(read_trace(TRACE), rate=4.0, speedup=1.0, limit_s=600.0)
+    results = {r.policy.split(" (")[0]: r for r in compare(requests, 600.0)}
+    assert set(results) == {"gpuscale vllm-inference", "gpuscale gpu-utilization",
+                            "node-max GPU util", "CPU-based HPA", "static at peak",
+                            "oracle"}
+    # The GPU-blind and node-max policies cannot scale a loaded fleet out; gpuscale's can.
+    assert results["CPU-based HPA"].max_replicas == 1
+    assert results["node-max GPU util"].max_replicas <= 2
+    assert results["gpuscale gpu-utilization"].max_replicas > 2
+    assert results["CPU-based HPA"].unserved > 10 * results["static at peak"].unserved + 100
+    # Static provisioning never changes; every policy bills at least the oracle's floor.
+    assert results["static at peak"].replica_changes_per_hour == 0
+    for r in results.values():
+        assert r.gpu_hours > 0
+        assert 0 <= r.slo_violation_minutes <= r.minutes
+
+
+def test_cli_json(tmp_path: Path) -> None:
+    out = subprocess.run([sys.executable, "-m", "gpuscale.cli", "simulate", "--trace",
+                          str(TRACE), "--rate", "2", "--duration", "300", "--json"],
+                         capture_output=True, text=True, check=True, timeout=120)
+    rows = json.loads(out.stdout)
+    assert len(rows) == 6
+    assert {"policy", "gpu_hours", "slo_violation_minutes", "replica_changes_per_hour",
+            "p95_ttft_s"} <= set(rows[0])
+
+
+def test_bad_trace_is_a_clear_error(tmp_path: Path) -> None:
+    bad = tmp_path / "t.csv"
+    bad.write_text("a,b\n1,2\n")
+    out = subprocess.run([sys.executable, "-m", "gpuscale.cli", "simulate", "--trace",
+                          str(bad)], capture_output=True, text=True, check=False, timeout=60)
+    assert out.returncode == 2
+    assert "header must contain" in out.stderr
