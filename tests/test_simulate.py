@@ -49,3 +49,30 @@ def test_bad_trace_is_a_clear_error(tmp_path: Path) -> None:
                           str(bad)], capture_output=True, text=True, check=False, timeout=60)
     assert out.returncode == 2
     assert "header must contain" in out.stderr
+
+
+def test_synthetic_patterns_have_their_shape_and_are_reproducible() -> None:
+    from gpuscale.control.simulate import synthetic
+
+    day = synthetic("diurnal", 3600.0, 10.0)
+    assert day == synthetic("diurnal", 3600.0, 10.0)
+    first, middle = (sum(1 for r in day if a <= r.arrival_s < a + 600) for a in (0, 1500))
+    assert middle > 3 * first  # busy in the middle of the "day"
+    night = synthetic("idle-night", 3600.0, 10.0)
+    assert max(r.arrival_s for r in night) < 1800.0
+    bursts = synthetic("bursts", 3600.0, 10.0)
+    in_burst = sum(1 for r in bursts if 720 <= r.arrival_s < 840)
+    calm = sum(1 for r in bursts if 300 <= r.arrival_s < 420)
+    assert in_burst > 4 * calm
+
+
+def test_scale_to_zero_when_idle() -> None:
+    from gpuscale.control.simulate import synthetic
+
+    requests = synthetic("idle-night", 1800.0, 5.0)
+    results = {r.policy: r for r in compare(requests, 1800.0, min_replicas=0)}
+    gpu = results["gpuscale gpu-utilization"]
+    assert gpu.time_to_zero_s is not None
+    # KEDA's cooldown (300 s) counted from its last active poll, give or take a poll (30 s).
+    assert 270 <= gpu.time_to_zero_s <= 360
+    assert results["CPU-based HPA"].time_to_zero_s is None  # CPU never reads idle

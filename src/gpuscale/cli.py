@@ -177,8 +177,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     sim = sub.add_parser("simulate", help="replay a request trace through KEDA + HPA and "
                                           "compare scaling policies")
-    sim.add_argument("--trace", type=Path, required=True,
+    src = sim.add_mutually_exclusive_group(required=True)
+    src.add_argument("--trace", type=Path,
                      help="CSV: TIMESTAMP, ContextTokens, GeneratedTokens (Azure LLM format)")
+    src.add_argument("--pattern", choices=["diurnal", "bursts", "idle-night"],
+                     help="a synthetic load shape instead of a trace (with --duration; "
+                          "--rate is then requests/s)")
+    sim.add_argument("--min-replicas", type=int, default=1,
+                     help="minReplicaCount for the autoscaled policies (0: scale to zero)")
     sim.add_argument("--rate", type=float, default=1.0,
                      help="multiply the arrivals (e.g. 8: eight times the traffic)")
     sim.add_argument("--speedup", type=float, default=1.0,
@@ -308,20 +314,24 @@ def tls_files(cert: Path | None, key: Path | None, ca: Path | None) -> TlsFiles 
 
 
 def _simulate(args: argparse.Namespace) -> int:
-    from gpuscale.control.simulate import compare, format_table, scale_trace
+    from gpuscale.control.simulate import compare, format_table, scale_trace, synthetic
     from gpuscale.telemetry.load import TraceError, read_trace
 
-    try:
-        trace = read_trace(args.trace)
-    except TraceError as exc:
-        print(f"gpuscale: {exc}", file=sys.stderr)
-        return 2
-    requests = scale_trace(trace, args.rate, args.speedup, args.duration)
+    if args.pattern:
+        requests = synthetic(args.pattern, args.duration or 3600.0, args.rate)
+        args.duration = args.duration or 3600.0
+    else:
+        try:
+            trace = read_trace(args.trace)
+        except TraceError as exc:
+            print(f"gpuscale: {exc}", file=sys.stderr)
+            return 2
+        requests = scale_trace(trace, args.rate, args.speedup, args.duration)
     if not requests:
         print("gpuscale: no request in the chosen slice of the trace", file=sys.stderr)
         return 2
     duration = args.duration or requests[-1].arrival_s + 300.0
-    results = compare(requests, duration)
+    results = compare(requests, duration, min_replicas=args.min_replicas)
     if args.json:
         print(json.dumps([{k: v for k, v in asdict(r).items() if k != "timeline"}
                           for r in results], indent=2))

@@ -12,6 +12,7 @@ HPA, static provisioning at the peak, and an oracle that knows the future load.
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -41,6 +42,7 @@ class Result:
     max_replicas: int
     p95_ttft_s: float
     unserved: int  # requests still queued or running at the end
+    time_to_zero_s: float | None = None  # from the last arrival to zero replicas (min 0)
     timeline: tuple[tuple[float, int, float], ...] = field(default=(), repr=False)
     #   (time, replicas, requests waiting), one per minute
 
@@ -112,6 +114,7 @@ def run_policy(name: str, requests: Sequence[TraceRequest], duration: float,
     fleet.set_replicas(replicas, 0.0, warm=True)  # what runs when the window opens
     i, changes, last_sync, last_poll = 0, 0, -HPA_SYNC_S, None
     timeline = []
+    zero_at: float | None = None
     order = sorted(requests, key=lambda r: r.arrival_s)
     steps = int(duration / dt)
     for k in range(steps):
@@ -147,6 +150,8 @@ def run_policy(name: str, requests: Sequence[TraceRequest], duration: float,
             fleet.set_replicas(desired, now)
             changes += 1
             replicas = desired
+            if replicas == 0 and i >= len(order) and zero_at is None:
+                zero_at = now
         if k % int(60 / dt) == 0:
             timeline.append((now, replicas, float(len(fleet.queue))))
     minutes = max(1, int(duration // 60))
@@ -163,24 +168,28 @@ def run_policy(name: str, requests: Sequence[TraceRequest], duration: float,
     for queued in list(fleet.queue):
         bad.add(int(queued.arrival // 60))
     ttft.sort()
+    last_arrival = order[-1].arrival_s if order else 0.0
     return Result(name, fleet.gpu_seconds / 3600.0, len(bad), minutes,
                   changes / (duration / 3600.0), max(t[1] for t in timeline),
-                  ttft[int(len(ttft) * 0.95)] if ttft else 0.0, unserved, tuple(timeline))
+                  ttft[int(len(ttft) * 0.95)] if ttft else 0.0, unserved,
+                  None if zero_at is None else zero_at - last_arrival, tuple(timeline))
 
 
 def compare(requests: Sequence[TraceRequest], duration: float,
-            params: ServingParams | None = None) -> list[Result]:
+            params: ServingParams | None = None, min_replicas: int = 1) -> list[Result]:
     params = params or ServingParams()
     plan = needed_replicas(requests, duration, params)
     peak = max(plan)
+    lo = min_replicas
     return [
         run_policy("gpuscale vllm-inference", requests, duration, params,
-                   profile_signal({"profile": "vllm-inference"})),
+                   profile_signal({"profile": "vllm-inference"}), min_replicas=lo),
         run_policy("gpuscale gpu-utilization", requests, duration, params,
-                   profile_signal({"profile": "gpu-utilization"})),
+                   profile_signal({"profile": "gpu-utilization"}), min_replicas=lo),
         run_policy("node-max GPU util (AverageValue)", requests, duration, params,
-                   node_max_signal),
-        run_policy("CPU-based HPA", requests, duration, params, cpu_signal),
+                   node_max_signal, min_replicas=lo),
+        run_policy("CPU-based HPA", requests, duration, params, cpu_signal,
+                   min_replicas=lo),
         run_policy(f"static at peak ({peak})", requests, duration, params, static=peak),
         run_policy("oracle", requests, duration, params, plan=plan),
     ]
@@ -203,13 +212,47 @@ def scale_trace(requests: Sequence[TraceRequest], rate: float, speedup: float,
     return out
 
 
+PATTERNS = ("diurnal", "bursts", "idle-night")
+
+
+def synthetic(pattern: str, duration: float, rate: float, seed: int = 1) -> list[TraceRequest]:
+    """Requests for a named load shape at ``rate`` requests/s on average where busy:
+    ``diurnal`` (one slow day-night cycle over the duration, 20-100 % of rate),
+    ``bursts`` (rate/4, with three 2-minute bursts at 2x rate), ``idle-night`` (rate for
+    the first half, nothing after). Token counts are log-normal (prompt ~1,000, output
+    ~250 on average), from a seeded generator: the same arguments give the same requests."""
+    if pattern not in PATTERNS:
+        raise ValueError(f"pattern {pattern!r} is not one of {', '.join(PATTERNS)}")
+    rng = random.Random(seed)
+    out = []
+    t = 0.0
+    bursts = [duration * f for f in (0.2, 0.5, 0.8)]
+    while t < duration:
+        if pattern == "diurnal":
+            r = rate * (0.2 + 0.8 * (1 - math.cos(2 * math.pi * t / duration)) / 2)
+        elif pattern == "bursts":
+            r = rate * (2.0 if any(b <= t < b + 120 for b in bursts) else 0.25)
+        else:
+            r = rate if t < duration / 2 else 0.0
+        if r <= 0:
+            break
+        t += rng.expovariate(r)
+        if pattern == "idle-night" and t >= duration / 2:
+            break
+        if t < duration:
+            out.append(TraceRequest(t, int(rng.lognormvariate(6.7, 0.6)),
+                                    int(rng.lognormvariate(5.3, 0.6))))
+    return out
+
+
 def format_table(results: Sequence[Result]) -> str:
     head = (f"{'policy':<36}{'GPU-h':>8}{'SLO-viol min':>14}{'changes/h':>11}"
-            f"{'max rep':>9}{'p95 TTFT s':>12}{'unserved':>10}")
+            f"{'max rep':>9}{'p95 TTFT s':>12}{'unserved':>10}{'to zero s':>11}")
     lines = [head, "-" * len(head)]
     for r in results:
+        zero = "-" if r.time_to_zero_s is None else f"{r.time_to_zero_s:.0f}"
         lines.append(f"{r.policy:<36}{r.gpu_hours:>8.2f}"
                      f"{r.slo_violation_minutes:>8}/{r.minutes:<5}"
                      f"{r.replica_changes_per_hour:>11.1f}{r.max_replicas:>9}"
-                     f"{r.p95_ttft_s:>12.2f}{r.unserved:>10}")
+                     f"{r.p95_ttft_s:>12.2f}{r.unserved:>10}{zero:>11}")
     return "\n".join(lines)
