@@ -76,3 +76,17 @@ def test_scale_to_zero_when_idle() -> None:
     # KEDA's cooldown (300 s) counted from its last active poll, give or take a poll (30 s).
     assert 270 <= gpu.time_to_zero_s <= 360
     assert results["CPU-based HPA"].time_to_zero_s is None  # CPU never reads idle
+
+
+def test_reaction_to_a_burst() -> None:
+    from gpuscale.control.simulate import sharpest_rise, synthetic
+
+    requests = synthetic("bursts", 1800.0, 8.0)
+    rise = sharpest_rise(requests)
+    assert rise is not None
+    assert abs(rise - 360.0) <= 60.0  # the first burst starts at 20 % of the duration
+    results = {r.policy: r for r in compare(requests, 1800.0)}
+    gpu = results["gpuscale gpu-utilization"]
+    assert gpu.react_s is not None
+    assert gpu.react_s <= 120.0  # an HPA sync or two, not minutes
+    assert results["CPU-based HPA"].react_s is None  # it never scales up

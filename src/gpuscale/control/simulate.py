@@ -43,6 +43,7 @@ class Result:
     p95_ttft_s: float
     unserved: int  # requests still queued or running at the end
     time_to_zero_s: float | None = None  # from the last arrival to zero replicas (min 0)
+    react_s: float | None = None  # from the sharpest load rise to the next scale-up
     timeline: tuple[tuple[float, int, float], ...] = field(default=(), repr=False)
     #   (time, replicas, requests waiting), one per minute
 
@@ -115,6 +116,7 @@ def run_policy(name: str, requests: Sequence[TraceRequest], duration: float,
     i, changes, last_sync, last_poll = 0, 0, -HPA_SYNC_S, None
     timeline = []
     zero_at: float | None = None
+    ups: list[float] = []
     order = sorted(requests, key=lambda r: r.arrival_s)
     steps = int(duration / dt)
     for k in range(steps):
@@ -147,6 +149,8 @@ def run_policy(name: str, requests: Sequence[TraceRequest], duration: float,
                 ready = sum(1 for s in fleet.signals(now) if s.ready)
                 desired = hpa.step(now, replicas, metrics, ready)
         if desired != replicas:
+            if desired > replicas:
+                ups.append(now)
             fleet.set_replicas(desired, now)
             changes += 1
             replicas = desired
@@ -169,10 +173,27 @@ def run_policy(name: str, requests: Sequence[TraceRequest], duration: float,
         bad.add(int(queued.arrival // 60))
     ttft.sort()
     last_arrival = order[-1].arrival_s if order else 0.0
+    rise = sharpest_rise(order)
+    react = next((t - rise for t in ups if t >= rise), None) if rise is not None else None
     return Result(name, fleet.gpu_seconds / 3600.0, len(bad), minutes,
                   changes / (duration / 3600.0), max(t[1] for t in timeline),
                   ttft[int(len(ttft) * 0.95)] if ttft else 0.0, unserved,
-                  None if zero_at is None else zero_at - last_arrival, tuple(timeline))
+                  None if zero_at is None else zero_at - last_arrival, react,
+                  tuple(timeline))
+
+
+def sharpest_rise(requests: Sequence[TraceRequest], window_s: float = 60.0) -> float | None:
+    """Start of the window whose arrivals grew most over the window before it."""
+    if not requests:
+        return None
+    counts: dict[int, int] = {}
+    for r in requests:
+        counts[int(r.arrival_s // window_s)] = counts.get(int(r.arrival_s // window_s), 0) + 1
+    best = max(range(1, max(counts) + 1), default=None,
+               key=lambda w: counts.get(w, 0) - counts.get(w - 1, 0))
+    if best is None or counts.get(best, 0) <= counts.get(best - 1, 0):
+        return None
+    return best * window_s
 
 
 def compare(requests: Sequence[TraceRequest], duration: float,
@@ -247,12 +268,14 @@ def synthetic(pattern: str, duration: float, rate: float, seed: int = 1) -> list
 
 def format_table(results: Sequence[Result]) -> str:
     head = (f"{'policy':<36}{'GPU-h':>8}{'SLO-viol min':>14}{'changes/h':>11}"
-            f"{'max rep':>9}{'p95 TTFT s':>12}{'unserved':>10}{'to zero s':>11}")
+            f"{'max rep':>9}{'p95 TTFT s':>12}{'unserved':>10}{'react s':>9}"
+            f"{'to zero s':>11}")
     lines = [head, "-" * len(head)]
     for r in results:
         zero = "-" if r.time_to_zero_s is None else f"{r.time_to_zero_s:.0f}"
+        react = "-" if r.react_s is None else f"{r.react_s:.0f}"
         lines.append(f"{r.policy:<36}{r.gpu_hours:>8.2f}"
                      f"{r.slo_violation_minutes:>8}/{r.minutes:<5}"
                      f"{r.replica_changes_per_hour:>11.1f}{r.max_replicas:>9}"
-                     f"{r.p95_ttft_s:>12.2f}{r.unserved:>10}{zero:>11}")
+                     f"{r.p95_ttft_s:>12.2f}{r.unserved:>10}{react:>9}{zero:>11}")
     return "\n".join(lines)
