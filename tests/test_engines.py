@@ -31,13 +31,14 @@ def triton_text(a: tuple[float, float], b: tuple[float, float]) -> str:
 
 def test_vllm_signals_sum_over_engines() -> None:
     got = engine_signals("vllm", (DATA / "vllm_metrics.txt").read_text(), 0.0)
-    assert got == {"vllm-waiting": 7.0, "vllm-running": 21.0,
+    assert got == {"vllm-waiting": 7.0, "vllm-running": 21.0, "vllm-requests": 28.0,
                    "vllm-kv-cache": pytest.approx(57.0)}
 
 
 def test_vllm_old_kv_cache_name_falls_back() -> None:
     got = engine_signals("vllm", (DATA / "vllm_old_metrics.txt").read_text(), 0.0)
-    assert got == {"vllm-waiting": 0.0, "vllm-running": 4.0, "vllm-kv-cache": 25.0}
+    assert got == {"vllm-waiting": 0.0, "vllm-running": 4.0, "vllm-requests": 4.0,
+                   "vllm-kv-cache": 25.0}
 
 
 def test_missing_metrics_are_no_data_never_zero() -> None:
@@ -171,6 +172,7 @@ async def test_scraper_against_real_servers(engines: Callable[..., asyncio.Futur
         await asyncio.wait_for(scraper.scrape_once(http), 10)
     got = scraper.readings()
     assert got["llm", "normal"].signals == {"vllm-waiting": 7.0, "vllm-running": 21.0,
+                                            "vllm-requests": 28.0,
                                             "vllm-kv-cache": pytest.approx(57.0)}
     assert got["llm", "renamed"].signals["vllm-kv-cache"] == 25.0
     assert set(got["llm", "missing"].signals.values()) == {Absent.NO_DATA}

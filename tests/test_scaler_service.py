@@ -74,7 +74,7 @@ async def code_of(call: Any) -> tuple[grpc.StatusCode, str]:
 async def test_metric_spec_sets_both_fields(stub: pb_grpc.ExternalScalerStub) -> None:
     spec = await stub.GetMetricSpec(ref(profile="vllm-inference"))
     assert [(m.metricName, m.targetSize, m.targetSizeFloat) for m in spec.metricSpecs] == [
-        ("gpuscale-vllm-waiting", 5, 5.0), ("gpuscale-vllm-kv-cache", 80, 80.0)]
+        ("gpuscale-vllm-requests", 48, 48.0), ("gpuscale-vllm-kv-cache", 80, 80.0)]
     small = await stub.GetMetricSpec(ref(targetValue="0.4"))
     assert (small.metricSpecs[0].targetSize, small.metricSpecs[0].targetSizeFloat) == (1, 0.4)
 
@@ -118,7 +118,7 @@ async def test_engine_signal_missing_says_how_to_fix(stub: pb_grpc.ExternalScale
                                                      fleet: FleetView) -> None:
     fleet.update_node("node-a", [rec("v-0", 80.0)])
     code, details = await code_of(stub.GetMetrics(
-        metrics("s0-gpuscale-vllm-waiting", profile="vllm-inference")))
+        metrics("s0-gpuscale-vllm-requests", profile="vllm-inference")))
     assert code is grpc.StatusCode.UNAVAILABLE
     assert "no vllm metrics (annotate the pod gpuscale.io/engine=vllm)" in details
 

@@ -56,7 +56,9 @@ def profile_signal(metadata: dict[str, str]) -> Signal:
         view = FleetView(monotonic=lambda: now)
         records = [PodRecord("sim", f"llm-{i}", "node", {"app": "llm"}, None, s.ready,
                              {"gpu-utilization": s.duty_cycle, "vllm-waiting": s.waiting,
-                              "vllm-running": float(s.running), "vllm-kv-cache": s.kv_cache}
+                              "vllm-running": float(s.running),
+                              "vllm-requests": s.running + s.waiting,
+                              "vllm-kv-cache": s.kv_cache}
                              if s.ready else {}, now)
                    for i, s in enumerate(fleet.signals(now))]
         view.update_node("node", records)

@@ -3,7 +3,8 @@
 Parsed with prometheus_client's text parser. Each engine's signals, per pod:
 
 - vLLM: ``vllm-waiting`` / ``vllm-running`` = sum of ``vllm:num_requests_waiting`` /
-  ``vllm:num_requests_running`` over all label sets (``model_name``, ``engine``);
+  ``vllm:num_requests_running`` over all label sets (``model_name``, ``engine``), and
+  ``vllm-requests`` their sum;
   ``vllm-kv-cache`` = 100 x the largest ``vllm:kv_cache_usage_perc`` (0-1), falling back to
   the older ``vllm:gpu_cache_usage_perc``.
 - Triton: ``triton-pending`` = sum of ``nv_inference_pending_request_count``;
@@ -72,9 +73,14 @@ def _max(values: Mapping[str, list[float]], *names: str) -> Reading:
 
 def vllm_signals(values: Mapping[str, list[float]]) -> dict[str, Reading]:
     kv = _max(values, "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
+    waiting = _sum(values, "vllm:num_requests_waiting")
+    running = _sum(values, "vllm:num_requests_running")
+    requests: Reading = (waiting if isinstance(waiting, Absent) else
+                         running if isinstance(running, Absent) else waiting + running)
     return {
-        "vllm-waiting": _sum(values, "vllm:num_requests_waiting"),
-        "vllm-running": _sum(values, "vllm:num_requests_running"),
+        "vllm-waiting": waiting,
+        "vllm-running": running,
+        "vllm-requests": requests,
         "vllm-kv-cache": kv if isinstance(kv, Absent) else 100.0 * kv,
     }
 
@@ -128,7 +134,8 @@ def engine_signals(engine: str, text: str, scraped_at: float,
 
 def unavailable(engine: str) -> dict[str, Reading]:
     """Every signal of ``engine`` marked unavailable (the scrape failed)."""
-    names: Iterable[str] = {"vllm": ("vllm-waiting", "vllm-running", "vllm-kv-cache"),
+    names: Iterable[str] = {"vllm": ("vllm-waiting", "vllm-running", "vllm-requests",
+                                     "vllm-kv-cache"),
                             "triton": ("triton-pending", "triton-queue-time"),
                             "tgi": ("tgi-queue", "tgi-batch")}.get(engine, ())
     return dict.fromkeys(names, Absent.UNAVAILABLE)

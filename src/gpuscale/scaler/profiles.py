@@ -27,6 +27,8 @@ SIGNALS: dict[str, Signal] = {s.name: s for s in (
            "vllm"),
     Signal("vllm-running", "requests", "vllm:num_requests_running, summed over engines",
            "vllm"),
+    Signal("vllm-requests", "requests", "requests in the server: vllm:num_requests_running "
+           "+ vllm:num_requests_waiting, summed over engines", "vllm"),
     Signal("vllm-kv-cache", "%", "vllm:kv_cache_usage_perc (or the older "
            "vllm:gpu_cache_usage_perc) x 100, the largest over engines", "vllm"),
     Signal("triton-pending", "requests", "nv_inference_pending_request_count, summed over "
@@ -56,12 +58,15 @@ PROFILES: dict[str, Profile] = {p.name: p for p in (
     Profile("gpu-utilization", (Target("gpu-utilization", 70.0, 5.0),),
             "Generic GPU work whose throughput tracks kernel duty cycle. 70 % leaves headroom "
             "for bursts; duty cycle saturates early, so higher targets react late."),
-    Profile("vllm-inference", (Target("vllm-waiting", 5.0, 0.0),
+    Profile("vllm-inference", (Target("vllm-requests", 48.0, 0.0),
                                Target("vllm-kv-cache", 80.0, 0.0)),
             "vLLM pre-allocates ~90 % of GPU memory and keeps kernels busy with a small batch, "
-            "so memory % and duty cycle do not move with load. Requests waiting in the "
-            "scheduler queue mean the pods are short of capacity; KV-cache usage near full "
-            "means the batch cannot grow. Scale on whichever needs more pods."),
+            "so memory % and duty cycle do not move with load. Requests in the server "
+            "(running + waiting) over a per-pod target is the concurrency a pod can carry "
+            "(set it to ~75 % of the sequences your engine batches well); KV-cache usage near "
+            "full means the batch cannot grow. Scale on whichever needs more pods. (A target "
+            "on waiting requests alone overshoots: the queue keeps growing while new replicas "
+            "load the model - measured in BENCHMARKS.md.)"),
     Profile("triton-inference", (Target("triton-pending", 10.0, 0.0),
                                  Target("triton-queue-time", 50.0, 0.0)),
             "Triton's pending requests and the time requests wait in its queue are direct "
