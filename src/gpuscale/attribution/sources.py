@@ -31,7 +31,6 @@ from gpuscale.attribution.model import (
     ProcessOwner,
 )
 from gpuscale.attribution.rules import attribute
-from gpuscale.engines.scrape import DEFAULT_PORTS
 from gpuscale.telemetry.model import Absent, NodeSnapshot, SharingMode
 from gpuscale.telemetry.scenario import NodeSpec
 from gpuscale.telemetry.simulated import gpu_uuid, mig_uuid
@@ -143,6 +142,10 @@ class ClusterSources:
         return Inputs(allocations, allocated_at, pods, owners, tuple(notes))
 
 
+# Simulated engines listen on their own loopback IPs; one unprivileged port for all (a real
+# TGI's default, 80, would need root to bind).
+SIM_ENGINE_PORT = 18080
+
 _UID_NS = uuid.UUID("0b5c1a8e-3f6d-4e2a-9c7b-5d4e3f2a1b0c")
 
 
@@ -189,7 +192,7 @@ class ScenarioSources:
             ip = prev.ip if prev else f"{ip_base}.{len(self._pods) + 10}"
             annotations = (prev.annotations if prev else ()) or (
                 (("gpuscale.io/engine", p.pod.engine),
-                 ("gpuscale.io/metrics-port", str(DEFAULT_PORTS[p.pod.engine])))
+                 ("gpuscale.io/metrics-port", str(SIM_ENGINE_PORT)))
                 if p.pod.engine else ())
             self._pods[(p.pod.namespace, p.pod.name)] = PodInfo(
                 p.pod.namespace, p.pod.name, uid, labels=(("app", workload),),
