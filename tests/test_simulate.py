@@ -7,7 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gpuscale.control.simulate import compare, scale_trace
+import pytest
+
+from gpuscale.control.simulate import SLO_TTFT_S, compare, scale_trace
 from gpuscale.telemetry.load import read_trace
 
 TRACE = Path(__file__).resolve().parents[2] / "shared" / "traces" / \
@@ -90,3 +92,67 @@ def test_reaction_to_a_burst() -> None:
     assert gpu.react_s is not None
     assert gpu.react_s <= 120.0  # an HPA sync or two, not minutes
     assert results["CPU-based HPA"].react_s is None  # it never scales up
+
+
+def test_looping_plays_the_trace_again_one_period_later() -> None:
+    trace = read_trace(TRACE)[:200]
+    once = scale_trace(trace, rate=1.0, speedup=1.0, limit_s=None)
+    twice = scale_trace(trace, rate=1.0, speedup=1.0, limit_s=None, loops=2)
+    assert len(twice) == 2 * len(once)
+    offset = twice[len(once)].arrival_s - once[0].arrival_s
+    assert offset > once[-1].arrival_s  # the second copy starts after the first ends
+    for a, b in zip(once, twice[len(once):], strict=True):
+        assert abs(b.arrival_s - a.arrival_s - offset) < 1e-6
+        assert (a.input_tokens, a.output_tokens) == (b.input_tokens, b.output_tokens)
+    # Time compression applies to the looped copies too, and the cut still holds.
+    fast = scale_trace(trace, rate=1.0, speedup=2.0, limit_s=None, loops=2)
+    assert abs(fast[-1].arrival_s - twice[-1].arrival_s / 2) < 1e-6
+    cut = scale_trace(trace, rate=1.0, speedup=1.0, limit_s=offset, loops=3)
+    assert len(cut) == len(once)
+
+
+def test_looping_refuses_nonsense() -> None:
+    with pytest.raises(ValueError, match="at least 1"):
+        scale_trace(read_trace(TRACE)[:10], 1.0, 1.0, None, loops=0)
+    assert scale_trace([], 1.0, 1.0, None, loops=3) == []
+
+
+def test_timeline_carries_the_worst_ttft_per_minute() -> None:
+    requests = scale_trace(read_trace(TRACE), rate=2.0, speedup=1.0, limit_s=300.0)
+    for r in compare(requests, 300.0):
+        assert len(r.timeline) == 5
+        assert all(len(point) == 4 for point in r.timeline)
+        assert [p[0] for p in r.timeline] == [0.0, 60.0, 120.0, 180.0, 240.0]
+        # A minute counted as violating the SLO shows a worst TTFT above it.
+        bad = sum(1 for p in r.timeline if p[3] > SLO_TTFT_S)
+        assert bad == r.slo_violation_minutes
+
+
+def test_progress_reports_reach_the_end_in_order() -> None:
+    requests = scale_trace(read_trace(TRACE), rate=1.0, speedup=1.0, limit_s=120.0)
+    seen: list[tuple[str, float]] = []
+    compare(requests, 120.0, progress=lambda name, f: seen.append((name, f)))
+    fractions = [f for _, f in seen]
+    assert fractions == sorted(fractions)
+    assert fractions[0] == 0.0
+    assert fractions[-1] == 1.0
+    assert len({name for name, _ in seen}) == 6
+
+
+def test_cli_plot_writes_a_png(tmp_path: Path) -> None:
+    png = tmp_path / "sim.png"
+    out = subprocess.run([sys.executable, "-m", "gpuscale.cli", "simulate", "--trace",
+                          str(TRACE), "--rate", "2", "--duration", "240", "--loop", "2",
+                          "--plot", str(png)],
+                         capture_output=True, text=True, check=True, timeout=120)
+    assert "plot written" in out.stderr
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert png.stat().st_size > 10_000  # three panels, not an empty canvas
+    # An unwritable path is a clear error, not a traceback.
+    bad = subprocess.run([sys.executable, "-m", "gpuscale.cli", "simulate", "--trace",
+                          str(TRACE), "--duration", "120", "--plot",
+                          str(tmp_path / "missing" / "x.png")],
+                         check=False, capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2
+    assert "gpuscale:" in bad.stderr
+    assert "Traceback" not in bad.stderr

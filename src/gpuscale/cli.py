@@ -8,7 +8,7 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from enum import Enum
 from pathlib import Path
@@ -191,6 +191,11 @@ def build_parser() -> argparse.ArgumentParser:
                      help="compress time (2: the trace plays in half the time)")
     sim.add_argument("--duration", type=float, default=None,
                      help="simulated seconds (default: the whole trace)")
+    sim.add_argument("--loop", type=int, default=1,
+                     help="play the trace this many times back to back (default 1)")
+    sim.add_argument("--plot", type=Path, default=None,
+                     help="also write a PNG: load, replicas and latency over time per "
+                          "policy (needs matplotlib: pip install 'gpuscale[plot]')")
     sim.add_argument("--json", action="store_true", help="results as JSON")
 
     sub.add_parser("profiles", help="list the scaling profiles and signals")
@@ -326,12 +331,25 @@ def _simulate(args: argparse.Namespace) -> int:
         except TraceError as exc:
             print(f"gpuscale: {exc}", file=sys.stderr)
             return 2
-        requests = scale_trace(trace, args.rate, args.speedup, args.duration)
+        if args.loop < 1:
+            print("gpuscale: --loop must be at least 1", file=sys.stderr)
+            return 2
+        requests = scale_trace(trace, args.rate, args.speedup, args.duration, args.loop)
     if not requests:
         print("gpuscale: no request in the chosen slice of the trace", file=sys.stderr)
         return 2
     duration = args.duration or requests[-1].arrival_s + 300.0
-    results = compare(requests, duration, min_replicas=args.min_replicas)
+    results = compare(requests, duration, min_replicas=args.min_replicas,
+                      progress=_progress_bar() if sys.stderr.isatty() else None)
+    if args.plot is not None:
+        from gpuscale.control.plot import PlotUnavailable, plot_results
+
+        try:
+            plot_results(results, requests, duration, args.plot)
+        except (PlotUnavailable, OSError) as exc:
+            print(f"gpuscale: {exc}", file=sys.stderr)
+            return 2
+        print(f"plot written to {args.plot}", file=sys.stderr)
     if args.json:
         print(json.dumps([{k: v for k, v in asdict(r).items() if k != "timeline"}
                           for r in results], indent=2))
@@ -340,6 +358,17 @@ def _simulate(args: argparse.Namespace) -> int:
               f"time to first token <= 2 s")
         print(format_table(results))
     return 0
+
+
+def _progress_bar(width: int = 30) -> Callable[[str, float], None]:
+    """A one-line bar on stderr, redrawn in place; a newline when it reaches 100 %."""
+    def show(policy: str, fraction: float) -> None:
+        filled = int(width * fraction)
+        end = "\n" if fraction >= 1.0 else ""
+        sys.stderr.write(f"\r[{'#' * filled}{' ' * (width - filled)}] {fraction:4.0%} "
+                         f"{policy[:40]:<40}{end}")
+        sys.stderr.flush()
+    return show
 
 
 def _profiles() -> int:

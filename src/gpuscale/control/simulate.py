@@ -15,6 +15,7 @@ import math
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from gpuscale.control.hpa import Hpa, Metric
 from gpuscale.control.keda import Keda, ScaledObjectSpec
@@ -44,8 +45,9 @@ class Result:
     unserved: int  # requests still queued or running at the end
     time_to_zero_s: float | None = None  # from the last arrival to zero replicas (min 0)
     react_s: float | None = None  # from the sharpest load rise to the next scale-up
-    timeline: tuple[tuple[float, int, float], ...] = field(default=(), repr=False)
-    #   (time, replicas, requests waiting), one per minute
+    timeline: tuple[tuple[float, int, float, float], ...] = field(default=(), repr=False)
+    #   (minute start, replicas, requests waiting, worst time to first token of the
+    #   requests that arrived in that minute), one per minute
 
 
 def profile_signal(metadata: dict[str, str]) -> Signal:
@@ -107,7 +109,8 @@ def needed_replicas(requests: Sequence[TraceRequest], duration: float, params: S
 def run_policy(name: str, requests: Sequence[TraceRequest], duration: float,
                params: ServingParams, signal: Signal | None = None,
                static: int | None = None, plan: list[int] | None = None,
-               min_replicas: int = 1, max_replicas: int = 64, dt: float = 1.0) -> Result:
+               min_replicas: int = 1, max_replicas: int = 64, dt: float = 1.0,
+               progress: Callable[[float], None] | None = None) -> Result:
     fleet = ServingFleet(params)
     hpa = Hpa(max(min_replicas, 1), max_replicas)
     keda = Keda(ScaledObjectSpec(min_replicas=min_replicas, max_replicas=max_replicas))
@@ -121,8 +124,11 @@ def run_policy(name: str, requests: Sequence[TraceRequest], duration: float,
     ups: list[float] = []
     order = sorted(requests, key=lambda r: r.arrival_s)
     steps = int(duration / dt)
+    report_every = max(1, steps // 100)
     for k in range(steps):
         now = k * dt
+        if progress is not None and k % report_every == 0:
+            progress(k / steps)
         batch = []
         while i < len(order) and order[i].arrival_s < now + dt:
             r = order[i]
@@ -160,15 +166,20 @@ def run_policy(name: str, requests: Sequence[TraceRequest], duration: float,
                 zero_at = now
         if k % int(60 / dt) == 0:
             timeline.append((now, replicas, float(len(fleet.queue))))
+    if progress is not None:
+        progress(1.0)
     minutes = max(1, int(duration // 60))
     bad = set()
     ttft = []
+    worst: dict[int, float] = {}
     for req in fleet.done:
         if req.first_token is not None:
             wait = req.first_token - req.arrival
             ttft.append(wait)
+            minute = int(req.arrival // 60)
+            worst[minute] = max(worst.get(minute, 0.0), wait)
             if wait > SLO_TTFT_S:
-                bad.add(int(req.arrival // 60))
+                bad.add(minute)
     unserved = len(fleet.queue) + sum(len(rep.running) for rep in fleet.replicas)
     # Requests never served count against the minute they arrived in.
     for queued in list(fleet.queue):
@@ -177,11 +188,14 @@ def run_policy(name: str, requests: Sequence[TraceRequest], duration: float,
     last_arrival = order[-1].arrival_s if order else 0.0
     rise = sharpest_rise(order)
     react = next((t - rise for t in ups if t >= rise), None) if rise is not None else None
+    # A minute whose requests were never served waits forever: infinity in the timeline.
+    for m in bad:
+        worst.setdefault(m, math.inf)
     return Result(name, fleet.gpu_seconds / 3600.0, len(bad), minutes,
                   changes / (duration / 3600.0), max(t[1] for t in timeline),
                   ttft[int(len(ttft) * 0.95)] if ttft else 0.0, unserved,
                   None if zero_at is None else zero_at - last_arrival, react,
-                  tuple(timeline))
+                  tuple((t, n, q, worst.get(int(t // 60), 0.0)) for t, n, q in timeline))
 
 
 def sharpest_rise(requests: Sequence[TraceRequest], window_s: float = 60.0) -> float | None:
@@ -198,40 +212,60 @@ def sharpest_rise(requests: Sequence[TraceRequest], window_s: float = 60.0) -> f
     return best * window_s
 
 
+Progress = Callable[[str, float], None]  # (policy, overall fraction done)
+
+
 def compare(requests: Sequence[TraceRequest], duration: float,
-            params: ServingParams | None = None, min_replicas: int = 1) -> list[Result]:
+            params: ServingParams | None = None, min_replicas: int = 1,
+            progress: Progress | None = None) -> list[Result]:
     params = params or ServingParams()
     plan = needed_replicas(requests, duration, params)
     peak = max(plan)
     lo = min_replicas
-    return [
-        run_policy("gpuscale vllm-inference", requests, duration, params,
-                   profile_signal({"profile": "vllm-inference"}), min_replicas=lo),
-        run_policy("gpuscale gpu-utilization", requests, duration, params,
-                   profile_signal({"profile": "gpu-utilization"}), min_replicas=lo),
-        run_policy("node-max GPU util (AverageValue)", requests, duration, params,
-                   node_max_signal, min_replicas=lo),
-        run_policy("CPU-based HPA", requests, duration, params, cpu_signal,
-                   min_replicas=lo),
-        run_policy(f"static at peak ({peak})", requests, duration, params, static=peak),
-        run_policy("oracle", requests, duration, params, plan=plan),
+    policies: list[tuple[str, dict[str, Any]]] = [
+        ("gpuscale vllm-inference",
+         {"signal": profile_signal({"profile": "vllm-inference"}), "min_replicas": lo}),
+        ("gpuscale gpu-utilization",
+         {"signal": profile_signal({"profile": "gpu-utilization"}), "min_replicas": lo}),
+        ("node-max GPU util (AverageValue)", {"signal": node_max_signal, "min_replicas": lo}),
+        ("CPU-based HPA", {"signal": cpu_signal, "min_replicas": lo}),
+        (f"static at peak ({peak})", {"static": peak}),
+        ("oracle", {"plan": plan}),
     ]
+    results = []
+    for n, (name, kwargs) in enumerate(policies):
+        def report(fraction: float, name: str = name, n: int = n) -> None:
+            if progress is not None:
+                progress(name, (n + fraction) / len(policies))
+        results.append(run_policy(name, requests, duration, params, progress=report,
+                                  **kwargs))
+    return results
 
 
 def scale_trace(requests: Sequence[TraceRequest], rate: float, speedup: float,
-                limit_s: float | None) -> list[TraceRequest]:
+                limit_s: float | None, loops: int = 1) -> list[TraceRequest]:
     """``rate`` x the arrivals (each request repeated/thinned), time compressed by
-    ``speedup``, cut at ``limit_s`` simulated seconds."""
-    out = []
+    ``speedup``, played ``loops`` times back to back (each copy starts one trace span, plus
+    the mean gap between arrivals, after the one before), cut at ``limit_s`` simulated
+    seconds."""
+    if loops < 1:
+        raise ValueError(f"loops must be at least 1, not {loops}")
+    out: list[TraceRequest] = []
+    if not requests:
+        return out
+    first = min(r.arrival_s for r in requests)
+    span = max(r.arrival_s for r in requests) - first
+    period = span + (span / (len(requests) - 1) if len(requests) > 1 else 1.0)
     acc = 0.0
-    for r in requests:
-        acc += rate
-        t = r.arrival_s / speedup
-        if limit_s is not None and t >= limit_s:
-            break
-        while acc >= 1.0:
-            out.append(TraceRequest(t, r.input_tokens, r.output_tokens))
-            acc -= 1.0
+    for loop in range(loops):
+        for r in requests:
+            acc += rate
+            t = (r.arrival_s - first + loop * period) / speedup
+            if limit_s is not None and t >= limit_s:
+                return out
+            while acc >= 1.0:
+                out.append(TraceRequest(t, r.input_tokens, r.output_tokens))
+                acc -= 1.0
     return out
 
 
