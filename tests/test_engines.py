@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import logging
 import math
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -195,3 +197,23 @@ async def test_pods_that_go_away_drop_out(engines: Callable[..., asyncio.Future[
         pods.clear()
         await scraper.scrape_once(http)
     assert scraper.readings() == {}
+
+
+async def test_a_starting_pod_that_does_not_answer_is_not_a_warning(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A pod that is not Ready yet is loading its model: its closed port reads UNAVAILABLE
+    like any other failure, but only a Ready pod's failure is worth a warning."""
+    starting = pod("starting", 1)  # PodInfo's default: not Ready
+    broken = dataclasses.replace(pod("broken", 1), ready=True)
+    pods = {("llm", "starting"): starting, ("llm", "broken"): broken}
+    scraper = EngineScraper(lambda: pods, timeout=1.0)
+    with caplog.at_level(logging.DEBUG, logger="gpuscale.engines.scrape"):
+        async with aiohttp.ClientSession() as http:
+            await scraper.scrape_once(http)
+    for name in ("starting", "broken"):
+        assert set(scraper.readings()["llm", name].signals.values()) == {Absent.UNAVAILABLE}
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1
+    assert "llm/broken" in warnings[0]
+    assert any("llm/starting: not Ready" in r.getMessage() for r in caplog.records
+               if r.levelno == logging.DEBUG)

@@ -153,7 +153,8 @@ class ScenarioSources:
     """Allocations, pods and PID owners as the scenario describes them.
 
     Each process with a ``pod`` holds its GPU (``GPU-<uuid>``, or ``GPU-<uuid>::<n>`` on
-    time-sliced GPUs) or its MIG instance. Pods are Running and Ready; their workload is the
+    time-sliced GPUs) or its MIG instance. Pods are Running and Ready (unless the scenario
+    says ``ready: False``, as the live demo does while a replica starts); their workload is the
     pod name without its last ``-<suffix>``, as a Deployment. Pod IPs are loopback addresses
     ``<ip_base>.<10+k>`` (all of 127/8 is loopback on Linux), and a pod with an ``engine``
     carries the engine opt-in annotations, so the agent's real scraper can read the
@@ -189,7 +190,7 @@ class ScenarioSources:
             prev = self._pods.get((p.pod.namespace, p.pod.name))
             containers = dict(prev.container_ids) if prev else {}
             containers[p.pod.container] = cid
-            ip = prev.ip if prev else f"{ip_base}.{len(self._pods) + 10}"
+            ip = prev.ip if prev else (p.pod.ip or f"{ip_base}.{len(self._pods) + 10}")
             annotations = (prev.annotations if prev else ()) or (
                 (("gpuscale.io/engine", p.pod.engine),
                  ("gpuscale.io/metrics-port", str(SIM_ENGINE_PORT)))
@@ -197,7 +198,7 @@ class ScenarioSources:
             self._pods[(p.pod.namespace, p.pod.name)] = PodInfo(
                 p.pod.namespace, p.pod.name, uid, labels=(("app", workload),),
                 annotations=annotations, owner=OwnerRef("Deployment", workload),
-                phase=PodPhase.RUNNING, ready=True, ip=ip,
+                phase=PodPhase.RUNNING, ready=p.pod.ready, ip=ip,
                 container_ids=tuple(sorted(containers.items())))
             self._owners[p.pid] = ProcessOwner(uid, cid)
         self._allocations = tuple(

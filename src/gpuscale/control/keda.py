@@ -11,7 +11,10 @@ trigger that pushes ``true`` activates at once; a pushed ``false`` does nothing.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+
+from gpuscale.control.hpa import Hpa, Metric
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,3 +72,42 @@ class Keda:
     def push(self, now: float, current: int, active: bool) -> int | None:
         """An external-push message: only ``true`` acts, at once."""
         return self.poll(now, current, True) if active else None
+
+
+HPA_SYNC_S = 15.0  # the HPA controller's --horizontal-pod-autoscaler-sync-period
+
+
+class ScaledObjectLoop:
+    """KEDA and the HPA it creates, together, for one ScaledObject: KEDA polls IsActive every
+    ``pollingInterval`` and owns 0 <-> 1; the HPA syncs every 15 s above zero. The caller
+    reads the scaler (in-process for ``simulate``, over gRPC for the live demo) when
+    ``due`` says a poll or a sync is coming, then calls ``decide``."""
+
+    def __init__(self, spec: ScaledObjectSpec) -> None:
+        self.keda = Keda(spec)
+        self.hpa = Hpa(spec.hpa_min, spec.max_replicas)
+        self._last_poll: float | None = None
+        self._last_sync = -HPA_SYNC_S
+        self.reason = ""  # why the last change happened
+
+    def due(self, now: float, replicas: int) -> bool:
+        return self.keda.due(now, self._last_poll) or (
+            replicas > 0 and now - self._last_sync >= HPA_SYNC_S)
+
+    def decide(self, now: float, replicas: int, ready: int, metrics: Sequence[Metric],
+               active: bool | None) -> int:
+        """The replica count after this moment's poll and sync (``active`` None: the
+        scaler answered with an error)."""
+        desired = replicas
+        if self.keda.due(now, self._last_poll):
+            self._last_poll = now
+            set_to = self.keda.poll(now, replicas, active)
+            if set_to is not None:
+                desired = set_to
+                self.reason = f"KEDA: {self.keda.reason}"
+        if desired == replicas and replicas > 0 and now - self._last_sync >= HPA_SYNC_S:
+            self._last_sync = now
+            desired = self.hpa.step(now, replicas, metrics, ready)
+            if desired != replicas:
+                self.reason = f"HPA: {self.hpa.last_reason}"
+        return desired

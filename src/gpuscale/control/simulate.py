@@ -17,8 +17,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuscale.control.hpa import Hpa, Metric
-from gpuscale.control.keda import Keda, ScaledObjectSpec
+from gpuscale.control.hpa import Metric
+from gpuscale.control.keda import ScaledObjectLoop, ScaledObjectSpec
 from gpuscale.control.serving import Request, ServingFleet, ServingParams
 from gpuscale.scaler.evaluate import WorkloadUnavailable, evaluate
 from gpuscale.scaler.fleet import FleetView, PodRecord
@@ -26,7 +26,6 @@ from gpuscale.scaler.metadata import parse_metadata
 from gpuscale.scaler.selector import parse_selector
 from gpuscale.telemetry.load import Request as TraceRequest
 
-HPA_SYNC_S = 15.0
 SLO_TTFT_S = 2.0
 _SELECTOR = parse_selector("app=llm")
 
@@ -112,13 +111,13 @@ def run_policy(name: str, requests: Sequence[TraceRequest], duration: float,
                min_replicas: int = 1, max_replicas: int = 64, dt: float = 1.0,
                progress: Callable[[float], None] | None = None) -> Result:
     fleet = ServingFleet(params)
-    hpa = Hpa(max(min_replicas, 1), max_replicas)
-    keda = Keda(ScaledObjectSpec(min_replicas=min_replicas, max_replicas=max_replicas))
+    loop = ScaledObjectLoop(ScaledObjectSpec(min_replicas=min_replicas,
+                                             max_replicas=max_replicas))
     replicas = static if static is not None else max(min_replicas, 1)
     if plan is not None:
         replicas = plan[0]
     fleet.set_replicas(replicas, 0.0, warm=True)  # what runs when the window opens
-    i, changes, last_sync, last_poll = 0, 0, -HPA_SYNC_S, None
+    i, changes = 0, 0
     timeline = []
     zero_at: float | None = None
     ups: list[float] = []
@@ -140,22 +139,14 @@ def run_policy(name: str, requests: Sequence[TraceRequest], duration: float,
         if plan is not None:  # the oracle: provision ahead by the cold start
             ahead = min(len(plan) - 1, int(now + params.cold_start_s))
             desired = max(plan[int(now):ahead + 1] or [replicas])
-        elif signal is not None:
+        elif signal is not None and loop.due(now, replicas):
             metrics = signal(fleet, now)
-            if keda.due(now, last_poll):
-                last_poll = now
-                values = [m.value for m in metrics]
-                active: bool | None = None  # every metric failed: a scaler error
-                if not values or any(v is not None for v in values):
-                    active = len(fleet.queue) > 0 or any(v is not None and v > 0
-                                                         for v in values)
-                set_to = keda.poll(now, replicas, active)
-                if set_to is not None:
-                    desired = set_to
-            if desired == replicas and replicas > 0 and now - last_sync >= HPA_SYNC_S:
-                last_sync = now
-                ready = sum(1 for s in fleet.signals(now) if s.ready)
-                desired = hpa.step(now, replicas, metrics, ready)
+            values = [m.value for m in metrics]
+            active: bool | None = None  # every metric failed: a scaler error
+            if not values or any(v is not None for v in values):
+                active = len(fleet.queue) > 0 or any(v is not None and v > 0 for v in values)
+            ready = sum(1 for s in fleet.signals(now) if s.ready)
+            desired = loop.decide(now, replicas, ready, metrics, active)
         if desired != replicas:
             if desired > replicas:
                 ups.append(now)

@@ -117,18 +117,25 @@ class EngineScraper:
         if isinstance(pods, Absent):
             return
         jobs: dict[tuple[str, str], Target] = {}
+        starting = set()
         for key, info in pods.items():
             t = target_for(info)
             if isinstance(t, Target):
                 jobs[key] = t
+                if not info.ready:
+                    starting.add(key)
             elif isinstance(t, str):
                 self._fail(key, ANNOTATION, t, "")
-        results = await asyncio.gather(*(self._scrape(http, t) for t in jobs.values()))
+        results = await asyncio.gather(*(self._scrape(http, t, k in starting)
+                                         for k, t in jobs.items()))
         readings = dict(zip(jobs, results, strict=True))
         self._readings = readings  # pods that went away drop out
         self._triton = {k: v for k, v in self._triton.items() if k in readings}
 
-    async def _scrape(self, http: aiohttp.ClientSession, t: Target) -> EngineReading:
+    async def _scrape(self, http: aiohttp.ClientSession, t: Target,
+                      starting: bool = False) -> EngineReading:
+        """``starting``: the pod is not Ready; an engine that does not answer yet is still
+        loading its model, which is logged at debug level, not as a warning."""
         key = (t.namespace, t.pod)
         async with self._limit:
             try:
@@ -142,7 +149,7 @@ class EngineScraper:
             except TimeoutError:
                 return self._fail(key, t.url, f"no answer in {self._timeout}s", t.engine)
             except aiohttp.ClientError as exc:
-                return self._fail(key, t.url, type(exc).__name__, t.engine)
+                return self._fail(key, t.url, type(exc).__name__, t.engine, starting)
         scraped = self._monotonic()
         try:
             text = body.decode("utf-8")
@@ -154,8 +161,11 @@ class EngineScraper:
             log.info("%s/%s: engine metrics readable again", *key)
         return EngineReading(signals, scraped)
 
-    def _fail(self, key: tuple[str, str], where: str, why: str, engine: str) -> EngineReading:
-        if self._logged.get(key) != why:
+    def _fail(self, key: tuple[str, str], where: str, why: str, engine: str,
+              starting: bool = False) -> EngineReading:
+        if starting:
+            log.debug("%s/%s: not Ready, engine not answering yet: %s", *key, why)
+        elif self._logged.get(key) != why:
             self._logged[key] = why
             log.warning("%s/%s: cannot read engine metrics from %s: %s", *key, where, why)
         return EngineReading(unavailable(engine), self._monotonic(), why)

@@ -42,16 +42,9 @@ class SimulatedEngine:
 
     def render(self, t: float) -> str:
         load = self.load.at(t)
-        labels = f'model_name="{self.pod.name.rsplit("-", 1)[0]}"'
         if self.engine == "vllm":
-            return (
-                "# TYPE vllm:num_requests_running gauge\n"
-                f'vllm:num_requests_running{{engine="0",{labels}}} {round(load / 100 * 64)}\n'
-                "# TYPE vllm:num_requests_waiting gauge\n"
-                f'vllm:num_requests_waiting{{engine="0",{labels}}} {round(_queue(load))}\n'
-                "# TYPE vllm:kv_cache_usage_perc gauge\n"
-                f'vllm:kv_cache_usage_perc{{engine="0",{labels}}} '
-                f"{0.15 + 0.8 * load / 100:.4f}\n")
+            return vllm_metrics(self.pod.name.rsplit("-", 1)[0], round(load / 100 * 64),
+                                round(_queue(load)), 0.15 + 0.8 * load / 100)
         if self.engine == "tgi":
             return ("# TYPE tgi_queue_size gauge\n"
                     f"tgi_queue_size {round(_queue(load))}\n"
@@ -72,22 +65,44 @@ class SimulatedEngine:
                 f"nv_inference_pending_request_count{{{model}}} {round(_queue(load))}\n")
 
 
+def vllm_metrics(model: str, running: int, waiting: int, kv_fraction: float) -> str:
+    """vLLM's /metrics text (v1 names) for one engine."""
+    labels = f'engine="0",model_name="{model}"'
+    return ("# TYPE vllm:num_requests_running gauge\n"
+            f"vllm:num_requests_running{{{labels}}} {running}\n"
+            "# TYPE vllm:num_requests_waiting gauge\n"
+            f"vllm:num_requests_waiting{{{labels}}} {waiting}\n"
+            "# TYPE vllm:kv_cache_usage_perc gauge\n"
+            f"vllm:kv_cache_usage_perc{{{labels}}} {kv_fraction:.4f}\n")
+
+
+async def serve_metrics(ip: str, port: int, render: Callable[[], str]) -> web.AppRunner:
+    """An HTTP server at ``ip:port`` answering ``/metrics`` with ``render()``; the caller
+    cleans the returned runner up."""
+    async def metrics(_: web.Request) -> web.Response:
+        return web.Response(text=render(), content_type="text/plain")
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics)
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, ip, port).start()
+    except BaseException:
+        await runner.cleanup()
+        raise
+    return runner
+
+
 async def start_engines(engines: list[SimulatedEngine],
                         clock: Callable[[], float]) -> list[web.AppRunner]:
     """Serve every engine at its pod's IP and annotated port; clean the runners up after."""
     runners: list[web.AppRunner] = []
     try:
         for e in engines:
-            async def metrics(_: web.Request, e: SimulatedEngine = e) -> web.Response:
-                return web.Response(text=e.render(clock()), content_type="text/plain")
-
-            app = web.Application()
-            app.router.add_get("/metrics", metrics)
-            runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
-            await runner.setup()
-            runners.append(runner)
             port = int(dict(e.pod.annotations)[PORT_ANNOTATION])
-            await web.TCPSite(runner, e.pod.ip, port).start()
+            runners.append(await serve_metrics(e.pod.ip, port,
+                                               lambda e=e: e.render(clock())))  # type: ignore[misc]
     except BaseException:
         await asyncio.gather(*(r.cleanup() for r in runners))
         raise

@@ -64,6 +64,8 @@ class PodRef:
     name: str
     container: str
     engine: str = ""  # "vllm" | "triton" | "tgi": the demo serves simulated engine metrics
+    ip: str = ""  # fixed pod IP (the live demo's pods keep theirs while others come and go)
+    ready: bool = True  # False: a pod still starting (the live demo's cold starts)
 
 
 @dataclass(frozen=True, slots=True)

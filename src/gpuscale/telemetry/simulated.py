@@ -55,6 +55,13 @@ class SimulatedBackend:
         self._energy_mj = [0.0] * len(node.gpus)
         self._last_power: list[tuple[float, float] | None] = [None] * len(node.gpus)
 
+    def replace_node(self, node: NodeSpec) -> None:
+        """Swap the node's processes (the live demo's replicas come and go); the GPUs must
+        stay the same, since energy counters continue."""
+        if node.gpus != self._node.gpus:
+            raise ValueError("replace_node keeps the node's GPUs; only processes change")
+        self.node = self._node = node
+
     def scenario_time(self) -> float:
         return (self._clock() - self._start) * self._speed
 
