@@ -95,7 +95,8 @@ def test_demo_serves_keda_and_stops_cleanly_with_streams_open() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen([*GPUSCALE, "demo", "--host", "127.0.0.1", "--port", str(port),
+    proc = subprocess.Popen([*GPUSCALE, "demo", "--scenario", "h100-vllm", "--host",
+                             "127.0.0.1", "--port", str(port),
                              "--metrics-port", "0", "--interval", "0.5"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stdout is not None

@@ -27,6 +27,7 @@ from gpuscale.attribution.sources import (
 )
 from gpuscale.fleet.tls import TlsFiles
 from gpuscale.telemetry.backend import GpuBackend
+from gpuscale.telemetry.load import Request
 from gpuscale.telemetry.model import Absent, BackendState, NodeSnapshot
 from gpuscale.telemetry.scenario import ScenarioError, builtin_scenarios, load_scenario
 from gpuscale.telemetry.simulated import SimulatedBackend
@@ -34,6 +35,9 @@ from gpuscale.telemetry.simulated import SimulatedBackend
 log = logging.getLogger("gpuscale")
 
 DEFAULT_SCENARIO = "h100-vllm"
+LIVE_SPEED = 20.0  # the demo loop's fast-forward
+LIVE_RATE = 40.0  # requests/s at the pattern's busiest
+LIVE_DURATION = 1200.0  # simulated seconds: a minute of wall time at x20
 
 
 async def make_sources(args: argparse.Namespace, backend: GpuBackend,
@@ -131,14 +135,39 @@ def build_parser() -> argparse.ArgumentParser:
                        help="Hostname label on dcgm series (default: $NODE_NAME, else this "
                             "host's name)")
 
-    demo = sub.add_parser("demo", help="a simulated fleet: an agent per scenario node and "
-                                       "the KEDA scaler on :6000, in one process")
-    demo.add_argument("--scenario", default=DEFAULT_SCENARIO,
-                      help=f"simulated fleet (default {DEFAULT_SCENARIO})")
-    demo.add_argument("--speed", type=float, default=1.0,
-                      help="simulated time runs this many times faster")
-    demo.add_argument("--interval", type=float, default=1.0, help="sample interval, s")
-    demo.add_argument("--host", default="0.0.0.0", help="listen address")
+    demo = sub.add_parser(
+        "demo", help="the closed loop on simulated GPUs: load -> replicas -> agents -> "
+                     "scaler on :6000 -> KEDA/HPA model over gRPC -> replicas follow load "
+                     "(or, with --scenario, a static simulated fleet served until stopped)")
+    demo.add_argument("--scenario", default=None,
+                      help="serve a static scenario instead of the closed loop "
+                           f"({', '.join(builtin_scenarios())} or a YAML file) until stopped")
+    demo.add_argument("--speed", type=float, default=None,
+                      help="fast-forward: simulated time runs this many times faster "
+                           f"(default {LIVE_SPEED:g} for the loop, 1 for a scenario)")
+    live = demo.add_mutually_exclusive_group()
+    live.add_argument("--trace", type=Path,
+                      help="loop: replay this request trace (CSV as for simulate)")
+    live.add_argument("--pattern", choices=["diurnal", "bursts", "idle-night"],
+                      help="loop: a synthetic load shape (default diurnal)")
+    demo.add_argument("--rate", type=float, default=None,
+                      help=f"loop: busiest requests/s of a pattern (default {LIVE_RATE:g}), "
+                           "or a multiplier of a trace's arrivals (default 1)")
+    demo.add_argument("--duration", type=float, default=None,
+                      help=f"loop: simulated seconds (default {LIVE_DURATION:g} for a "
+                           "pattern, the whole trace otherwise)")
+    demo.add_argument("--profile", default="vllm-inference",
+                      help="loop: the gpuscale profile KEDA asks for (default vllm-inference)")
+    demo.add_argument("--min-replicas", type=int, default=1,
+                      help="loop: minReplicaCount (0: scale to zero when idle)")
+    demo.add_argument("--max-replicas", type=int, default=16,
+                      help="loop: maxReplicaCount (at most 8 per --nodes)")
+    demo.add_argument("--nodes", type=int, default=2, help="loop: simulated 8xH100 nodes")
+    demo.add_argument("--interval", type=float, default=1.0,
+                      help="scenario: sample interval, s")
+    demo.add_argument("--host", default=None,
+                      help="scaler listen address (default 0.0.0.0 for a scenario, "
+                           "127.0.0.1 for the loop)")
     demo.add_argument("--port", type=int, default=6000, help="scaler gRPC port (6000)")
     demo.add_argument("--metrics-port", type=int, default=9400,
                       help="first agent's metrics port; node i uses this + i (9400)")
@@ -318,27 +347,41 @@ def tls_files(cert: Path | None, key: Path | None, ca: Path | None) -> TlsFiles 
     return TlsFiles(cert, key, ca)
 
 
-def _simulate(args: argparse.Namespace) -> int:
-    from gpuscale.control.simulate import compare, format_table, scale_trace, synthetic
-    from gpuscale.telemetry.load import TraceError, read_trace
+def load_requests(pattern: str | None, trace: Path | None, rate: float,
+                  duration: float | None, speedup: float = 1.0, loops: int = 1,
+                  pattern_duration: float = 3600.0) -> tuple[list[Request], float]:
+    """The requests of a synthetic pattern or a trace, and the simulated seconds to run
+    (a trace's last arrival + 5 minutes unless ``duration``). ValueError: a clear reason."""
+    from gpuscale.control.simulate import scale_trace, synthetic
+    from gpuscale.telemetry.load import read_trace
 
-    if args.pattern:
-        requests = synthetic(args.pattern, args.duration or 3600.0, args.rate)
-        args.duration = args.duration or 3600.0
-    else:
-        try:
-            trace = read_trace(args.trace)
-        except TraceError as exc:
-            print(f"gpuscale: {exc}", file=sys.stderr)
-            return 2
-        if args.loop < 1:
-            print("gpuscale: --loop must be at least 1", file=sys.stderr)
-            return 2
-        requests = scale_trace(trace, args.rate, args.speedup, args.duration, args.loop)
+    if not rate > 0 or not speedup > 0:  # also refuses NaN
+        raise ValueError("--rate and --speedup must be positive")
+    if duration is not None and not duration > 0:
+        raise ValueError("--duration must be positive")
+    if loops < 1:
+        raise ValueError("--loop must be at least 1")
+    if trace is None:
+        seconds = duration or pattern_duration
+        return synthetic(pattern or "diurnal", seconds, rate), seconds
+    requests = scale_trace(read_trace(trace), rate, speedup, duration, loops)  # TraceError
     if not requests:
-        print("gpuscale: no request in the chosen slice of the trace", file=sys.stderr)
+        raise ValueError("no request in the chosen slice of the trace")
+    return requests, duration or requests[-1].arrival_s + 300.0
+
+
+def _simulate(args: argparse.Namespace) -> int:
+    from gpuscale.control.simulate import compare, format_table
+
+    try:
+        requests, duration = load_requests(args.pattern, args.trace, args.rate,
+                                           args.duration, args.speedup, args.loop)
+    except ValueError as exc:  # TraceError is one
+        print(f"gpuscale: {exc}", file=sys.stderr)
         return 2
-    duration = args.duration or requests[-1].arrival_s + 300.0
+    if not requests:
+        print("gpuscale: the pattern has no request in that duration", file=sys.stderr)
+        return 2
     results = compare(requests, duration, min_replicas=args.min_replicas,
                       progress=_progress_bar() if sys.stderr.isatty() else None)
     if args.plot is not None:

@@ -85,6 +85,10 @@ async def demo(args: argparse.Namespace) -> None:
 
 
 def run_demo(args: argparse.Namespace) -> int:
+    if args.scenario is None:
+        return run_loop(args)
+    args.speed = args.speed or 1.0
+    args.host = args.host or "0.0.0.0"
     try:
         asyncio.run(demo(args))
     except (ScenarioError, ConfigError) as exc:
@@ -99,4 +103,48 @@ def run_demo(args: argparse.Namespace) -> int:
             raise
         print(f"gpuscale: cannot listen: {bind.exceptions[0]}", file=sys.stderr)
         return 1
+    return 0
+
+
+def run_loop(args: argparse.Namespace) -> int:
+    """The closed loop (control/live.py) from the demo's command line."""
+    from gpuscale.cli import LIVE_DURATION, LIVE_RATE, LIVE_SPEED, load_requests
+    from gpuscale.control.live import GPUS_PER_NODE, LiveConfig, run_live
+    from gpuscale.scaler.profiles import PROFILES
+
+    def refuse(why: str) -> int:
+        print(f"gpuscale: {why}", file=sys.stderr)
+        return 2
+
+    speed = LIVE_SPEED if args.speed is None else args.speed
+    if not 0 < speed <= 1000:
+        return refuse("--speed must be above 0 and at most 1000")
+    if not 1 <= args.nodes <= 16:
+        return refuse("--nodes must be 1 to 16")
+    if not 0 <= args.min_replicas <= args.max_replicas <= args.nodes * GPUS_PER_NODE \
+            or args.max_replicas < 1:
+        return refuse(f"need 0 <= --min-replicas <= --max-replicas <= "
+                      f"{args.nodes * GPUS_PER_NODE} (8 GPUs per node) and --max-replicas "
+                      ">= 1")
+    if args.profile not in PROFILES:
+        return refuse(f"--profile {args.profile!r} is not one of {', '.join(PROFILES)}")
+    try:
+        requests, duration = load_requests(
+            args.pattern, args.trace, args.rate or (1.0 if args.trace else LIVE_RATE),
+            args.duration, pattern_duration=LIVE_DURATION)
+    except ValueError as exc:
+        return refuse(str(exc))
+    cfg = LiveConfig(requests, duration, speed=speed, nodes=args.nodes,
+                     profile=args.profile, min_replicas=args.min_replicas,
+                     max_replicas=args.max_replicas, host=args.host or "127.0.0.1",
+                     port=args.port)
+    try:
+        asyncio.run(run_live(cfg))
+    except OSError as exc:
+        return refuse(f"cannot listen: {exc}")
+    except ExceptionGroup as group:
+        bind = group.subgroup(OSError)
+        if bind is None:
+            raise
+        return refuse(f"cannot listen: {bind.exceptions[0]}")
     return 0

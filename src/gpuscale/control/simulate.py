@@ -159,34 +159,51 @@ def run_policy(name: str, requests: Sequence[TraceRequest], duration: float,
             timeline.append((now, replicas, float(len(fleet.queue))))
     if progress is not None:
         progress(1.0)
-    minutes = max(1, int(duration // 60))
-    bad = set()
-    ttft = []
-    worst: dict[int, float] = {}
-    for req in fleet.done:
-        if req.first_token is not None:
-            wait = req.first_token - req.arrival
-            ttft.append(wait)
-            minute = int(req.arrival // 60)
-            worst[minute] = max(worst.get(minute, 0.0), wait)
-            if wait > SLO_TTFT_S:
-                bad.add(minute)
-    unserved = len(fleet.queue) + sum(len(rep.running) for rep in fleet.replicas)
-    # Requests never served count against the minute they arrived in.
-    for queued in list(fleet.queue):
-        bad.add(int(queued.arrival // 60))
-    ttft.sort()
+    slo = Slo.of(fleet, duration)
     last_arrival = order[-1].arrival_s if order else 0.0
     rise = sharpest_rise(order)
     react = next((t - rise for t in ups if t >= rise), None) if rise is not None else None
-    # A minute whose requests were never served waits forever: infinity in the timeline.
-    for m in bad:
-        worst.setdefault(m, math.inf)
-    return Result(name, fleet.gpu_seconds / 3600.0, len(bad), minutes,
+    return Result(name, fleet.gpu_seconds / 3600.0, len(slo.bad_minutes), slo.minutes,
                   changes / (duration / 3600.0), max(t[1] for t in timeline),
-                  ttft[int(len(ttft) * 0.95)] if ttft else 0.0, unserved,
+                  slo.p95_ttft_s, slo.unserved,
                   None if zero_at is None else zero_at - last_arrival, react,
-                  tuple((t, n, q, worst.get(int(t // 60), 0.0)) for t, n, q in timeline))
+                  tuple((t, n, q, slo.worst.get(int(t // 60), 0.0)) for t, n, q in timeline))
+
+
+@dataclass(frozen=True, slots=True)
+class Slo:
+    """How a serving fleet met the TTFT objective over ``minutes``."""
+
+    minutes: int
+    bad_minutes: frozenset[int]  # minutes with an arrival above the SLO or never served
+    worst: dict[int, float]  # minute -> worst TTFT of its arrivals (inf: never served)
+    p95_ttft_s: float
+    unserved: int  # requests still queued or running
+
+    @classmethod
+    def of(cls, fleet: ServingFleet, duration: float) -> Slo:
+        minutes = max(1, int(duration // 60))
+        bad = set()
+        ttft = []
+        worst: dict[int, float] = {}
+        for req in fleet.done:
+            if req.first_token is not None:
+                wait = req.first_token - req.arrival
+                ttft.append(wait)
+                minute = int(req.arrival // 60)
+                worst[minute] = max(worst.get(minute, 0.0), wait)
+                if wait > SLO_TTFT_S:
+                    bad.add(minute)
+        unserved = len(fleet.queue) + sum(len(rep.running) for rep in fleet.replicas)
+        # Requests never served count against the minute they arrived in.
+        for queued in list(fleet.queue):
+            bad.add(int(queued.arrival // 60))
+        bad = {m for m in bad if m < minutes}
+        for m in bad:  # a minute whose requests were never served waits forever
+            worst.setdefault(m, math.inf)
+        ttft.sort()
+        return cls(minutes, frozenset(bad), worst,
+                   ttft[int(len(ttft) * 0.95)] if ttft else 0.0, unserved)
 
 
 def sharpest_rise(requests: Sequence[TraceRequest], window_s: float = 60.0) -> float | None:
