@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from gpuscale.control.keda import Keda, ScaledObjectSpec
+from gpuscale.control.hpa import Metric
+from gpuscale.control.keda import Keda, ScaledObjectLoop, ScaledObjectSpec
 
 
 def test_activation_from_zero_and_cooldown_to_zero() -> None:
@@ -45,3 +46,23 @@ def test_push_true_activates_at_once_false_is_ignored() -> None:
     assert k.push(7.0, 0, True) == 1  # between polls
     assert k.due(7.0, 0.0) is False
     assert k.due(30.0, 0.0) is True
+
+
+def test_a_warm_loop_remembers_its_count_for_the_scale_down_window() -> None:
+    """A window of traffic opening on a running system: the HPA has been at 5, so a low
+    reading does not scale down before the 300 s window passes; a fresh loop would at once."""
+    low = [Metric("External", "AverageValue", 10.0, 10.0)]  # proposes 1
+    fresh = ScaledObjectLoop(ScaledObjectSpec(min_replicas=1, max_replicas=10))
+    assert fresh.decide(0.0, 5, 5, low, True) == 1
+    warm = ScaledObjectLoop(ScaledObjectSpec(min_replicas=1, max_replicas=10))
+    warm.warm(0.0, 5)
+    replicas, t = 5, 0.0
+    while t < 300.0:
+        if warm.due(t, replicas):
+            replicas = warm.decide(t, replicas, replicas, low, True)
+            assert replicas == 5, t
+        t += 1.0
+    while not warm.due(t, replicas):
+        t += 1.0
+    assert warm.decide(t, replicas, replicas, low, True) == 1
+    assert warm.reason.startswith("HPA: metrics propose 1")

@@ -74,7 +74,7 @@ async def code_of(call: Any) -> tuple[grpc.StatusCode, str]:
 async def test_metric_spec_sets_both_fields(stub: pb_grpc.ExternalScalerStub) -> None:
     spec = await stub.GetMetricSpec(ref(profile="vllm-inference"))
     assert [(m.metricName, m.targetSize, m.targetSizeFloat) for m in spec.metricSpecs] == [
-        ("gpuscale-vllm-requests", 48, 48.0), ("gpuscale-vllm-kv-cache", 80, 80.0)]
+        ("gpuscale-vllm-requests", 32, 32.0), ("gpuscale-vllm-kv-cache", 80, 80.0)]
     small = await stub.GetMetricSpec(ref(targetValue="0.4"))
     assert (small.metricSpecs[0].targetSize, small.metricSpecs[0].targetSizeFloat) == (1, 0.4)
 

@@ -75,5 +75,34 @@ def test_scale_down_loses_no_request() -> None:
     fleet.arrive(arrived)
     fleet.step(0.0, 1.0)
     fleet.set_replicas(1, 1.0)
-    running = sum(len(r.running) for r in fleet.replicas)
-    assert running + len(fleet.queue) + len(fleet.done) == 50
+
+    def accounted() -> int:
+        running = sum(len(r.running) for r in fleet.replicas + fleet.draining)
+        return running + len(fleet.queue) + len(fleet.done)
+
+    assert accounted() == 50
+    assert len(fleet.draining) == 2  # the two removed replicas finish what they run
+    for t in range(1, 40):
+        fleet.step(float(t), 1.0)
+        assert accounted() == 50
+    # 5,000-token outputs cannot finish in the 30 s grace period: cut off, they went back
+    # to the queue and the survivor runs them; the drained replicas are gone.
+    assert fleet.draining == []
+    assert len(fleet.replicas[0].running) + len(fleet.queue) == 50
+
+
+def test_draining_finishes_short_requests_and_is_billed() -> None:
+    fleet = ServingFleet(ServingParams(cold_start_s=0.0, drain_s=30.0))
+    fleet.set_replicas(2, 0.0)
+    fleet.arrive([Request(0.0, 200, 100) for _ in range(20)])
+    fleet.step(0.0, 1.0)
+    assert all(rep.running for rep in fleet.replicas)  # balanced over both
+    fleet.set_replicas(1, 1.0)
+    billed = fleet.gpu_seconds
+    fleet.step(1.0, 1.0)
+    assert fleet.gpu_seconds - billed == 2.0  # the draining replica still costs its GPU
+    for t in range(2, 10):
+        fleet.step(float(t), 1.0)
+    assert len(fleet.done) == 20  # nothing was cut off or restarted
+    assert fleet.draining == []
+    assert len(fleet.queue) == 0

@@ -9,7 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from gpuscale.control.simulate import SLO_TTFT_S, compare, scale_trace
+from gpuscale.control.serving import ServingParams
+from gpuscale.control.simulate import (
+    SLO_TTFT_S,
+    compare,
+    needed_replicas,
+    oracle_plan,
+    run_policy,
+    scale_trace,
+)
 from gpuscale.telemetry.load import read_trace
 
 TRACE = Path(__file__).resolve().parents[2] / "shared" / "traces" / \
@@ -22,11 +30,20 @@ def test_policies_side_by_side_on_a_slice() -> None:
     assert set(results) == {"gpuscale vllm-inference", "gpuscale gpu-utilization",
                             "node-max GPU util", "CPU-based HPA", "static at peak",
                             "oracle"}
-    # The GPU-blind and node-max policies cannot scale a loaded fleet out; gpuscale's can.
-    assert results["CPU-based HPA"].max_replicas == 1
-    assert results["node-max GPU util"].max_replicas <= 2
-    assert results["gpuscale gpu-utilization"].max_replicas > 2
+    # Every autoscaled policy opens on the oracle's starting fleet. The GPU-blind and
+    # node-max policies cannot scale a loaded fleet out from there; gpuscale's can.
+    start = results["oracle"].timeline[0][1]
+    for name in ("CPU-based HPA", "node-max GPU util", "gpuscale vllm-inference"):
+        assert results[name].timeline[0][1] == start
+    assert results["CPU-based HPA"].max_replicas == start
+    assert results["node-max GPU util"].max_replicas == start
+    assert results["gpuscale vllm-inference"].max_replicas > start
     assert results["CPU-based HPA"].unserved > 10 * results["static at peak"].unserved + 100
+    # The oracle meets the SLO (it is searched for), and gpuscale's vLLM profile does too
+    # on this slice, with fewer GPU-hours than static provisioning at the peak.
+    assert results["oracle"].slo_violation_minutes == 0
+    assert results["gpuscale vllm-inference"].slo_violation_minutes == 0
+    assert results["gpuscale vllm-inference"].gpu_hours < results["static at peak"].gpu_hours
     # Static provisioning never changes; every policy bills at least the oracle's floor.
     assert results["static at peak"].replica_changes_per_hour == 0
     for r in results.values():
@@ -156,3 +173,15 @@ def test_cli_plot_writes_a_png(tmp_path: Path) -> None:
     assert bad.returncode == 2
     assert "gpuscale:" in bad.stderr
     assert "Traceback" not in bad.stderr
+
+
+def test_the_oracle_is_searched_until_it_meets_the_slo() -> None:
+    requests = scale_trace(read_trace(TRACE), rate=4.0, speedup=1.0, limit_s=900.0)
+    params = ServingParams()
+    first = needed_replicas(requests, 900.0, params)
+    plan, result = oracle_plan(requests, 900.0, params)
+    assert result.slo_violation_minutes == 0
+    assert all(p >= f for p, f in zip(plan, first, strict=True))  # only ever adds
+    # It is the same run as replaying the plan it returns.
+    again = run_policy("oracle", requests, 900.0, params, plan=plan)
+    assert again.gpu_hours == result.gpu_hours

@@ -133,15 +133,21 @@ class Hpa:
             self._events.append((now, desired - current))
         return desired
 
+    def remember(self, now: float, recommendation: int) -> None:
+        """Record a past recommendation (a controller that was already running)."""
+        self._recommendations.append((now, recommendation))
+
     def _stabilize(self, now: float, current: int, recommendation: int) -> int:
         self._recommendations.append((now, recommendation))
         horizon = max(self.scale_up.stabilization_s, self.scale_down.stabilization_s)
         self._recommendations = [(t, r) for t, r in self._recommendations
                                  if now - t <= horizon]
+        # Recommendations strictly inside each window count (the controller keeps those
+        # whose timestamp is After(now - window)); this one, made now, always does.
         up = min([r for t, r in self._recommendations
-                  if now - t <= self.scale_up.stabilization_s] or [recommendation])
+                  if now - t < self.scale_up.stabilization_s] + [recommendation])
         down = max([r for t, r in self._recommendations
-                    if now - t <= self.scale_down.stabilization_s] or [recommendation])
+                    if now - t < self.scale_down.stabilization_s] + [recommendation])
         result = current
         result = max(result, up)
         result = min(result, down)

@@ -90,6 +90,12 @@ class ScaledObjectLoop:
         self._last_sync = -HPA_SYNC_S
         self.reason = ""  # why the last change happened
 
+    def warm(self, now: float, replicas: int) -> None:
+        """The loop has been running at ``replicas`` before ``now`` (a simulation window
+        that opens on a running system): the HPA's scale-down window remembers that count,
+        instead of a fresh HPA's empty history, which would scale down at once."""
+        self.hpa.remember(now, replicas)
+
     def due(self, now: float, replicas: int) -> bool:
         return self.keda.due(now, self._last_poll) or (
             replicas > 0 and now - self._last_sync >= HPA_SYNC_S)

@@ -308,6 +308,7 @@ async def control(world: World, clock: SimClock, status: Status, address: str,
     loop = ScaledObjectLoop(ScaledObjectSpec(polling_s=POLLING_S,
                                              min_replicas=cfg.min_replicas,
                                              max_replicas=cfg.max_replicas))
+    loop.warm(clock.now(), len(world.pods))  # the demo opens on a running deployment
     async with grpc.aio.insecure_channel(address) as channel:
         stub = pb_grpc.ExternalScalerStub(channel)  # type: ignore[no-untyped-call]
         while True:  # KEDA retries GetMetricSpec until the scaler answers

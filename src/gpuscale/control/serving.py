@@ -3,7 +3,7 @@
 Assumptions (defaults for a Llama-3.1-8B-class model on one H100; order-of-magnitude
 figures from public vLLM benchmarks, to be replaced by measured ones where a GPU is lent):
 
-- Continuous batching: a replica admits waiting requests while its batch has room
+- Continuous batching: a replica takes waiting requests while its batch has room
   (``max_batch``) and their context fits the KV cache (``kv_tokens``).
 - Each step, a replica spends its time first on prefill of newly admitted prompts
   (``prefill_tps`` tokens/s), then decodes: every running request gains
@@ -15,13 +15,18 @@ figures from public vLLM benchmarks, to be replaced by measured ones where a GPU
   running requests, proportionally below; 0 when idle (so utilization cannot tell a
   replica with 4 requests from one with 60 - the reason queue signals exist).
 - A new replica is billed from the moment it is created but serves only after
-  ``cold_start_s`` (image pull + model load); a removed replica stops at once (its
-  requests go back to the queue).
-- Requests are routed to the shared queue; replicas pull from it (a gateway's behaviour).
+  ``cold_start_s`` (image pull + model load).
+- A removed replica drains, as a pod does on SIGTERM behind a Service: it takes no new
+  requests, finishes the ones it runs, and goes away when done or after ``drain_s``
+  (terminationGracePeriodSeconds; 30 s is Kubernetes' default), billed until then. Requests
+  still running at the deadline go back to the front of the queue and start over.
+- Requests wait in one shared queue and go, oldest first, to the ready replica with the
+  fewest running requests (a gateway balancing on outstanding requests).
 """
 
 from __future__ import annotations
 
+import heapq
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -35,6 +40,7 @@ class ServingParams:
     decode_tps_max: float = 2_500.0
     saturating_batch: int = 4
     cold_start_s: float = 90.0
+    drain_s: float = 30.0
 
 
 @dataclass(slots=True)
@@ -52,6 +58,7 @@ class Replica:
     created: float
     ready_at: float
     running: list[Request] = field(default_factory=list)
+    removed_at: float | None = None  # draining since
 
     def kv_used(self) -> int:
         return sum(r.prompt + int(r.generated) for r in self.running)
@@ -71,20 +78,29 @@ class ReplicaSignals:
 class ServingFleet:
     def __init__(self, params: ServingParams = ServingParams()) -> None:
         self.p = params
-        self.replicas: list[Replica] = []
+        self.replicas: list[Replica] = []  # the ones that take requests (or will)
+        self.draining: list[Replica] = []  # removed, finishing what they run
         self.queue: deque[Request] = deque()
         self.done: list[Request] = []
         self.gpu_seconds = 0.0
 
     def set_replicas(self, n: int, now: float, warm: bool = False) -> None:
         """Scale to ``n``: new replicas start cold (``warm``: already running, for the
-        replicas that exist when a simulation starts); removed ones (the newest first) give
-        their requests back to the front of the queue."""
+        replicas that exist when a simulation starts); removed ones (the newest first, as
+        a ReplicaSet picks the youngest pods) drain."""
         while len(self.replicas) < n:
             self.replicas.append(Replica(now, now if warm else now + self.p.cold_start_s))
         while len(self.replicas) > n:
             gone = self.replicas.pop()
-            for r in reversed(gone.running):
+            if gone.running:
+                gone.removed_at = now
+                self.draining.append(gone)
+
+    def _end_drains(self, now: float) -> None:
+        for rep in [d for d in self.draining if not d.running or
+                    now - (d.removed_at or now) >= self.p.drain_s]:
+            self.draining.remove(rep)
+            for r in reversed(rep.running):  # cut off at the deadline: start over
                 r.prefilled, r.generated = False, 0.0
                 self.queue.appendleft(r)
 
@@ -92,11 +108,11 @@ class ServingFleet:
         self.queue.extend(requests)
 
     def step(self, now: float, dt: float) -> None:
-        self.gpu_seconds += len(self.replicas) * dt
-        for rep in self.replicas:
-            if now < rep.ready_at:
-                continue
-            self._admit(rep, dt)
+        self._end_drains(now)
+        self.gpu_seconds += (len(self.replicas) + len(self.draining)) * dt
+        ready = [rep for rep in self.replicas if now >= rep.ready_at]
+        self._dispatch(ready, dt)
+        for rep in ready + self.draining:
             elapsed = 0.0
             for r in rep.running:  # prefill first, one prompt after another
                 if not r.prefilled:
@@ -114,22 +130,33 @@ class ServingFleet:
             rep.running = [r for r in rep.running if r.generated < r.output]
             self.done.extend(finished)
 
-    def _admit(self, rep: Replica, dt: float) -> None:
-        """Take waiting requests while the batch, the KV cache and this step's prefill
-        budget allow (so a burst spreads over the replicas instead of piling prefills on
-        the first one, as a scheduler with chunked prefill would)."""
-        kv = rep.kv_used()
-        prefill = 0.0
-        while self.queue and len(rep.running) < self.p.max_batch:
-            nxt = self.queue[0]
-            if kv + nxt.prompt + nxt.output > self.p.kv_tokens and rep.running:
-                break
-            if prefill > 0 and prefill + nxt.prompt > self.p.prefill_tps * dt:
-                break
+    def _dispatch(self, ready: list[Replica], dt: float) -> None:
+        """Hand waiting requests, oldest first, to the ready replica with the fewest running
+        (a gateway's least-outstanding-requests balancing) while its batch, its KV cache and
+        this step's prefill budget allow - so a burst spreads over the replicas instead of
+        piling prefills on one, as a scheduler with chunked prefill would. A replica that
+        cannot take the request at the head is done for this step."""
+        if not self.queue or not ready:
+            return
+        p = self.p
+        kv = [rep.kv_used() for rep in ready]
+        prefill = [0.0] * len(ready)
+        heap = [(len(rep.running), i) for i, rep in enumerate(ready)
+                if len(rep.running) < p.max_batch]
+        heapq.heapify(heap)
+        while self.queue and heap:
+            n, i = heapq.heappop(heap)
+            rep, nxt = ready[i], self.queue[0]
+            if kv[i] + nxt.prompt + nxt.output > p.kv_tokens and rep.running:
+                continue
+            if prefill[i] > 0 and prefill[i] + nxt.prompt > p.prefill_tps * dt:
+                continue
             self.queue.popleft()
             rep.running.append(nxt)
-            kv += nxt.prompt + nxt.output
-            prefill += nxt.prompt
+            kv[i] += nxt.prompt + nxt.output
+            prefill[i] += nxt.prompt
+            if n + 1 < p.max_batch:
+                heapq.heappush(heap, (n + 1, i))
 
     def signals(self, now: float) -> list[ReplicaSignals]:
         ready = [r for r in self.replicas if now >= r.ready_at]

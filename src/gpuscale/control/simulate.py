@@ -109,14 +109,18 @@ def run_policy(name: str, requests: Sequence[TraceRequest], duration: float,
                params: ServingParams, signal: Signal | None = None,
                static: int | None = None, plan: list[int] | None = None,
                min_replicas: int = 1, max_replicas: int = 64, dt: float = 1.0,
-               progress: Callable[[float], None] | None = None) -> Result:
+               progress: Callable[[float], None] | None = None,
+               start: int | None = None) -> Result:
+    """One policy over the requests. The replicas running when the window opens (warm):
+    ``static``, the oracle's plan, else ``start`` (default ``min_replicas``, at least 1)."""
     fleet = ServingFleet(params)
     loop = ScaledObjectLoop(ScaledObjectSpec(min_replicas=min_replicas,
                                              max_replicas=max_replicas))
-    replicas = static if static is not None else max(min_replicas, 1)
+    replicas = static if static is not None else max(min_replicas, start or 1)
     if plan is not None:
-        replicas = plan[0]
+        replicas = max(plan[:int(params.cold_start_s) + 1])  # what the start-up needs
     fleet.set_replicas(replicas, 0.0, warm=True)  # what runs when the window opens
+    loop.warm(0.0, replicas)
     i, changes = 0, 0
     timeline = []
     zero_at: float | None = None
@@ -162,7 +166,8 @@ def run_policy(name: str, requests: Sequence[TraceRequest], duration: float,
     slo = Slo.of(fleet, duration)
     last_arrival = order[-1].arrival_s if order else 0.0
     rise = sharpest_rise(order)
-    react = next((t - rise for t in ups if t >= rise), None) if rise is not None else None
+    react = next((t - rise for t in ups if t >= rise), None) \
+        if rise is not None and signal is not None else None  # static/oracle: no reaction
     return Result(name, fleet.gpu_seconds / 3600.0, len(slo.bad_minutes), slo.minutes,
                   changes / (duration / 3600.0), max(t[1] for t in timeline),
                   slo.p95_ttft_s, slo.unserved,
@@ -194,7 +199,8 @@ class Slo:
                 worst[minute] = max(worst.get(minute, 0.0), wait)
                 if wait > SLO_TTFT_S:
                     bad.add(minute)
-        unserved = len(fleet.queue) + sum(len(rep.running) for rep in fleet.replicas)
+        unserved = len(fleet.queue) + sum(len(rep.running)
+                                          for rep in fleet.replicas + fleet.draining)
         # Requests never served count against the minute they arrived in.
         for queued in list(fleet.queue):
             bad.add(int(queued.arrival // 60))
@@ -227,27 +233,61 @@ def compare(requests: Sequence[TraceRequest], duration: float,
             params: ServingParams | None = None, min_replicas: int = 1,
             progress: Progress | None = None) -> list[Result]:
     params = params or ServingParams()
-    plan = needed_replicas(requests, duration, params)
+    results: list[Result] = []
+
+    def report(name: str, n: int) -> Callable[[float], None]:
+        def show(fraction: float) -> None:
+            if progress is not None:
+                progress(name, (n + fraction) / 6)
+        return show
+
+    plan, oracle = oracle_plan(requests, duration, params, report("oracle", 0))
     peak = max(plan)
-    lo = min_replicas
+    # Every autoscaled policy opens on the fleet the oracle starts with, and its HPA has
+    # been running at that count (a window of traffic on a running system, not a cold one).
+    lo, start = min_replicas, max(plan[:int(params.cold_start_s) + 1])
     policies: list[tuple[str, dict[str, Any]]] = [
         ("gpuscale vllm-inference",
-         {"signal": profile_signal({"profile": "vllm-inference"}), "min_replicas": lo}),
+         {"signal": profile_signal({"profile": "vllm-inference"}), "min_replicas": lo,
+          "start": start}),
         ("gpuscale gpu-utilization",
-         {"signal": profile_signal({"profile": "gpu-utilization"}), "min_replicas": lo}),
-        ("node-max GPU util (AverageValue)", {"signal": node_max_signal, "min_replicas": lo}),
-        ("CPU-based HPA", {"signal": cpu_signal, "min_replicas": lo}),
+         {"signal": profile_signal({"profile": "gpu-utilization"}), "min_replicas": lo,
+          "start": start}),
+        ("node-max GPU util (AverageValue)",
+         {"signal": node_max_signal, "min_replicas": lo, "start": start}),
+        ("CPU-based HPA", {"signal": cpu_signal, "min_replicas": lo, "start": start}),
         (f"static at peak ({peak})", {"static": peak}),
-        ("oracle", {"plan": plan}),
     ]
-    results = []
-    for n, (name, kwargs) in enumerate(policies):
-        def report(fraction: float, name: str = name, n: int = n) -> None:
-            if progress is not None:
-                progress(name, (n + fraction) / len(policies))
-        results.append(run_policy(name, requests, duration, params, progress=report,
-                                  **kwargs))
+    for n, (name, kwargs) in enumerate(policies, start=1):
+        results.append(run_policy(name, requests, duration, params,
+                                  progress=report(name, n), **kwargs))
+    results.append(oracle)
     return results
+
+
+def oracle_plan(requests: Sequence[TraceRequest], duration: float, params: ServingParams,
+                progress: Callable[[float], None] | None = None,
+                rounds: int = 12) -> tuple[list[int], Result]:
+    """The fewest replicas, second by second, that meet the SLO with foresight: start from
+    the work each minute needs (``needed_replicas``), replay, add a replica around every
+    minute that missed the SLO (from a cold start before it to its end), and again, until
+    no minute misses or ``rounds`` are spent. Returns the plan and its run."""
+    plan = needed_replicas(requests, duration, params)
+    result = run_policy("oracle", requests, duration, params, plan=plan)
+    for k in range(rounds):
+        if progress is not None:
+            progress(k / rounds)
+        if not result.slo_violation_minutes:
+            break
+        bad = [m for m, (_, _, _, worst) in enumerate(result.timeline) if worst > SLO_TTFT_S]
+        for m in bad:
+            lo = max(0, int(m * 60 - params.cold_start_s - 60))
+            for t in range(lo, min(len(plan), (m + 1) * 60)):
+                plan[t] += 1
+        result = run_policy("oracle", requests, duration, params, plan=plan)
+    if progress is not None:
+        progress(1.0)
+    return plan, result
 
 
 def scale_trace(requests: Sequence[TraceRequest], rate: float, speedup: float,

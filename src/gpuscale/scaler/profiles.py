@@ -58,15 +58,16 @@ PROFILES: dict[str, Profile] = {p.name: p for p in (
     Profile("gpu-utilization", (Target("gpu-utilization", 70.0, 5.0),),
             "Generic GPU work whose throughput tracks kernel duty cycle. 70 % leaves headroom "
             "for bursts; duty cycle saturates early, so higher targets react late."),
-    Profile("vllm-inference", (Target("vllm-requests", 48.0, 0.0),
+    Profile("vllm-inference", (Target("vllm-requests", 32.0, 0.0),
                                Target("vllm-kv-cache", 80.0, 0.0)),
             "vLLM pre-allocates ~90 % of GPU memory and keeps kernels busy with a small batch, "
             "so memory % and duty cycle do not move with load. Requests in the server "
-            "(running + waiting) over a per-pod target is the concurrency a pod can carry "
-            "(set it to ~75 % of the sequences your engine batches well); KV-cache usage near "
-            "full means the batch cannot grow. Scale on whichever needs more pods. (A target "
-            "on waiting requests alone overshoots: the queue keeps growing while new replicas "
-            "load the model - measured in BENCHMARKS.md.)"),
+            "(running + waiting) over a per-pod target is the concurrency a pod can carry: "
+            "set it to ~50 % of the sequences your engine batches well (32 of 64), which "
+            "leaves room for the load that arrives during a sync and a cold start; KV-cache "
+            "usage near full means the batch cannot grow. Scale on whichever needs more "
+            "pods. (Measured in BENCHMARKS.md: 75 % of the batch misses the SLO in more "
+            "minutes; waiting requests alone overshoot while new replicas load the model.)"),
     Profile("triton-inference", (Target("triton-pending", 10.0, 0.0),
                                  Target("triton-queue-time", 50.0, 0.0)),
             "Triton's pending requests and the time requests wait in its queue are direct "
