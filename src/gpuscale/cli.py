@@ -35,9 +35,9 @@ from gpuscale.telemetry.simulated import SimulatedBackend
 log = logging.getLogger("gpuscale")
 
 DEFAULT_SCENARIO = "h100-vllm"
-LIVE_SPEED = 20.0  # the demo loop's fast-forward
-LIVE_RATE = 40.0  # requests/s at the pattern's busiest
-LIVE_DURATION = 1200.0  # simulated seconds: a minute of wall time at x20
+LIVE_SPEED = 40.0  # the demo loop's fast-forward: a simulated hour in 90 s
+LIVE_RATE = 30.0  # requests/s at the pattern's busiest (about 6 replicas)
+LIVE_DURATION = 3600.0  # simulated seconds: one compressed day-night cycle
 
 
 async def make_sources(args: argparse.Namespace, backend: GpuBackend,

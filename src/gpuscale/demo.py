@@ -134,6 +134,8 @@ def run_loop(args: argparse.Namespace) -> int:
             args.duration, pattern_duration=LIVE_DURATION)
     except ValueError as exc:
         return refuse(str(exc))
+    # The agents' stream connecting is routine here; the view carries what matters.
+    logging.getLogger("gpuscale.fleet").setLevel(logging.WARNING)
     cfg = LiveConfig(requests, duration, speed=speed, nodes=args.nodes,
                      profile=args.profile, min_replicas=args.min_replicas,
                      max_replicas=args.max_replicas, host=args.host or "127.0.0.1",

@@ -68,7 +68,7 @@ POLLING_S = 30.0  # KEDA's default pollingInterval
 class LiveConfig:
     requests: Sequence[TraceRequest]
     duration: float  # simulated seconds
-    speed: float = 20.0  # simulated seconds per wall second
+    speed: float = 40.0  # simulated seconds per wall second
     nodes: int = 2
     profile: str = "vllm-inference"
     min_replicas: int = 1
