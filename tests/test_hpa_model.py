@@ -116,3 +116,22 @@ def test_properties(loads: list[tuple[float, int]], lo: int, hi: int) -> None:
             held = max(r for t, r in recommendations if now - t <= 300.0)
             assert desired >= min(hi, max(lo, held))
         current = desired
+
+
+@pytest.mark.parametrize(("value", "up", "down", "want"), [
+    # 20 pods at target 100: ratio = value / 2,000.
+    (2_080.0, 0.05, 0.1, 20),   # 1.04: inside a 5 % up band -> stays at 20
+    (2_080.0, 0.03, 0.1, 21),   # 1.04 > 1.03: outside -> ceil(2080 / 100) = 21
+    (2_100.0, None, 0.1, 20),   # 1.05: the HPA's default 10 % band
+    (2_100.0, 0.01, 0.1, 21),   # a 1 % scale-up tolerance reacts to 5 % more load
+    (1_850.0, 0.1, 0.1, 20),    # 0.925: inside the default down band
+    (1_850.0, 0.1, 0.05, 19),   # outside a 5 % down band -> ceil(18.5) = 19
+    (1_850.0, 0.1, None, 20),
+])
+def test_per_direction_tolerances(value: float, up: float | None, down: float | None,
+                                  want: int) -> None:
+    """behavior.scaleUp/scaleDown.tolerance (Kubernetes 1.33+): within when
+    1 - down <= ratio <= 1 + up; unset directions use the HPA's 0.1."""
+    hpa = Hpa(1, 100, scale_up=Rules(0.0, SCALE_UP.policies, tolerance=up),
+              scale_down=Rules(300.0, SCALE_DOWN.policies, tolerance=down))
+    assert hpa.proposal(ext(value, 100.0), 20, 20) == want

@@ -19,6 +19,11 @@ Follows the documented algorithm (k8s.io/kubernetes pkg/controller/podautoscaler
    4 pods per 15 s, whichever allows more; down 100 % per 15 s), ``selectPolicy``
    Max / Min / Disabled, counted from the replica changes inside each period.
 4. Clamped to [min, max].
+
+Tolerance: 0.1 both ways (the controller's --horizontal-pod-autoscaler-tolerance), or per
+HPA and per direction as ``behavior.scaleUp.tolerance`` / ``scaleDown.tolerance``
+(Kubernetes 1.33+, feature HPAConfigurableTolerance): a ratio r is "within" when
+1 - down <= r <= 1 + up.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ class Rules:
     stabilization_s: float
     policies: tuple[Policy, ...]
     select: str = "Max"  # "Max" | "Min" | "Disabled"
+    tolerance: float | None = None  # this direction's tolerance; None: the HPA's
 
 
 SCALE_UP = Rules(0.0, (Policy("Percent", 100, 15.0), Policy("Pods", 4, 15.0)))
@@ -71,6 +77,12 @@ class Hpa:
     _events: list[tuple[float, int]] = field(default_factory=list)  # (time, +/- replicas)
     last_reason: str = ""
 
+    def _within(self, ratio: float) -> bool:
+        up = self.tolerance if self.scale_up.tolerance is None else self.scale_up.tolerance
+        down = (self.tolerance if self.scale_down.tolerance is None
+                else self.scale_down.tolerance)
+        return 1.0 - down <= ratio <= 1.0 + up
+
     def proposal(self, metric: Metric, current: int, ready: int) -> int | None:
         """Step 1 for one metric (None: no proposal)."""
         if metric.kind == "External":
@@ -78,11 +90,11 @@ class Hpa:
                 return None
             if metric.target_type == "AverageValue":
                 ratio = metric.value / (metric.target * max(current, 1))
-                if abs(ratio - 1.0) <= self.tolerance:
+                if self._within(ratio):
                     return current
                 return math.ceil(metric.value / metric.target)
             ratio = metric.value / metric.target
-            if abs(ratio - 1.0) <= self.tolerance:
+            if self._within(ratio):
                 return current
             return math.ceil(ratio * ready)
         present = [v for v in metric.pod_values if v is not None]
@@ -92,7 +104,7 @@ class Hpa:
         ratio = sum(present) / len(present) / metric.target
         up_with_unready = metric.unready_pods > 0 and ratio > 1.0
         if not up_with_unready and not missing:
-            if abs(ratio - 1.0) <= self.tolerance:
+            if self._within(ratio):
                 return current
             return math.ceil(ratio * len(present))
         # Missing pods: at target when scaling down, idle when scaling up; unready pods
@@ -102,7 +114,7 @@ class Hpa:
         if up_with_unready:
             filled += [0.0] * metric.unready_pods
         new_ratio = sum(filled) / len(filled) / metric.target
-        if abs(new_ratio - 1.0) <= self.tolerance or (ratio < 1.0 < new_ratio) or \
+        if self._within(new_ratio) or (ratio < 1.0 < new_ratio) or \
                 (ratio > 1.0 > new_ratio):
             return current
         replicas = math.ceil(new_ratio * len(filled))
