@@ -10,7 +10,8 @@ agent and scaler, with KEDA and the HPA modelled on top, all in one process.
       -> KEDA + HPA (control/keda.py, control/hpa.py) call GetMetricSpec, GetMetrics and
          IsActive over gRPC, like KEDA's operator, and set the replica count
       -> the serving model adds replicas (cold start: not Ready, no engine yet) or removes
-         them.
+         them (the pod leaves the agents' view at once; its replica drains in the serving
+         model for up to 30 s and is billed until then).
 
 Simulated time runs ``speed`` times wall time; the agents, KEDA's polling and the HPA's sync
 run on simulated time too, so a fast-forwarded run makes the same decisions as a real-time
