@@ -88,9 +88,6 @@ class SimClock:
     def now(self) -> float:
         return (self._monotonic() - self._start) * self.speed
 
-    def wall(self, simulated_s: float) -> float:
-        return simulated_s / self.speed
-
 
 @dataclass(frozen=True, slots=True)
 class Pod:
@@ -172,8 +169,10 @@ class World:
             self._publish()
 
     def scale(self, n: int, warm: bool = False) -> None:
+        """Set the replica count (``warm``: pods already running when the demo opens, not a
+        scaling change)."""
         n = max(0, min(n, self.cfg.nodes * GPUS_PER_NODE))
-        if n != len(self.pods):
+        if n != len(self.pods) and not warm:
             self.changes += 1
         used = {(p.node, p.gpu) for p in self.pods}
         free = [(node, gpu) for node in range(self.cfg.nodes) for gpu in range(GPUS_PER_NODE)
@@ -259,7 +258,7 @@ class Engines:
 
     def __init__(self, world: World) -> None:
         self._world = world
-        self._runners: dict[str, tuple[Pod, web.AppRunner]] = {}
+        self._runners: dict[str, web.AppRunner] = {}
 
     async def reconcile(self) -> None:
         """Stop the engines of removed pods, start those of pods done starting, then mark
@@ -267,16 +266,15 @@ class Engines:
         serving = self._world.serving()
         up = {p.name: p for p in serving}
         for name in [n for n in self._runners if n not in up]:
-            await self._runners.pop(name)[1].cleanup()
+            await self._runners.pop(name).cleanup()
         for name, pod in up.items():
             if name not in self._runners:
-                runner = await serve_metrics(pod.ip, SIM_ENGINE_PORT,
-                                             lambda pod=pod: self._world.engine_text(pod))  # type: ignore[misc]
-                self._runners[name] = (pod, runner)
+                self._runners[name] = await serve_metrics(
+                    pod.ip, SIM_ENGINE_PORT, lambda pod=pod: self._world.engine_text(pod))  # type: ignore[misc]
         self._world.mark_ready([p for p in serving if p in self._world.pods])
 
     async def close(self) -> None:
-        await asyncio.gather(*(r.cleanup() for _, r in self._runners.values()))
+        await asyncio.gather(*(r.cleanup() for r in self._runners.values()))
         self._runners.clear()
 
 
@@ -392,7 +390,9 @@ class Summary:
 
 
 def summarize(world: World, max_seen: int) -> Summary:
-    """Up to where the run got (all of it, unless it was stopped early)."""
+    """Up to where the run got (all of it, unless it was stopped early). Static
+    provisioning is the peak of the work the arrivals need (``needed_replicas``), run for
+    the whole time; ``gpuscale simulate`` compares against a searched oracle instead."""
     cfg = world.cfg
     ran = max(world.now, 1.0)
     arrived = [r for r in cfg.requests if r.arrival_s < ran]
