@@ -232,13 +232,17 @@ Progress = Callable[[str, float], None]  # (policy, overall fraction done)
 def compare(requests: Sequence[TraceRequest], duration: float,
             params: ServingParams | None = None, min_replicas: int = 1,
             progress: Progress | None = None) -> list[Result]:
+    """The six policies over the same requests: gpuscale's two profiles, node-max, CPU,
+    static at the oracle's peak, and the oracle (searched first: the others start from
+    its opening fleet)."""
     params = params or ServingParams()
     results: list[Result] = []
+    stages = 6  # the oracle's search, then the five other policies
 
     def report(name: str, n: int) -> Callable[[float], None]:
         def show(fraction: float) -> None:
             if progress is not None:
-                progress(name, (n + fraction) / 6)
+                progress(name, (n + fraction) / stages)
         return show
 
     plan, oracle = oracle_plan(requests, duration, params, report("oracle", 0))
