@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gpuscale.control.hpa import Hpa, Metric
+from gpuscale.control.hpa import SCALE_DOWN, SCALE_UP, Hpa, Metric, Rules
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,9 +83,12 @@ class ScaledObjectLoop:
     reads the scaler (in-process for ``simulate``, over gRPC for the live demo) when
     ``due`` says a poll or a sync is coming, then calls ``decide``."""
 
-    def __init__(self, spec: ScaledObjectSpec) -> None:
+    def __init__(self, spec: ScaledObjectSpec, scale_up: Rules = SCALE_UP,
+                 scale_down: Rules = SCALE_DOWN) -> None:
+        """``scale_up``/``scale_down``: the HPA's behavior (KEDA's
+        advanced.horizontalPodAutoscalerConfig.behavior); Kubernetes' defaults."""
         self.keda = Keda(spec)
-        self.hpa = Hpa(spec.hpa_min, spec.max_replicas)
+        self.hpa = Hpa(spec.hpa_min, spec.max_replicas, scale_up, scale_down)
         self._last_poll: float | None = None
         self._last_sync = -HPA_SYNC_S
         self.reason = ""  # why the last change happened

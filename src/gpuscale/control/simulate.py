@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuscale.control.hpa import Metric
+from gpuscale.control.hpa import SCALE_DOWN, Metric, Rules
 from gpuscale.control.keda import ScaledObjectLoop, ScaledObjectSpec
 from gpuscale.control.serving import Request, ServingFleet, ServingParams
 from gpuscale.scaler.evaluate import WorkloadUnavailable, evaluate
@@ -110,12 +110,14 @@ def run_policy(name: str, requests: Sequence[TraceRequest], duration: float,
                static: int | None = None, plan: list[int] | None = None,
                min_replicas: int = 1, max_replicas: int = 64, dt: float = 1.0,
                progress: Callable[[float], None] | None = None,
-               start: int | None = None) -> Result:
+               start: int | None = None, scale_down: Rules = SCALE_DOWN) -> Result:
     """One policy over the requests. The replicas running when the window opens (warm):
-    ``static``, the oracle's plan, else ``start`` (default ``min_replicas``, at least 1)."""
+    ``static``, the oracle's plan, else ``start`` (default ``min_replicas``, at least 1).
+    ``scale_down``: the HPA's scale-down behavior (Kubernetes' default)."""
     fleet = ServingFleet(params)
     loop = ScaledObjectLoop(ScaledObjectSpec(min_replicas=min_replicas,
-                                             max_replicas=max_replicas))
+                                             max_replicas=max_replicas),
+                            scale_down=scale_down)
     replicas = static if static is not None else max(min_replicas, start or 1)
     if plan is not None:
         replicas = max(plan[:int(params.cold_start_s) + 1])  # what the start-up needs
