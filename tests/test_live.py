@@ -68,6 +68,8 @@ def test_world_serves_the_replicas_numbers_as_vllm_metrics() -> None:
     (["--profile", "nope"], "not one of"),
     (["--speed", "0"], "--speed"),
     (["--rate", "-1"], "positive"),
+    (["--rate", "0"], "positive"),
+    (["--scenario", "h100-vllm", "--pattern", "bursts"], "--pattern drive the closed loop"),
     (["--trace", "/nonexistent.csv"], "nonexistent"),
 ])
 def test_bad_demo_options_are_clear_errors(args: list[str], why: str) -> None:

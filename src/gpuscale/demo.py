@@ -87,6 +87,12 @@ async def demo(args: argparse.Namespace) -> None:
 def run_demo(args: argparse.Namespace) -> int:
     if args.scenario is None:
         return run_loop(args)
+    loop_only = [f"--{k}" for k in ("pattern", "trace", "rate", "duration")
+                 if getattr(args, k) is not None]
+    if loop_only:
+        print(f"gpuscale: {', '.join(loop_only)} drive the closed loop; a --scenario runs "
+              "its own load", file=sys.stderr)
+        return 2
     args.speed = args.speed or 1.0
     args.host = args.host or "0.0.0.0"
     try:
@@ -130,7 +136,8 @@ def run_loop(args: argparse.Namespace) -> int:
         return refuse(f"--profile {args.profile!r} is not one of {', '.join(PROFILES)}")
     try:
         requests, duration = load_requests(
-            args.pattern, args.trace, args.rate or (1.0 if args.trace else LIVE_RATE),
+            args.pattern, args.trace,
+            args.rate if args.rate is not None else 1.0 if args.trace else LIVE_RATE,
             args.duration, pattern_duration=LIVE_DURATION)
     except ValueError as exc:
         return refuse(str(exc))
