@@ -144,3 +144,15 @@ def test_demo_loop_scales_to_zero_when_idle_and_stops_on_sigint() -> None:
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err[-2000:]
     assert "GPU-hours with gpuscale vs" in out
+
+
+def test_a_taken_port_is_a_clear_error() -> None:
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        out = subprocess.run([*DEMO, "--port", str(port), "--duration", "60"],
+                             capture_output=True, text=True, timeout=60, check=False)
+    assert out.returncode == 1
+    assert "cannot listen" in out.stderr
+    assert "Traceback" not in out.stderr

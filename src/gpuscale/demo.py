@@ -13,7 +13,8 @@ import asyncio
 import json
 import logging
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 from aiohttp import web
 
@@ -96,10 +97,17 @@ def run_demo(args: argparse.Namespace) -> int:
     args.speed = args.speed or 1.0
     args.host = args.host or "0.0.0.0"
     try:
-        asyncio.run(demo(args))
+        return _serve(demo(args))
     except (ScenarioError, ConfigError) as exc:
         print(f"gpuscale: {exc}", file=sys.stderr)
         return 2
+
+
+def _serve(main: Coroutine[Any, Any, object]) -> int:
+    """Run a demo until it ends; a port that cannot be bound (alone or inside a task
+    group) is exit 1 with the reason, not a traceback."""
+    try:
+        asyncio.run(main)
     except OSError as exc:
         print(f"gpuscale: cannot listen: {exc}", file=sys.stderr)
         return 1
@@ -147,13 +155,4 @@ def run_loop(args: argparse.Namespace) -> int:
                      profile=args.profile, min_replicas=args.min_replicas,
                      max_replicas=args.max_replicas, host=args.host or "127.0.0.1",
                      port=args.port)
-    try:
-        asyncio.run(run_live(cfg))
-    except OSError as exc:
-        return refuse(f"cannot listen: {exc}")
-    except ExceptionGroup as group:
-        bind = group.subgroup(OSError)
-        if bind is None:
-            raise
-        return refuse(f"cannot listen: {bind.exceptions[0]}")
-    return 0
+    return _serve(run_live(cfg))

@@ -27,6 +27,7 @@ from gpuscale.attribution.sources import AttributionSources, attribute_tick
 from gpuscale.engines.scrape import EngineScraper
 from gpuscale.fleet.publisher import TelemetryPublisher
 from gpuscale.fleet.tls import TlsFiles, server_credentials
+from gpuscale.grpc_bind import bind
 from gpuscale.proto import telemetry_pb2_grpc as pb_grpc
 from gpuscale.scaler.fleet import PodRecord, pod_records
 from gpuscale.shutdown import cancel_on_signals
@@ -91,9 +92,9 @@ class Agent:
             stream = grpc.aio.server(options=[("grpc.max_concurrent_streams", 64)])
             pb_grpc.add_AgentTelemetryServicer_to_server(self.publisher, stream)  # type: ignore[no-untyped-call]
             address = f"{self.config.host}:{self.config.stream_port}"
-            self.stream_port = (
-                stream.add_secure_port(address, server_credentials(self.config.stream_tls))
-                if self.config.stream_tls is not None else stream.add_insecure_port(address))
+            self.stream_port = bind(stream, address,
+                                    server_credentials(self.config.stream_tls)
+                                    if self.config.stream_tls is not None else None)
             await stream.start()
         try:
             if on_listening is not None:

@@ -18,6 +18,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
 
+from gpuscale.grpc_bind import bind
 from gpuscale.proto import externalscaler_pb2 as pb
 from gpuscale.proto import externalscaler_pb2_grpc as pb_grpc
 from gpuscale.scaler.evaluate import WorkloadUnavailable, evaluate
@@ -221,11 +222,7 @@ class ScalerServer:
             (SERVICE, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
              reflection.SERVICE_NAME), self._server)
         address = host if host.startswith("unix:") else f"{host}:{port}"
-        bound = (self._server.add_secure_port(address, credentials) if credentials is not None
-                 else self._server.add_insecure_port(address))
-        if bound == 0 and not host.startswith("unix:"):
-            raise OSError(f"cannot listen on {address}")
-        self.port = bound
+        self.port = bind(self._server, address, credentials)
 
     async def start(self) -> None:
         await self._server.start()
