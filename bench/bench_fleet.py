@@ -33,11 +33,11 @@ sys.path.insert(0, str(REPO))
 
 import grpc  # noqa: E402
 
-from gpuscale.fleet.publisher import TelemetryPublisher  # noqa: E402
 from gpuscale.proto import externalscaler_pb2 as pb  # noqa: E402
 from gpuscale.proto import externalscaler_pb2_grpc as pb_grpc  # noqa: E402
 from gpuscale.proto import telemetry_pb2_grpc as tpb_grpc  # noqa: E402
-from gpuscale.scaler.fleet import PodRecord  # noqa: E402
+from gpuscale.stream.publisher import TelemetryPublisher  # noqa: E402
+from gpuscale.stream.records import PodRecord  # noqa: E402
 
 PODS = 8
 WORKLOADS = 1000
@@ -228,7 +228,7 @@ async def main() -> None:
         print(f"  GetMetrics while probing: p50 {latencies[len(latencies) // 2] * 1e3:.2f} ms, "
               f"p99 {latencies[int(len(latencies) * 0.99) - 1] * 1e3:.2f} ms "
               f"({len(latencies)} calls)")
-        from gpuscale.fleet.codec import encode
+        from gpuscale.stream.codec import encode
 
         full = encode("node-1", "x" * 32, 1, time.time(), 1.0, records(1)).ByteSize()
         signals_only = sum(len(json.dumps(r.signals)) for r in records(1))

@@ -40,9 +40,9 @@ from gpuscale.agent.app import Agent, AgentConfig  # noqa: E402
 from gpuscale.attribution.sources import ScenarioSources  # noqa: E402
 from gpuscale.proto import externalscaler_pb2 as pb  # noqa: E402
 from gpuscale.proto import externalscaler_pb2_grpc as pb_grpc  # noqa: E402
-from gpuscale.scaler.fleet import FleetView, PodRecord  # noqa: E402
-from gpuscale.scaler.local import feed  # noqa: E402
+from gpuscale.scaler.fleet import FleetView  # noqa: E402
 from gpuscale.scaler.service import ScalerServer, ScalerService  # noqa: E402
+from gpuscale.stream.records import PodRecord  # noqa: E402
 from gpuscale.telemetry.scenario import parse_scenario  # noqa: E402
 from gpuscale.telemetry.simulated import SimulatedBackend  # noqa: E402
 
@@ -167,7 +167,7 @@ async def freshness(trials: int) -> None:
         start = time.time()
         backend = SimulatedBackend(node, start=start)
         agent = Agent(backend, AgentConfig("127.0.0.1", 0, 1.0, "n"), ScenarioSources(node))
-        feed(agent, fleet)
+        agent.add_sink(fleet)
         server = ScalerServer(ScalerService(fleet), host="127.0.0.1", port=0)
         await server.start()
         task = asyncio.create_task(agent.run())

@@ -11,9 +11,10 @@ import grpc
 import pytest
 from aiohttp import web
 
+from gpuscale.common.errors import ConfigError
 from gpuscale.proto import externalscaler_pb2 as pb
 from gpuscale.proto import externalscaler_pb2_grpc as pb_grpc
-from gpuscale.scaler.demand import ConfigError, DemandSources, parse_config
+from gpuscale.scaler.demand import DemandSources, parse_config
 from gpuscale.scaler.fleet import FleetView
 from gpuscale.scaler.service import ScalerServer, ScalerService
 

@@ -9,10 +9,10 @@ import pytest
 
 from gpuscale.agent.app import Agent, AgentConfig
 from gpuscale.attribution.sources import ScenarioSources
-from gpuscale.fleet.discovery import EndpointSliceDiscovery, addresses
-from gpuscale.fleet.subscriber import FleetSubscriber
 from gpuscale.scaler.fleet import FleetView
 from gpuscale.scaler.selector import parse_selector
+from gpuscale.stream.discovery import EndpointSliceDiscovery, addresses
+from gpuscale.stream.subscriber import AgentSubscriber
 from gpuscale.telemetry.scenario import parse_scenario
 from gpuscale.telemetry.simulated import SimulatedBackend
 from tests.kubeapi import ENDPOINTSLICES, KubeApiPeer, api_client, make_endpointslice
@@ -50,7 +50,7 @@ async def test_endpointslices_drive_the_subscriptions(agents: list[Agent]) -> No
     await peer.start()
     api = api_client(peer)
     fleet = FleetView()
-    sub = FleetSubscriber(fleet, "test", forget_after=0.0)
+    sub = AgentSubscriber(fleet, "test", forget_after=0.0)
     a, b = (ag.stream_port for ag in agents)
     peer.add(make_endpointslice("gpuscale-agent", "s1", [("127.0.0.1", True)], a),
              ENDPOINTSLICES)

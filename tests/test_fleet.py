@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from gpuscale.scaler.fleet import FleetView, PodRecord
+from gpuscale.scaler.fleet import FleetView
 from gpuscale.scaler.selector import parse_selector
+from gpuscale.stream.records import PodRecord
 
 
 def rec(name: str, node: str, app: str = "a", ns: str = "ns", util: float = 1.0) -> PodRecord:

@@ -14,8 +14,9 @@ import math
 import pytest
 
 from gpuscale.scaler.evaluate import evaluate
-from gpuscale.scaler.fleet import FleetView, PodRecord
+from gpuscale.scaler.fleet import FleetView
 from gpuscale.scaler.profiles import Target
+from gpuscale.stream.records import PodRecord
 
 TOLERANCE = 0.1
 

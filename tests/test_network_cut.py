@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from gpuscale.fleet.subscriber import FleetSubscriber
 from gpuscale.scaler.evaluate import WorkloadUnavailable, evaluate
 from gpuscale.scaler.fleet import FleetView
 from gpuscale.scaler.profiles import Target
 from gpuscale.scaler.selector import parse_selector
+from gpuscale.stream.subscriber import AgentSubscriber
 
 pytestmark = [
     pytest.mark.slow,
@@ -88,7 +88,7 @@ async def test_cut_link_makes_the_workload_unavailable_then_recovers(
         agent_in_netns: tuple[str, str]) -> None:
     host_if, ns_ip = agent_in_netns
     fleet = FleetView()
-    sub = FleetSubscriber(fleet, "test")
+    sub = AgentSubscriber(fleet, "test")
     sub.set_addresses([f"{ns_ip}:9401"])
     sel, target = parse_selector("app=w"), Target("gpu-utilization", 70.0, 0.0)
 

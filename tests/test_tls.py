@@ -17,9 +17,9 @@ from cryptography.x509.oid import NameOID
 
 from gpuscale.agent.app import Agent, AgentConfig
 from gpuscale.attribution.sources import ScenarioSources
-from gpuscale.fleet.subscriber import FleetSubscriber
-from gpuscale.fleet.tls import TlsFiles, channel_credentials
 from gpuscale.scaler.fleet import FleetView
+from gpuscale.stream.subscriber import AgentSubscriber
+from gpuscale.stream.tls import TlsFiles, channel_credentials
 from gpuscale.telemetry.scenario import load_scenario
 from gpuscale.telemetry.simulated import SimulatedBackend
 
@@ -94,10 +94,10 @@ async def secured(tmp_path: Path) -> AsyncIterator[Secured]:
     await asyncio.gather(task, return_exceptions=True)
 
 
-async def subscribe(agent: Agent, creds: Callable[[], object]) -> tuple[FleetSubscriber,
+async def subscribe(agent: Agent, creds: Callable[[], object]) -> tuple[AgentSubscriber,
                                                                          FleetView]:
     fleet = FleetView()
-    sub = FleetSubscriber(fleet, "test", credentials=creds)  # type: ignore[arg-type]
+    sub = AgentSubscriber(fleet, "test", credentials=creds)  # type: ignore[arg-type]
     sub.set_addresses([f"127.0.0.1:{agent.stream_port}"])
     return sub, fleet
 
@@ -156,10 +156,10 @@ async def test_keda_side_of_the_scaler_over_mutual_tls(tmp_path: Path) -> None:
     """What a TriggerAuthentication with caCert, tlsClientCert and tlsClientKey does."""
     import grpc
 
-    from gpuscale.fleet.tls import server_credentials
     from gpuscale.proto import externalscaler_pb2 as pb
     from gpuscale.proto import externalscaler_pb2_grpc as pb_grpc
     from gpuscale.scaler.service import ScalerServer, ScalerService
+    from gpuscale.stream.tls import server_credentials
 
     ca = make_ca("keda-gpuscale CA")
     server_files = write(tmp_path / "s", "scaler", ca, issue(ca, "scaler", "gpuscale-scaler"))

@@ -10,10 +10,11 @@ import pytest
 
 from gpuscale.proto import externalscaler_pb2 as pb
 from gpuscale.proto import externalscaler_pb2_grpc as pb_grpc
-from gpuscale.scaler.fleet import FleetView, PodRecord
+from gpuscale.scaler.fleet import FleetView
 from gpuscale.scaler.selector import Selector
 from gpuscale.scaler.service import ScalerServer, ScalerService
 from gpuscale.scaler.workloads import WorkloadResolver, selector_from_label_selector
+from gpuscale.stream.records import PodRecord
 from tests.kubeapi import (
     DEPLOYMENTS,
     SCALEDOBJECTS,

@@ -25,7 +25,7 @@ from gpuscale.attribution.sources import (
     attribute_tick,
     cluster_sources,
 )
-from gpuscale.fleet.tls import TlsFiles
+from gpuscale.stream.tls import TlsFiles
 from gpuscale.telemetry.backend import GpuBackend
 from gpuscale.telemetry.load import Request
 from gpuscale.telemetry.model import Absent, BackendState, NodeSnapshot

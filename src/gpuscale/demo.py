@@ -20,12 +20,12 @@ from aiohttp import web
 
 from gpuscale.agent.app import Agent, AgentConfig
 from gpuscale.attribution.sources import ScenarioSources
+from gpuscale.common.errors import ConfigError
+from gpuscale.common.shutdown import cancel_on_signals
 from gpuscale.engines.simulated import engines_for, start_engines
-from gpuscale.scaler.demand import ConfigError, DemandSources, ScalerConfig, load_config
+from gpuscale.scaler.demand import DemandSources, ScalerConfig, load_config
 from gpuscale.scaler.fleet import FleetView
-from gpuscale.scaler.local import feed
 from gpuscale.scaler.service import ScalerServer, ScalerService
-from gpuscale.shutdown import cancel_on_signals
 from gpuscale.telemetry.model import Absent
 from gpuscale.telemetry.scenario import ScenarioError, load_scenario
 from gpuscale.telemetry.simulated import SimulatedBackend
@@ -44,7 +44,7 @@ async def demo(args: argparse.Namespace) -> None:
         agent = Agent(backend, AgentConfig(args.host, args.metrics_port + i if
                                            args.metrics_port else 0, args.interval, node.name),
                       sources)
-        feed(agent, fleet)
+        agent.add_sink(fleet)
         agents.append(agent)
         loads = {(p.pod.namespace, p.pod.name): p.load for p in node.processes if p.pod}
         pods = sources.pod_infos()
@@ -150,7 +150,7 @@ def run_loop(args: argparse.Namespace) -> int:
     except ValueError as exc:
         return refuse(str(exc))
     # The agents' stream connecting is routine here; the view carries what matters.
-    logging.getLogger("gpuscale.fleet").setLevel(logging.WARNING)
+    logging.getLogger("gpuscale.stream").setLevel(logging.WARNING)
     cfg = LiveConfig(requests, duration, speed=speed, nodes=args.nodes,
                      profile=args.profile, min_replicas=args.min_replicas,
                      max_replicas=args.max_replicas, host=args.host or "127.0.0.1",

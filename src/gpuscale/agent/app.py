@@ -21,16 +21,17 @@ from prometheus_client import CollectorRegistry, disable_created_metrics
 
 from gpuscale.agent.exporter import SnapshotCollector
 from gpuscale.agent.http import make_app, start_http
+from gpuscale.agent.records import pod_records
 from gpuscale.agent.sampler import Sampler
 from gpuscale.attribution.model import AttributionState, NodeAttribution
 from gpuscale.attribution.sources import AttributionSources, attribute_tick
+from gpuscale.common.grpc_bind import bind
+from gpuscale.common.shutdown import cancel_on_signals
 from gpuscale.engines.scrape import EngineScraper
-from gpuscale.fleet.publisher import TelemetryPublisher
-from gpuscale.fleet.tls import TlsFiles, server_credentials
-from gpuscale.grpc_bind import bind
 from gpuscale.proto import telemetry_pb2_grpc as pb_grpc
-from gpuscale.scaler.fleet import PodRecord, pod_records
-from gpuscale.shutdown import cancel_on_signals
+from gpuscale.stream.publisher import TelemetryPublisher
+from gpuscale.stream.records import NodeSink, PodRecord
+from gpuscale.stream.tls import TlsFiles, server_credentials
 from gpuscale.telemetry.backend import GpuBackend
 from gpuscale.telemetry.model import Absent, BackendState, NodeSnapshot, Reading
 
@@ -114,6 +115,20 @@ class Agent:
                 await asyncio.shield(asyncio.wait_for(self.sources.close(), timeout=5.0))
             self.backend.close()
 
+
+    def add_sink(self, sink: NodeSink) -> None:
+        """After each tick, hand the node's pod records to ``sink`` (a fleet view in the same
+        process: the demo, single-node use). A tick without usable GPU readings or
+        attribution hands nothing: the sink keeps the previous records, which age, and the
+        workloads on this node turn UNAVAILABLE past the staleness bound - never a smaller
+        sum."""
+
+        def on_tick(snap: NodeSnapshot, att: NodeAttribution | None) -> None:
+            records = self.pod_records(snap, att)
+            if records is not None:
+                sink.update_node(snap.node, records)
+
+        self.sampler.add_listener(on_tick)
 
     def pod_records(self, snap: NodeSnapshot,
                     att: NodeAttribution | None) -> list[PodRecord] | None:

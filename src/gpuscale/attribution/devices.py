@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from gpuscale.attribution.model import DeviceKind, DeviceRef
+from gpuscale.common.errors import PeerError
 
 MAX_DEVICE_ID = 256
 
@@ -18,7 +19,7 @@ DEFAULT_RESOURCES = ("nvidia.com/gpu", "nvidia.com/gpu.shared")
 _MIG_RESOURCE = re.compile(r"nvidia\.com/mig-(?:\d+c\.)?\d+g\.\d+gb(?:\.shared)?")
 
 
-class DeviceIdError(ValueError):
+class DeviceIdError(PeerError, ValueError):
     """A device ID in none of the forms the NVIDIA device plugin emits."""
 
 

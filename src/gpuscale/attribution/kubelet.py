@@ -16,6 +16,7 @@ import grpc
 
 from gpuscale.attribution.devices import DeviceIdError, is_gpu_resource, parse_device_id
 from gpuscale.attribution.model import Allocation, DeviceRef
+from gpuscale.common.errors import PeerError
 from gpuscale.proto import podresources_v1_pb2 as pb
 from gpuscale.proto import podresources_v1_pb2_grpc as pb_grpc
 
@@ -25,7 +26,7 @@ DEFAULT_TIMEOUT_S = 2.0
 _UUID_IN_TEXT = re.compile(r"(?:GPU|MIG)-[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}")
 
 
-class KubeletError(Exception):
+class KubeletError(PeerError):
     """The kubelet could not be asked; the message says why."""
 
 

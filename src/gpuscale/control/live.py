@@ -6,7 +6,7 @@ agent and scaler, with KEDA and the HPA modelled on top, all in one process.
          utilization, and its vLLM engine serves /metrics at the pod's loopback IP
       -> one agent per node samples the GPUs, attributes them to the pods, scrapes the
          engines and streams the pods' signals over its telemetry gRPC stream
-      -> the scaler (FleetSubscriber + ExternalScaler) on --port (6000)
+      -> the scaler (AgentSubscriber + ExternalScaler) on --port (6000)
       -> KEDA + HPA (control/keda.py, control/hpa.py) call GetMetricSpec, GetMetrics and
          IsActive over gRPC, like KEDA's operator, and set the replica count
       -> the serving model adds replicas (cold start: not Ready, no engine yet) or removes
@@ -39,18 +39,19 @@ from gpuscale.agent.app import Agent, AgentConfig
 from gpuscale.agent.sampler import MIN_INTERVAL_S
 from gpuscale.attribution.model import PodInfo
 from gpuscale.attribution.sources import SIM_ENGINE_PORT, Inputs, ScenarioSources
+from gpuscale.common.shutdown import cancel_on_signals
 from gpuscale.control.hpa import Metric
 from gpuscale.control.keda import ScaledObjectLoop, ScaledObjectSpec
 from gpuscale.control.serving import Request, ServingFleet, ServingParams
 from gpuscale.control.simulate import SLO_TTFT_S, Slo, needed_replicas
 from gpuscale.engines.simulated import serve_metrics, vllm_metrics
-from gpuscale.fleet.subscriber import FleetSubscriber
 from gpuscale.proto import externalscaler_pb2 as pb
 from gpuscale.proto import externalscaler_pb2_grpc as pb_grpc
-from gpuscale.scaler.fleet import FleetView, PodRecord
+from gpuscale.scaler.fleet import FleetView
 from gpuscale.scaler.selector import parse_selector
 from gpuscale.scaler.service import ScalerServer, ScalerService
-from gpuscale.shutdown import cancel_on_signals
+from gpuscale.stream.records import PodRecord
+from gpuscale.stream.subscriber import AgentSubscriber
 from gpuscale.telemetry.load import Request as TraceRequest
 from gpuscale.telemetry.model import Absent, NodeSnapshot
 from gpuscale.telemetry.scenario import NodeSpec, PodRef, ProcessSpec, parse_scenario
@@ -525,7 +526,7 @@ async def run_live(cfg: LiveConfig, tty: bool | None = None,
     agents = [Agent(b, AgentConfig("127.0.0.1", 0, interval, b.node.name, stream_port=0), s)
               for b, s in zip(world.backends, world.sources, strict=True)]
     fleet = FleetView(stale_after=max(3.0 * interval, 2.0))
-    subscriber = FleetSubscriber(fleet, name="demo")
+    subscriber = AgentSubscriber(fleet, name="demo")
     server = ScalerServer(ScalerService(fleet), host=cfg.host, port=cfg.port)
     address = f"{'localhost' if cfg.host in ('0.0.0.0', '::', '[::]') else cfg.host}:" \
               f"{cfg.port}"

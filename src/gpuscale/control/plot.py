@@ -8,6 +8,7 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
+from gpuscale.common.errors import GpuscaleError
 from gpuscale.control.simulate import SLO_TTFT_S, Result
 from gpuscale.telemetry.load import Request
 
@@ -15,8 +16,10 @@ from gpuscale.telemetry.load import Request
 _TTFT_CEILING_S = 600.0
 
 
-class PlotUnavailable(RuntimeError):
+class PlotUnavailable(GpuscaleError, RuntimeError):
     """matplotlib is not installed."""
+
+    exit_code = 2
 
 
 def plot_results(results: Sequence[Result], requests: Sequence[Request], duration: float,

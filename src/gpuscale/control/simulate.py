@@ -21,9 +21,10 @@ from gpuscale.control.hpa import SCALE_DOWN, Metric, Rules
 from gpuscale.control.keda import ScaledObjectLoop, ScaledObjectSpec
 from gpuscale.control.serving import Request, ServingFleet, ServingParams
 from gpuscale.scaler.evaluate import WorkloadUnavailable, evaluate
-from gpuscale.scaler.fleet import FleetView, PodRecord
+from gpuscale.scaler.fleet import FleetView
 from gpuscale.scaler.metadata import parse_metadata
 from gpuscale.scaler.selector import parse_selector
+from gpuscale.stream.records import PodRecord
 from gpuscale.telemetry.load import Request as TraceRequest
 
 SLO_TTFT_S = 2.0

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import aiohttp
 
 from gpuscale.attribution.model import PodInfo
-from gpuscale.bounded import BodyTooLarge, read_bounded
+from gpuscale.common.bounded import BodyTooLarge, read_bounded
 from gpuscale.engines.signals import (
     ENGINES,
     EngineParseError,

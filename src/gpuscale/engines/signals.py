@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from gpuscale.common.errors import PeerError
 from gpuscale.telemetry.model import Absent, Reading
 
 ENGINES = ("vllm", "triton", "tgi")
@@ -33,7 +34,7 @@ TRITON_WINDOW_S = 30.0
 MAX_SERIES = 20_000  # bounded work per body, whatever the engine emits
 
 
-class EngineParseError(ValueError):
+class EngineParseError(PeerError, ValueError):
     """A body that is not Prometheus text exposition (the message says where)."""
 
 

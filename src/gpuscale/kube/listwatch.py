@@ -23,7 +23,8 @@ import aiohttp
 from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.watch import Watch
 
-from gpuscale.bounded import read_bounded
+from gpuscale.common.bounded import read_bounded
+from gpuscale.common.errors import PeerError
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +35,7 @@ MAX_ITEMS = 100_000
 MAX_BODY_BYTES = 64 * 1024 * 1024
 
 
-class Gone(Exception):
+class Gone(PeerError):
     """The resourceVersion is too old (410): relist."""
 
 

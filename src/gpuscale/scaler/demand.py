@@ -40,17 +40,13 @@ from urllib.parse import urlencode, urlsplit
 import aiohttp
 import yaml
 
-from gpuscale.bounded import BodyTooLarge, read_bounded
-from gpuscale.engines.signals import EngineParseError
+from gpuscale.common.bounded import read_bounded
+from gpuscale.common.errors import ConfigError, PeerError
 
 log = logging.getLogger(__name__)
 
 MAX_BODY = 4 * 1024 * 1024
 _NAME = re.compile(r"[A-Za-z0-9_-]{1,63}")
-
-
-class ConfigError(ValueError):
-    """A scaler configuration that cannot be used; the message names the key."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,8 +178,8 @@ class DemandSources:
             value = await (self._metrics(http, s) if s.kind == "metrics"
                            else self._prometheus(http, s))
             error = ""
-        except (aiohttp.ClientError, TimeoutError, BodyTooLarge, EngineParseError,
-                ValueError, KeyError, UnicodeDecodeError) as exc:
+        except (aiohttp.ClientError, TimeoutError, PeerError, ValueError, KeyError,
+                UnicodeDecodeError) as exc:
             value, error = None, f"{type(exc).__name__}: {str(exc)[:160]}"
         previous = self._readings.get(s.name)
         if error and (previous is None or previous.error != error):
@@ -209,7 +205,7 @@ class DemandSources:
                         total += sample.value
                         seen = True
         except (TypeError, IndexError) as exc:
-            raise EngineParseError(str(exc)) from None
+            raise PeerError(f"not Prometheus text exposition: {exc}") from None
         if not seen or not math.isfinite(total):
             raise ValueError(f"no sample of {s.metric} matching {want}")
         return total

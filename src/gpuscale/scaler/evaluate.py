@@ -17,14 +17,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpuscale.scaler.fleet import FleetView, PodRecord
+from gpuscale.common.errors import DataUnavailable
+from gpuscale.scaler.fleet import FleetView
 from gpuscale.scaler.profiles import SIGNALS, Target
+from gpuscale.stream.records import PodRecord
 from gpuscale.telemetry.model import Absent
 
 MAX_NAMED = 5
 
 
-class WorkloadUnavailable(Exception):
+class WorkloadUnavailable(DataUnavailable):
     """The workload's value cannot be given honestly now; the message says which pods and
     why."""
 

@@ -19,12 +19,13 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from gpuscale.fleet.subscriber import FleetSubscriber
-from gpuscale.fleet.tls import channel_credentials, server_credentials
-from gpuscale.scaler.demand import ConfigError, DemandSources, ScalerConfig, load_config
+from gpuscale.common.errors import ConfigError
+from gpuscale.common.shutdown import cancel_on_signals
+from gpuscale.scaler.demand import DemandSources, ScalerConfig, load_config
 from gpuscale.scaler.fleet import FleetView
 from gpuscale.scaler.service import ScalerServer, ScalerService
-from gpuscale.shutdown import cancel_on_signals
+from gpuscale.stream.subscriber import AgentSubscriber
+from gpuscale.stream.tls import channel_credentials, server_credentials
 
 log = logging.getLogger(__name__)
 
@@ -38,8 +39,9 @@ def loop_time() -> float:
 class ScalerCollector(Collector):
     """Per-agent connection state and data age, rendered on every scrape."""
 
-    def __init__(self, subscriber: FleetSubscriber) -> None:
+    def __init__(self, subscriber: AgentSubscriber, fleet: FleetView) -> None:
         self._sub = subscriber
+        self._fleet = fleet
 
     def collect(self) -> Iterable[Metric]:
         up = GaugeMetricFamily("gpuscale_scaler_agent_connected",
@@ -50,7 +52,7 @@ class ScalerCollector(Collector):
                                 labels=["address", "node"])
         reconnects = CounterMetricFamily("gpuscale_scaler_agent_reconnects",
                                          "Stream reconnections per agent.", labels=["address"])
-        nodes = self._sub.fleet.nodes()
+        nodes = self._fleet.nodes()
         for link, _ in self._sub.links.values():
             s = link.state
             up.add_metric([s.address, s.node], 1.0 if s.connected else 0.0)
@@ -58,7 +60,7 @@ class ScalerCollector(Collector):
                 age.add_metric([s.address, s.node], nodes[s.node])
             reconnects.add_metric([s.address], float(s.reconnects))
         pods = GaugeMetricFamily("gpuscale_scaler_fleet_pods", "Pods in the fleet view.")
-        pods.add_metric([], float(self._sub.fleet.pod_count()))
+        pods.add_metric([], float(self._fleet.pod_count()))
         return [up, age, reconnects, pods]
 
 
@@ -71,7 +73,7 @@ async def serve(args: argparse.Namespace) -> None:
                       "scaler; includes clock skew between the nodes.",
                       buckets=(0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0),
                       registry=registry)
-    subscriber = FleetSubscriber(fleet, name=socket.gethostname(), credentials=creds,
+    subscriber = AgentSubscriber(fleet, name=socket.gethostname(), credentials=creds,
                                  server_name=args.agent_tls_server_name,
                                  on_delay=delay.observe)
     config = load_config(args.config) if args.config else ScalerConfig()
@@ -95,7 +97,7 @@ async def serve(args: argparse.Namespace) -> None:
 
         workloads = WorkloadResolver(api)
     if args.agent_service:
-        from gpuscale.fleet.discovery import EndpointSliceDiscovery
+        from gpuscale.stream.discovery import EndpointSliceDiscovery
 
         ns, _, name = args.agent_service.partition("/")
         assert api is not None
@@ -104,7 +106,7 @@ async def serve(args: argparse.Namespace) -> None:
     else:
         subscriber.set_addresses(args.agents)
 
-    registry.register(ScalerCollector(subscriber))
+    registry.register(ScalerCollector(subscriber, fleet))
     requests = Counter("gpuscale_scaler_requests", "KEDA calls answered, by method and gRPC "
                        "status (UNAVAILABLE: missing or stale data).",
                        ["method", "code"], registry=registry)

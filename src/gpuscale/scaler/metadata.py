@@ -31,6 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 
+from gpuscale.common.errors import ConfigError
 from gpuscale.scaler.profiles import PROFILES, SIGNALS, Target
 from gpuscale.scaler.selector import Selector, SelectorError, parse_selector
 
@@ -44,7 +45,7 @@ KNOWN = frozenset({"profile", "signal", "targetValue", "activationThreshold", "v
 _URL_KEYS = ("endpoint", "url", "uri", "address", "host", "port")
 
 
-class MetadataError(ValueError):
+class MetadataError(ConfigError):
     """Trigger metadata that cannot be used; the message names the key and the choices."""
 
 

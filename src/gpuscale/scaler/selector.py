@@ -12,6 +12,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from gpuscale.common.errors import ConfigError
+
 MAX_SELECTOR = 4096
 _NAME = r"[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
 _KEY = re.compile(rf"(?:[a-z0-9](?:[-a-z0-9.]{{0,251}}[a-z0-9])?/)?{_NAME}")
@@ -21,7 +23,7 @@ _CMP = re.compile(r"\s*(?P<key>[^\s!=()]+)\s*(?P<op>==|=|!=)\s*(?P<value>[^\s,()
 _EXISTS = re.compile(r"\s*(?P<neg>!?)\s*(?P<key>[^\s!=(),]+)\s*")
 
 
-class SelectorError(ValueError):
+class SelectorError(ConfigError):
     """A selector that is not valid Kubernetes label-selector syntax."""
 
 

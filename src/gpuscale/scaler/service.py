@@ -18,13 +18,14 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
 
-from gpuscale.grpc_bind import bind
+from gpuscale.common.grpc_bind import bind
 from gpuscale.proto import externalscaler_pb2 as pb
 from gpuscale.proto import externalscaler_pb2_grpc as pb_grpc
 from gpuscale.scaler.evaluate import WorkloadUnavailable, evaluate
-from gpuscale.scaler.fleet import FleetView, PodRecord
+from gpuscale.scaler.fleet import FleetView
 from gpuscale.scaler.metadata import MetadataError, TriggerConfig, parse_metadata
 from gpuscale.scaler.profiles import Target
+from gpuscale.stream.records import PodRecord
 
 if TYPE_CHECKING:  # the Kubernetes client is imported only where the resolver is built
     from gpuscale.scaler.workloads import WorkloadResolver

@@ -15,6 +15,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Protocol
 
+from gpuscale.common.errors import ConfigError
+
 
 class LoadCurve(Protocol):
     def at(self, t: float) -> float:
@@ -107,7 +109,7 @@ class Request:
     output_tokens: int
 
 
-class TraceError(ValueError):
+class TraceError(ConfigError):
     """A request trace that cannot be read; the message names the file and line."""
 
 

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any, TypeVar
 
+from gpuscale.common.errors import PeerError
 from gpuscale.telemetry.model import Absent
 
 log = logging.getLogger("gpuscale.telemetry.nvml")
@@ -46,11 +47,11 @@ DOWN_CODES = frozenset({UNINITIALIZED, DRIVER_NOT_LOADED, LIBRARY_NOT_FOUND,
                         LIB_RM_VERSION_MISMATCH})
 
 
-class GpuLost(Exception):
+class GpuLost(PeerError):
     """NVML said GPU_IS_LOST for this device."""
 
 
-class BackendDown(Exception):
+class BackendDown(PeerError):
     """NVML as a whole is unusable; the message says why."""
 
 

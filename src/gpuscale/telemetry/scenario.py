@@ -36,6 +36,7 @@ from typing import Any
 
 import yaml
 
+from gpuscale.common.errors import ConfigError
 from gpuscale.telemetry.catalog import CATALOG, MIG_SLICES, GpuModel, MigProfile
 from gpuscale.telemetry.load import (
     Constant,
@@ -54,7 +55,7 @@ MAX_GPUS_PER_NODE = 64
 MAX_PROCESSES_PER_NODE = 4096
 
 
-class ScenarioError(ValueError):
+class ScenarioError(ConfigError):
     """A scenario that cannot be used; the message names the key and what is allowed."""
 
 

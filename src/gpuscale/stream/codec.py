@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from gpuscale.attribution.model import OwnerRef
+from gpuscale.common.errors import PeerError
 from gpuscale.proto import telemetry_pb2 as pb
-from gpuscale.scaler.fleet import PodRecord
+from gpuscale.stream.records import PodRecord
 from gpuscale.telemetry.model import Absent, Reading
 
 MAX_PODS_PER_NODE = 2048
@@ -33,7 +34,7 @@ def encode(node: str, agent_id: str, seq: int, sampled_at: float, interval: floa
     return msg
 
 
-class DecodeError(ValueError):
+class DecodeError(PeerError, ValueError):
     """An update that breaks the bounds (too many pods or signals)."""
 
 

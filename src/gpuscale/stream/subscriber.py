@@ -1,7 +1,7 @@
 """The scaler's side of the stream: one link per agent, kept current as agents come and go.
 
-A link subscribes, applies each update to the fleet view (timestamped with its receipt
-time, so agent clock skew does not matter), and on any failure reconnects with jittered
+A link subscribes, hands each update to its sink (the scaler's fleet view), timestamped with
+its receipt time so agent clock skew does not matter, and on any failure reconnects with jittered
 backoff. A restarted agent (new agent_id) starts a new sequence; an old or repeated seq of
 the same agent is ignored. A silent stream (frozen agent, cut network) is abandoned after
 an inactivity timeout; meanwhile its pods' data ages past the staleness bound and their
@@ -21,11 +21,11 @@ from dataclasses import dataclass
 
 import grpc
 
-from gpuscale.fleet.codec import DecodeError, decode
-from gpuscale.fleet.tls import DEFAULT_SERVER_NAME
 from gpuscale.proto import telemetry_pb2 as pb
 from gpuscale.proto import telemetry_pb2_grpc as pb_grpc
-from gpuscale.scaler.fleet import FleetView
+from gpuscale.stream.codec import DecodeError, decode
+from gpuscale.stream.records import NodeSink
+from gpuscale.stream.tls import DEFAULT_SERVER_NAME
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ class LinkState:
 
 
 class AgentLink:
-    def __init__(self, address: str, fleet: FleetView, name: str,
+    def __init__(self, address: str, sink: NodeSink, name: str,
                  credentials: Credentials = lambda: None,
                  backoff_s: tuple[float, ...] = BACKOFF_S,
                  monotonic: Callable[[], float] = time.monotonic,
@@ -60,7 +60,7 @@ class AgentLink:
         self.state = LinkState(address)
         self._server_name = server_name
         self._on_delay = on_delay  # seconds from the agent's sample to the update's arrival
-        self._fleet = fleet
+        self._sink = sink
         self._name = name
         self._credentials = credentials
         self._backoff_s = backoff_s
@@ -132,19 +132,19 @@ class AgentLink:
             self._on_delay(max(0.0, time.time() - msg.sampled_at))
         if msg.attribution_ok:
             bound = max(3.0 * msg.interval, MIN_STALE_S)
-            self._fleet.update_node(msg.node, decode(msg, now, bound))
+            self._sink.update_node(msg.node, decode(msg, now, bound))
 
 
-class FleetSubscriber:
+class AgentSubscriber:
     """Keeps one AgentLink per discovered agent address."""
 
-    def __init__(self, fleet: FleetView, name: str, credentials: Credentials = lambda: None,
+    def __init__(self, sink: NodeSink, name: str, credentials: Credentials = lambda: None,
                  forget_after: float = FORGET_AFTER_S,
                  backoff_s: tuple[float, ...] = BACKOFF_S,
                  monotonic: Callable[[], float] = time.monotonic,
                  server_name: str = DEFAULT_SERVER_NAME,
                  on_delay: Callable[[float], None] | None = None) -> None:
-        self.fleet = fleet
+        self.sink = sink
         self._server_name = server_name
         self._on_delay = on_delay
         self._name = name
@@ -166,7 +166,7 @@ class FleetSubscriber:
                     self._departed[link.state.node] = self._monotonic()
                 log.info("agent %s left discovery", addr)
         for addr in wanted - self.links.keys():
-            link = AgentLink(addr, self.fleet, self._name, self._credentials,
+            link = AgentLink(addr, self.sink, self._name, self._credentials,
                              self._backoff_s, self._monotonic, self._server_name,
                              self._on_delay)
             self.links[addr] = (link, asyncio.create_task(link.run(), name=f"agent {addr}"))
@@ -179,7 +179,7 @@ class FleetSubscriber:
             if node in live:
                 del self._departed[node]
             elif now - since > self._forget_after:
-                self.fleet.remove_node(node)
+                self.sink.remove_node(node)
                 del self._departed[node]
 
     async def close(self) -> None:

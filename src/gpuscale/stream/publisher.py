@@ -16,10 +16,10 @@ from typing import Any
 
 import grpc
 
-from gpuscale.fleet.codec import encode
 from gpuscale.proto import telemetry_pb2 as pb
 from gpuscale.proto import telemetry_pb2_grpc as pb_grpc
-from gpuscale.scaler.fleet import PodRecord
+from gpuscale.stream.codec import encode
+from gpuscale.stream.records import PodRecord
 
 log = logging.getLogger(__name__)
 

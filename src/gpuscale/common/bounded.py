@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import aiohttp
 
+from gpuscale.common.errors import PeerError
 
-class BodyTooLarge(ValueError):
+
+class BodyTooLarge(PeerError, ValueError):
     """The body is larger than the limit; nothing past the limit was read."""
 
 

@@ -1,0 +1,63 @@
+"""One tick's attribution -> the per-pod records the agent publishes (pure).
+
+gpu-utilization is the mean over the pod's devices (containers together), 0-100;
+gpu-memory is used over total of those devices. An Absent device reading makes the pod's
+signal that Absent, never a partial mean.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from gpuscale.attribution.model import NodeAttribution, PodUsage
+from gpuscale.stream.records import PodRecord
+from gpuscale.telemetry.model import Absent, NodeSnapshot, Reading
+
+
+def pod_records(snapshot: NodeSnapshot, attribution: NodeAttribution,
+                sampled_at: float,
+                engines: Mapping[tuple[str, str], Mapping[str, Reading]] | None = None,
+                ) -> list[PodRecord]:
+    """One record per pod that holds GPUs: its GPU signals (and engine signals, if any)."""
+    by_pod: dict[tuple[str, str], list[PodUsage]] = {}
+    for u in attribution.pods:
+        by_pod.setdefault((u.namespace, u.pod), []).append(u)
+    out = []
+    for (ns, name), usages in by_pod.items():
+        devices = [d for u in usages for d in u.devices]
+        utils = [d.utilization_percent for d in devices]
+        used = [d.memory_used_bytes for d in devices]
+        total = [d.memory_total_bytes for d in devices]
+        signals: dict[str, Reading] = {
+            "gpu-utilization": _mean(utils) if devices else Absent.NO_DATA,
+            "gpu-memory": _ratio(used, total) if devices else Absent.NO_DATA,
+        }
+        if engines and (ns, name) in engines:
+            signals.update(engines[(ns, name)])
+        info = usages[0].pod_info
+        out.append(PodRecord(ns, name, snapshot.node,
+                             dict(info.labels) if info else {},
+                             info.owner if info else None,
+                             info.ready if info else False, signals, sampled_at))
+    return out
+
+
+def _first_absent(values: list[Reading] | list[int | Absent]) -> Absent | None:
+    return next((v for v in values if isinstance(v, Absent)), None)
+
+
+def _mean(values: list[Reading]) -> Reading:
+    bad = _first_absent(values)
+    if bad is not None:
+        return bad
+    nums = [float(v) for v in values if not isinstance(v, Absent)]
+    return sum(nums) / len(nums)
+
+
+def _ratio(used: list[int | Absent], total: list[int | Absent]) -> Reading:
+    bad = _first_absent(used) or _first_absent(total)
+    if bad is not None:
+        return bad
+    t = sum(v for v in total if not isinstance(v, Absent))
+    u = sum(v for v in used if not isinstance(v, Absent))
+    return 100.0 * u / t if t > 0 else Absent.UNAVAILABLE

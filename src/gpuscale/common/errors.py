@@ -1,0 +1,57 @@
+"""The errors gpuscale raises on purpose, as one small hierarchy.
+
+Every error a caller may want to handle derives from ``GpuscaleError`` and from one of three
+kinds, each of which the edges answer the same way wherever it comes from:
+
+===================== ================================== ===== ================ ========
+kind                  meaning                            gRPC  HTTP             CLI exit
+===================== ================================== ===== ================ ========
+``ConfigError``       an operator's or a caller's input  INVALID_ARGUMENT 400   2
+                      cannot be used (metadata, config,
+                      scenario, trace, selector)
+``DataUnavailable``   an honest answer needs data that   UNAVAILABLE      503   1
+                      is missing, stale or unsupported
+``PeerError``         a peer (kubelet, NVML, the API     UNAVAILABLE      502   1
+                      server, an agent, an engine) failed
+                      or answered something unusable
+===================== ================================== ===== ================ ========
+
+The mapping is data (``grpc_code``, ``http_status``, ``exit_code`` on each class), read by
+the edges in one place each (``scaler.service`` for gRPC, the CLI's ``fail``), so no edge
+imports another's library to classify an error. Errors that already derived from
+``ValueError`` keep doing so: callers written against the standard types still work.
+"""
+
+from __future__ import annotations
+
+
+class GpuscaleError(Exception):
+    """Base of every error gpuscale raises on purpose; the message is meant for a person."""
+
+    grpc_code = "INTERNAL"
+    http_status = 500
+    exit_code = 1
+
+
+class ConfigError(GpuscaleError, ValueError):
+    """Input given to gpuscale cannot be used; the message names the key or file and what
+    would be accepted."""
+
+    grpc_code = "INVALID_ARGUMENT"
+    http_status = 400
+    exit_code = 2
+
+
+class DataUnavailable(GpuscaleError):
+    """The data for an honest answer is missing, stale or unsupported; the message names
+    what is missing and why (KEDA's fallback, or the HPA, holds the replicas meanwhile)."""
+
+    grpc_code = "UNAVAILABLE"
+    http_status = 503
+
+
+class PeerError(GpuscaleError):
+    """A peer failed or answered something unusable (too large, malformed, an error)."""
+
+    grpc_code = "UNAVAILABLE"
+    http_status = 502
