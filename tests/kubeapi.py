@@ -283,10 +283,13 @@ def make_endpointslice(service: str, name: str, endpoints: list[tuple[str, bool]
 
 
 def api_client(peer: KubeApiPeer, token: str | None = None) -> Any:
-    """A kubernetes_asyncio ApiClient for the peer, with its bearer token (or another)."""
+    """gpuscale's API seam over a kubernetes_asyncio ApiClient for the peer, with its
+    bearer token (or another)."""
     from kubernetes_asyncio import client
+
+    from gpuscale.kube.api import KubeApi
 
     conf = client.Configuration(host=f"http://127.0.0.1:{peer.port}")
     conf.api_key = {"BearerToken": token if token is not None else peer.token}
     conf.api_key_prefix = {"BearerToken": "Bearer"}
-    return client.ApiClient(conf)
+    return KubeApi(client.ApiClient(conf))

@@ -7,11 +7,10 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from kubernetes_asyncio import client
-from kubernetes_asyncio.client.exceptions import ApiException
-
 from gpuscale.attribution.model import OwnerRef, PodInfo, PodPhase
-from gpuscale.kube.listwatch import BACKOFF_S, INACTIVITY_S, ListWatch, api_json
+from gpuscale.kube.api import Collection, KubeApi, ObjectRef
+from gpuscale.kube.errors import ApiError
+from gpuscale.kube.listwatch import BACKOFF_S, INACTIVITY_S
 from gpuscale.telemetry.model import Absent
 
 MAX_LABELS = 64  # per pod, bounded label cardinality downstream
@@ -56,7 +55,7 @@ def direct_owner(meta: Mapping[str, Any]) -> OwnerRef | None:
 class NodePodCache:
     """Pods on ``node``, kept current by a watch. ``pods()`` never blocks or does I/O."""
 
-    def __init__(self, api: client.ApiClient, node: str,
+    def __init__(self, api: KubeApi, node: str,
                  monotonic: Callable[[], float] = time.monotonic,
                  inactivity_s: float = INACTIVITY_S,
                  backoff_s: tuple[float, ...] = BACKOFF_S) -> None:
@@ -64,12 +63,11 @@ class NodePodCache:
         self._node = node
         self._pods: dict[tuple[str, str], PodInfo] = {}
         self._owners: dict[tuple[str, str, str], OwnerRef | None] = {}  # (ns, kind, name)
-        self._lw = ListWatch(client.CoreV1Api(api).list_pod_for_all_namespaces,
-                             f"pod watch on node {node}",
-                             list_kwargs={"field_selector": f"spec.nodeName={node}"},
-                             on_change=self._rebuild, monotonic=monotonic,
-                             inactivity_s=inactivity_s, backoff_s=backoff_s,
-                             max_items=MAX_PODS)
+        self._lw = api.list_watch(Collection("v1", "pods",
+                                             field_selector=f"spec.nodeName={node}"),
+                                  f"pod watch on node {node}", on_change=self._rebuild,
+                                  monotonic=monotonic, inactivity_s=inactivity_s,
+                                  backoff_s=backoff_s, max_items=MAX_PODS)
 
     @property
     def relists(self) -> int:
@@ -100,18 +98,13 @@ class NodePodCache:
             return owner
         key = (ns, owner.kind, owner.name)
         if key not in self._owners:
-            group = "apps" if owner.kind == "ReplicaSet" else "batch"
-            plural = "replicasets" if owner.kind == "ReplicaSet" else "jobs"
+            ref = (ObjectRef("apps/v1", "replicasets", ns, owner.name)
+                   if owner.kind == "ReplicaSet" else ObjectRef("batch/v1", "jobs", ns,
+                                                                owner.name))
             try:
-                resp = await self._api.call_api(
-                    f"/apis/{group}/v1/namespaces/{{namespace}}/{plural}/{{name}}", "GET",
-                    path_params={"namespace": ns, "name": owner.name},
-                    header_params={"Accept": "application/json"},
-                    auth_settings=["BearerToken"], _preload_content=False,
-                    _request_timeout=10)
-                meta = (await api_json(resp)).get("metadata") or {}
+                meta = (await self._api.get(ref)).get("metadata") or {}
                 self._owners[key] = direct_owner(meta) or owner
-            except ApiException as exc:
+            except ApiError as exc:
                 if exc.status != 404:
                     raise
                 self._owners[key] = owner  # gone: the pod's own owner is all there is

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -31,14 +30,14 @@ from gpuscale.attribution.model import (
     ProcessOwner,
 )
 from gpuscale.attribution.rules import attribute
+from gpuscale.common.errors import ConfigError
 from gpuscale.telemetry.model import Absent, NodeSnapshot, SharingMode
 from gpuscale.telemetry.scenario import NodeSpec
 from gpuscale.telemetry.simulated import gpu_uuid, mig_uuid
 
 if TYPE_CHECKING:  # the Kubernetes client is a heavy import: only when the watch runs
-    from kubernetes_asyncio import client
-
     from gpuscale.attribution.pods import NodePodCache
+    from gpuscale.kube.api import KubeApi
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +84,7 @@ class ClusterSources:
     def __init__(self, kubelet: PodResourcesClient, pods: NodePodCache | None,
                  pids: PidResolver, clock: Callable[[], float] = time.time,
                  pods_missing_reason: str = "no Kubernetes API configured",
-                 api: client.ApiClient | None = None) -> None:
+                 api: KubeApi | None = None) -> None:
         self._kubelet = kubelet
         self._pods = pods
         self._api = api
@@ -223,38 +222,22 @@ async def cluster_sources(kubelet_socket: Path, node_name: str, proc_root: Path,
                           extra_resources: tuple[str, ...] = ()) -> ClusterSources:
     """Sources for a real node: in-cluster credentials when running in a pod, else the
     kubeconfig. A missing API or node name leaves pod metadata unavailable (and says so)."""
+    from gpuscale.kube.connect import connect, credentials_available
+
     kubelet = PodResourcesClient(kubelet_socket, extra_resources)
     pids = PidResolver(proc_root)
-    in_cluster = kubeconfig is None and bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
-    path = None if in_cluster else _kubeconfig(kubeconfig)
-    if not in_cluster and path is None:
+    if not credentials_available(kubeconfig):
         return ClusterSources(kubelet, None, pids)  # and no heavy client import
     if not node_name:
         return ClusterSources(kubelet, None, pids, pods_missing_reason="node name unknown "
                               "(set --node-name or NODE_NAME from the downward API)")
-    from kubernetes_asyncio import client, config
-
     from gpuscale.attribution.pods import NodePodCache
 
-    conf = client.Configuration()
     try:
-        if in_cluster:
-            config.load_incluster_config(client_configuration=conf)  # type: ignore[no-untyped-call]
-        else:
-            await config.load_kube_config(config_file=str(path), client_configuration=conf)
-    except (config.ConfigException, OSError, ValueError) as exc:
-        return ClusterSources(kubelet, None, pids,
-                              pods_missing_reason=f"Kubernetes config unusable: {exc}")
-    api = client.ApiClient(conf)
+        api = await connect(kubeconfig)
+    except ConfigError as exc:
+        return ClusterSources(kubelet, None, pids, pods_missing_reason=str(exc))
     return ClusterSources(kubelet, NodePodCache(api, node_name), pids, api=api)
-
-
-def _kubeconfig(explicit: Path | None) -> Path | None:
-    if explicit is not None:
-        return explicit
-    env = os.environ.get("KUBECONFIG", "").split(os.pathsep)[0]
-    default = Path(env) if env else Path("~/.kube/config").expanduser()
-    return default if default.exists() else None
 
 
 def _resource(node: NodeSpec, ids: Iterable[str]) -> str:

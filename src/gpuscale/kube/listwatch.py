@@ -25,6 +25,7 @@ from kubernetes_asyncio.watch import Watch
 
 from gpuscale.common.bounded import read_bounded
 from gpuscale.common.errors import PeerError
+from gpuscale.kube.errors import ApiError
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +85,8 @@ class ListWatch:
                 continue
             except asyncio.CancelledError:
                 raise
-            except (ApiException, aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:
+            except (ApiException, ApiError, aiohttp.ClientError, TimeoutError, OSError,
+                    ValueError) as exc:
                 reason = describe(exc, self.what)
                 if reason != self.error:
                     log.warning("%s: %s; retrying", self.what, reason)
@@ -177,6 +179,9 @@ async def api_json(resp: aiohttp.ClientResponse) -> dict[str, Any]:
 
 
 def describe(exc: BaseException, what: str = "") -> str:
+    """A reason a person can act on, for an exception an API call raised."""
+    if isinstance(exc, ApiError):
+        return str(exc)
     if isinstance(exc, ApiException):
         if exc.status == 403:
             return f"forbidden (403): RBAC must allow list/watch for the {what or 'resource'}"

@@ -82,16 +82,9 @@ async def serve(args: argparse.Namespace) -> None:
     workloads = None
     discovery = None
     if args.agent_service or args.resolve_targets:
-        from kubernetes_asyncio import client
-        from kubernetes_asyncio import config as kconfig
+        from gpuscale.kube.connect import connect
 
-        conf = client.Configuration()
-        if args.kubeconfig:
-            await kconfig.load_kube_config(config_file=str(args.kubeconfig),
-                                           client_configuration=conf)
-        else:
-            kconfig.load_incluster_config(client_configuration=conf)  # type: ignore[no-untyped-call]
-        api = client.ApiClient(conf)
+        api = await connect(args.kubeconfig)
     if args.resolve_targets and api is not None:
         from gpuscale.scaler.workloads import WorkloadResolver
 

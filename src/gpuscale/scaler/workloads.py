@@ -13,10 +13,9 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from kubernetes_asyncio import client
-from kubernetes_asyncio.client.exceptions import ApiException
-
-from gpuscale.kube.listwatch import BACKOFF_S, ListWatch, api_json, describe
+from gpuscale.kube.api import Collection, KubeApi, ObjectRef
+from gpuscale.kube.errors import ApiError
+from gpuscale.kube.listwatch import BACKOFF_S
 from gpuscale.scaler.selector import Selector, SelectorError, parse_selector
 
 log = logging.getLogger(__name__)
@@ -46,23 +45,20 @@ def selector_from_label_selector(sel: Mapping[str, Any]) -> Selector:
 
 
 class WorkloadResolver:
-    def __init__(self, api: client.ApiClient, backoff_s: tuple[float, ...] = BACKOFF_S,
+    def __init__(self, api: KubeApi, backoff_s: tuple[float, ...] = BACKOFF_S,
                  scale_refresh_s: float = SCALE_REFRESH_S) -> None:
         self._api = api
-        apps = client.AppsV1Api(api)
-        custom = client.CustomObjectsApi(api)
-        self._so = ListWatch(custom.list_cluster_custom_object, "ScaledObject watch",
-                             list_args=("keda.sh", "v1alpha1", "scaledobjects"),
-                             on_change=self._index_so, backoff_s=backoff_s)
-        self._deploy = ListWatch(apps.list_deployment_for_all_namespaces, "Deployment watch",
-                                 on_change=self._index_targets, backoff_s=backoff_s)
-        self._sts = ListWatch(apps.list_stateful_set_for_all_namespaces, "StatefulSet watch",
-                              on_change=self._index_targets, backoff_s=backoff_s)
+        self._so = api.list_watch(Collection("keda.sh/v1alpha1", "scaledobjects"),
+                                  "ScaledObject watch", on_change=self._index_so,
+                                  backoff_s=backoff_s)
+        self._deploy = api.list_watch(Collection("apps/v1", "deployments"), "Deployment watch",
+                                      on_change=self._index_targets, backoff_s=backoff_s)
+        self._sts = api.list_watch(Collection("apps/v1", "statefulsets"), "StatefulSet watch",
+                                   on_change=self._index_targets, backoff_s=backoff_s)
         self._refresh_s = scale_refresh_s
         self._targets: dict[tuple[str, str], TargetRef] = {}  # (ns, so) -> target
         self._selectors: dict[tuple[str, str, str, str], Selector | str] = {}  # (ns, av, k, n)
         self._scales: dict[tuple[str, str, str, str], Selector | str] = {}
-        self._plurals: dict[tuple[str, str], str] = {}  # (apiVersion, kind) -> resource
 
     def resolve(self, namespace: str, name: str) -> Selector | str:
         """The pod selector of ScaledObject ``namespace/name``'s target, or why not."""
@@ -129,30 +125,13 @@ class WorkloadResolver:
     async def _read_scale(self, ns: str, api_version: str, kind: str,
                           name: str) -> Selector | str:
         try:
-            plural = await self._plural(api_version, kind)
+            plural = await self._api.resource_of(api_version, kind)
             if plural is None:
                 return f"{api_version} has no kind {kind}"
-            prefix = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
-            body = await self._get(f"{prefix}/namespaces/{ns}/{plural}/{name}/scale")
+            body = await self._api.get(ObjectRef(api_version, plural, ns, name, "scale"))
             text = str((body.get("status") or {}).get("selector") or "")
             return parse_selector(text)
         except SelectorError as exc:
             return f"{kind} {ns}/{name}: /scale selector: {exc}"
-        except (ApiException, OSError, ValueError, TimeoutError) as exc:
-            return f"{kind} {ns}/{name}: /scale: {describe(exc, kind)}"
-
-    async def _plural(self, api_version: str, kind: str) -> str | None:
-        """The resource name of a kind, from API discovery (cached)."""
-        if (api_version, kind) not in self._plurals:
-            prefix = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
-            body = await self._get(prefix)
-            for r in body.get("resources") or []:
-                if r.get("kind") and "/" not in str(r.get("name", "")):
-                    self._plurals[(api_version, str(r["kind"]))] = str(r["name"])
-        return self._plurals.get((api_version, kind))
-
-    async def _get(self, path: str) -> dict[str, Any]:
-        resp = await self._api.call_api(path, "GET", header_params={"Accept": "application/json"},
-                                        auth_settings=["BearerToken"], _preload_content=False,
-                                        _request_timeout=10)
-        return await api_json(resp)
+        except ApiError as exc:
+            return f"{kind} {ns}/{name}: /scale: {exc}"

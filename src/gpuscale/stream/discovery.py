@@ -5,9 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from kubernetes_asyncio import client
-
-from gpuscale.kube.listwatch import BACKOFF_S, ListWatch
+from gpuscale.kube.api import Collection, KubeApi
+from gpuscale.kube.listwatch import BACKOFF_S
 
 
 def addresses(slices: Iterable[dict[str, Any]], port_name: str, default_port: int) -> set[str]:
@@ -26,17 +25,17 @@ def addresses(slices: Iterable[dict[str, Any]], port_name: str, default_port: in
 
 
 class EndpointSliceDiscovery:
-    def __init__(self, api: client.ApiClient, namespace: str, service: str,
+    def __init__(self, api: KubeApi, namespace: str, service: str,
                  on_change: Callable[[set[str]], None], port_name: str = "telemetry",
                  default_port: int = 9401, backoff_s: tuple[float, ...] = BACKOFF_S) -> None:
         self._on_change = on_change
         self._port_name = port_name
         self._default_port = default_port
-        self.watch = ListWatch(
-            client.DiscoveryV1Api(api).list_namespaced_endpoint_slice,
-            f"EndpointSlice watch of {namespace}/{service}", list_args=(namespace,),
-            list_kwargs={"label_selector": f"kubernetes.io/service-name={service}"},
-            on_change=self._changed, backoff_s=backoff_s)
+        self.watch = api.list_watch(
+            Collection("discovery.k8s.io/v1", "endpointslices", namespace,
+                       label_selector=f"kubernetes.io/service-name={service}"),
+            f"EndpointSlice watch of {namespace}/{service}", on_change=self._changed,
+            backoff_s=backoff_s)
 
     async def _changed(self) -> None:
         self._on_change(addresses(self.watch.items.values(), self._port_name,
