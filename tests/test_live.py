@@ -14,7 +14,7 @@ import time
 import grpc
 import pytest
 
-from gpuscale.control.live import LiveConfig, World
+from gpuscale.control.live.world import LiveConfig, World
 from gpuscale.control.simulate import synthetic
 from gpuscale.proto import externalscaler_pb2 as pb
 from gpuscale.proto import externalscaler_pb2_grpc as pb_grpc

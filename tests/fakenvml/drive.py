@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from gpuscale.attribution.sources import attribute_tick, cluster_sources
-from gpuscale.cli import format_table, snapshot_to_json
+from gpuscale.cli.gpus import format_gpus, snapshot_to_json
 from gpuscale.telemetry.model import Absent
 from gpuscale.telemetry.nvml import NvmlBackend
 
@@ -44,7 +44,7 @@ def main() -> None:
         if cmd == "sample":
             out = snapshot_to_json(backend.sample())
         elif cmd == "gpus":
-            out = {"table": format_table(backend.sample())}
+            out = {"table": format_gpus(backend.sample())}
         elif cmd == "close":
             backend.close()
             out = {}

@@ -357,7 +357,7 @@ def synthetic(pattern: str, duration: float, rate: float, seed: int = 1) -> list
     return out
 
 
-def format_table(results: Sequence[Result]) -> str:
+def format_results(results: Sequence[Result]) -> str:
     head = (f"{'policy':<36}{'GPU-h':>8}{'SLO-viol min':>14}{'changes/h':>11}"
             f"{'max rep':>9}{'p95 TTFT s':>12}{'unserved':>10}{'react s':>9}"
             f"{'to zero s':>11}")

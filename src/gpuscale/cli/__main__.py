@@ -1,0 +1,5 @@
+"""``python -m gpuscale.cli``."""
+
+from gpuscale.cli import main
+
+raise SystemExit(main())

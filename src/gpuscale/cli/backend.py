@@ -1,0 +1,98 @@
+"""Where a node command's readings and attribution come from (``agent``, ``gpus``)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+from pathlib import Path
+
+from gpuscale.attribution.cgroup import PidResolver
+from gpuscale.attribution.kubelet import DEFAULT_SOCKET, PodResourcesClient
+from gpuscale.attribution.sources import (
+    AttributionSources,
+    ClusterSources,
+    ScenarioSources,
+    cluster_sources,
+)
+from gpuscale.telemetry.backend import GpuBackend
+from gpuscale.telemetry.model import BackendState
+from gpuscale.telemetry.scenario import ScenarioError, builtin_scenarios, load_scenario
+from gpuscale.telemetry.simulated import SimulatedBackend
+
+log = logging.getLogger("gpuscale")
+
+DEFAULT_SCENARIO = "h100-vllm"
+
+
+def add_backend_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--gpu-backend", choices=["auto", "nvml", "sim"], default="auto",
+                   help="where readings come from; auto = NVML when a GPU is present, else "
+                        "the simulated scenario (default: auto)")
+    p.add_argument("--scenario", default=DEFAULT_SCENARIO,
+                   help="simulated fleet: a YAML file or a shipped scenario "
+                        f"({', '.join(builtin_scenarios())}); default {DEFAULT_SCENARIO}")
+    p.add_argument("--node", default=None,
+                   help="which node of the scenario to simulate (default: the first)")
+    p.add_argument("--speed", type=float, default=1.0,
+                   help="simulated time runs this many times faster than real time")
+    p.add_argument("--pcie", action="store_true",
+                   help="read PCIe throughput (NVML blocks ~20 ms per GPU per reading)")
+    a = p.add_argument_group("attribution (which pod uses which GPU)")
+    a.add_argument("--attribution", choices=["auto", "cluster", "scenario", "off"],
+                   default="auto", help="auto: from the scenario with simulated GPUs, from "
+                                        "the kubelet, API and /proc with NVML")
+    a.add_argument("--kubelet-socket", type=Path, default=DEFAULT_SOCKET,
+                   help=f"kubelet PodResources socket (default {DEFAULT_SOCKET})")
+    a.add_argument("--kubeconfig", type=Path, default=None,
+                   help="kubeconfig for the pod watch (default: in-cluster credentials, "
+                        "else $KUBECONFIG or ~/.kube/config)")
+    a.add_argument("--node-name", default=os.environ.get("NODE_NAME", ""),
+                   help="this node's Kubernetes name (default $NODE_NAME)")
+    a.add_argument("--proc-root", type=Path, default=Path("/proc"),
+                   help="host /proc for PID -> pod (needs hostPID; default /proc)")
+    a.add_argument("--extra-resource", action="append", default=[],
+                   help="another extended resource name whose devices are GPUs (repeatable)")
+
+
+def make_backend(args: argparse.Namespace) -> GpuBackend:
+    """The backend the arguments ask for. ``auto`` takes NVML when it sees at least one GPU,
+    else the simulated scenario. ScenarioError for a scenario that cannot be used."""
+    kind, scenario = args.gpu_backend, args.scenario
+    node_name = getattr(args, "hostname", "") or args.node_name
+    if kind in ("nvml", "auto"):
+        from gpuscale.telemetry.nvml import NvmlBackend
+
+        nvml = NvmlBackend(pcie=args.pcie, interval=getattr(args, "interval", 1.0),
+                           node=node_name)
+        if kind == "nvml":
+            return nvml
+        probe = nvml.sample()
+        if probe.state is BackendState.OK and probe.gpus:
+            return nvml
+        nvml.close()
+        why = probe.reason if probe.state is not BackendState.OK else "no GPUs"
+        log.warning("NVML not usable here (%s): using simulated GPUs from scenario %r",
+                    why, scenario)
+    return SimulatedBackend(load_scenario(scenario).node(args.node), speed=args.speed,
+                            pcie=args.pcie)
+
+
+async def make_sources(args: argparse.Namespace, backend: GpuBackend,
+                       watch_pods: bool = True) -> AttributionSources | None:
+    """Attribution inputs matching the backend (see --attribution)."""
+    mode = args.attribution
+    if mode == "auto":
+        mode = "scenario" if isinstance(backend, SimulatedBackend) else "cluster"
+    if mode == "off":
+        return None
+    if mode == "scenario":
+        if not isinstance(backend, SimulatedBackend):
+            raise ScenarioError("--attribution scenario needs the simulated backend")
+        return ScenarioSources(backend.node)
+    if not watch_pods:
+        return ClusterSources(PodResourcesClient(args.kubelet_socket,
+                                                 tuple(args.extra_resource)), None,
+                              PidResolver(args.proc_root), pods_missing_reason="not watched")
+    return await cluster_sources(args.kubelet_socket, args.node_name, args.proc_root,
+                                 args.kubeconfig, tuple(args.extra_resource))

@@ -1,0 +1,134 @@
+"""``gpuscale demo``: the closed loop on simulated GPUs (control/live), or with
+``--scenario`` a static simulated fleet served until stopped (control/demo)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any
+
+from gpuscale.cli.common import fail
+from gpuscale.common.errors import ConfigError
+from gpuscale.control.live.defaults import (
+    DEFAULT_DURATION,
+    DEFAULT_RATE,
+    DEFAULT_SPEED,
+    GPUS_PER_NODE,
+)
+from gpuscale.telemetry.scenario import builtin_scenarios
+
+
+def add_parser(sub: Any) -> None:
+    demo = sub.add_parser(
+        "demo", help="the closed loop on simulated GPUs: load -> replicas -> agents -> "
+                     "scaler on :6000 -> KEDA/HPA model over gRPC -> replicas follow load "
+                     "(or, with --scenario, a static simulated fleet served until stopped)")
+    demo.add_argument("--scenario", default=None,
+                      help="serve a static scenario instead of the closed loop "
+                           f"({', '.join(builtin_scenarios())} or a YAML file) until stopped")
+    demo.add_argument("--speed", type=float, default=None,
+                      help="fast-forward: simulated time runs this many times faster "
+                           f"(default {DEFAULT_SPEED:g} for the loop, 1 for a scenario)")
+    live = demo.add_mutually_exclusive_group()
+    live.add_argument("--trace", type=Path,
+                      help="loop: replay this request trace (CSV as for simulate)")
+    live.add_argument("--pattern", choices=["diurnal", "bursts", "idle-night"],
+                      help="loop: a synthetic load shape (default diurnal)")
+    demo.add_argument("--rate", type=float, default=None,
+                      help=f"loop: busiest requests/s of a pattern (default {DEFAULT_RATE:g}), "
+                           "or a multiplier of a trace's arrivals (default 1)")
+    demo.add_argument("--duration", type=float, default=None,
+                      help=f"loop: simulated seconds (default {DEFAULT_DURATION:g} for a "
+                           "pattern, the whole trace otherwise)")
+    demo.add_argument("--profile", default="vllm-inference",
+                      help="loop: the gpuscale profile KEDA asks for (default vllm-inference)")
+    demo.add_argument("--min-replicas", type=int, default=1,
+                      help="loop: minReplicaCount (0: scale to zero when idle)")
+    demo.add_argument("--max-replicas", type=int, default=16,
+                      help="loop: maxReplicaCount (at most 8 per --nodes)")
+    demo.add_argument("--nodes", type=int, default=2, help="loop: simulated 8xH100 nodes")
+    demo.add_argument("--interval", type=float, default=1.0,
+                      help="scenario: sample interval, s")
+    demo.add_argument("--host", default=None,
+                      help="scaler listen address (default 0.0.0.0 for a scenario, "
+                           "127.0.0.1 for the loop)")
+    demo.add_argument("--port", type=int, default=6000, help="scaler gRPC port (6000)")
+    demo.add_argument("--metrics-port", type=int, default=9400,
+                      help="first agent's metrics port; node i uses this + i (9400)")
+    demo.add_argument("--scaler-config", type=Path, default=None,
+                      help="scaler configuration YAML (demand sources)")
+    demo.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.scenario is None:
+        return _run_loop(args)
+    loop_only = [f"--{k}" for k in ("pattern", "trace", "rate", "duration")
+                 if getattr(args, k) is not None]
+    if loop_only:
+        return fail(f"{', '.join(loop_only)} drive the closed loop; a --scenario runs its own "
+                    "load", 2)
+    args.speed = args.speed or 1.0
+    args.host = args.host or "0.0.0.0"
+    try:
+        from gpuscale.control.demo import serve_scenario
+
+        return _serve(serve_scenario(args))
+    except ConfigError as exc:  # ScenarioError is one
+        return fail(exc)
+
+
+def _serve(main: Coroutine[Any, Any, object]) -> int:
+    """Run a demo until it ends; a port that cannot be bound (alone or inside a task
+    group) is exit 1 with the reason, not a traceback."""
+    try:
+        asyncio.run(main)
+    except OSError as exc:
+        return fail(f"cannot listen: {exc}", 1)
+    except ExceptionGroup as group:
+        bind = group.subgroup(OSError)
+        if bind is None:
+            raise
+        return fail(f"cannot listen: {bind.exceptions[0]}", 1)
+    return 0
+
+
+def _run_loop(args: argparse.Namespace) -> int:
+    """The closed loop (control/live.py) from the demo's command line."""
+    from gpuscale.control.live.loop import run_live
+    from gpuscale.control.live.world import LiveConfig
+    from gpuscale.control.traffic import load_requests
+    from gpuscale.scaler.profiles import PROFILES
+
+    def refuse(why: str) -> int:
+        return fail(why, 2)
+
+    speed = DEFAULT_SPEED if args.speed is None else args.speed
+    if not 0 < speed <= 1000:
+        return refuse("--speed must be above 0 and at most 1000")
+    if not 1 <= args.nodes <= 16:
+        return refuse("--nodes must be 1 to 16")
+    if not 0 <= args.min_replicas <= args.max_replicas <= args.nodes * GPUS_PER_NODE \
+            or args.max_replicas < 1:
+        return refuse(f"need 0 <= --min-replicas <= --max-replicas <= "
+                      f"{args.nodes * GPUS_PER_NODE} (8 GPUs per node) and --max-replicas "
+                      ">= 1")
+    if args.profile not in PROFILES:
+        return refuse(f"--profile {args.profile!r} is not one of {', '.join(PROFILES)}")
+    try:
+        requests, duration = load_requests(
+            args.pattern, args.trace,
+            args.rate if args.rate is not None else 1.0 if args.trace else DEFAULT_RATE,
+            args.duration, pattern_duration=DEFAULT_DURATION)
+    except ValueError as exc:
+        return refuse(str(exc))
+    # The agents' stream connecting is routine here; the view carries what matters.
+    logging.getLogger("gpuscale.stream").setLevel(logging.WARNING)
+    cfg = LiveConfig(requests, duration, speed=speed, nodes=args.nodes,
+                     profile=args.profile, min_replicas=args.min_replicas,
+                     max_replicas=args.max_replicas, host=args.host or "127.0.0.1",
+                     port=args.port)
+    return _serve(run_live(cfg))

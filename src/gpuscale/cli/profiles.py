@@ -1,0 +1,24 @@
+"""``gpuscale profiles``: the scaling profiles and the signals they use."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def add_parser(sub: Any) -> None:
+    sub.add_parser("profiles", help="list the scaling profiles and signals").set_defaults(
+        run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from gpuscale.scaler.profiles import PROFILES, SIGNALS
+
+    for p in PROFILES.values():
+        targets = ", ".join(f"{t.signal} target {t.target:g}{SIGNALS[t.signal].unit} per pod"
+                            f" (active above {t.activation:g})" for t in p.targets)
+        print(f"{p.name}: {targets}\n    {p.why}\n")
+    print("signals:")
+    for sig in SIGNALS.values():
+        print(f"  {sig.name} [{sig.unit}]: {sig.help}")
+    return 0

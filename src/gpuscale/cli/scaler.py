@@ -1,0 +1,55 @@
+"""``gpuscale scaler``: the KEDA external scaler, fed by every agent's telemetry stream."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from gpuscale.cli.common import fail, tls_files
+from gpuscale.scaler.service import DEFAULT_PORT
+
+
+def add_parser(sub: Any) -> None:
+    sc = sub.add_parser("scaler", help="the KEDA external scaler, fed by every agent's "
+                                       "telemetry stream")
+    sc.add_argument("--host", default="0.0.0.0", help="listen address")
+    sc.add_argument("--port", type=int, default=DEFAULT_PORT,
+                    help=f"gRPC port ({DEFAULT_PORT})")
+    sc.add_argument("--metrics-port", type=int, default=9402, help="metrics port (9402)")
+    sc.add_argument("--agents", type=lambda v: [a for a in v.split(",") if a], default=[],
+                    help="agent stream addresses host:port,... (static)")
+    sc.add_argument("--agent-service", default="",
+                    help="NAMESPACE/NAME of the agents' headless Service (EndpointSlices)")
+    sc.add_argument("--agent-port", type=int, default=9401,
+                    help="agent stream port when the EndpointSlice names none")
+    sc.add_argument("--resolve-targets", action="store_true",
+                    help="resolve ScaledObjects' scaleTargetRef through the API")
+    sc.add_argument("--kubeconfig", type=Path, default=None,
+                    help="kubeconfig (default: in-cluster credentials)")
+    sc.add_argument("--config", type=Path, default=None,
+                    help="scaler configuration YAML (demand sources)")
+    sc.add_argument("--agent-tls-cert", type=Path, help="client certificate for agents (PEM)")
+    sc.add_argument("--agent-tls-key", type=Path, help="its private key (PEM)")
+    sc.add_argument("--agent-tls-ca", type=Path, help="CA that signs the agents' certificates")
+    sc.add_argument("--agent-tls-server-name", default="gpuscale-agent",
+                    help="name the agents' certificates carry (default gpuscale-agent)")
+    sc.add_argument("--agents-insecure", action="store_true",
+                    help="subscribe in plaintext (only on trusted networks)")
+    sc.add_argument("--tls-cert", type=Path, help="KEDA-facing server certificate (PEM)")
+    sc.add_argument("--tls-key", type=Path, help="its private key (PEM)")
+    sc.add_argument("--tls-ca", type=Path,
+                    help="CA of KEDA's client certificate (TriggerAuthentication caCert's "
+                         "counterpart); with these three KEDA must connect with mTLS")
+    sc.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from gpuscale.scaler.main import run_scaler
+
+    try:
+        args.agent_tls = tls_files(args.agent_tls_cert, args.agent_tls_key, args.agent_tls_ca)
+        args.tls = tls_files(args.tls_cert, args.tls_key, args.tls_ca)
+    except ValueError as exc:
+        return fail(str(exc))
+    return run_scaler(args)

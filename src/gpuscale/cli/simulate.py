@@ -1,0 +1,81 @@
+"""``gpuscale simulate``: replay a request trace through KEDA + HPA, policies side by side."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from gpuscale.cli.common import fail
+
+
+def add_parser(sub: Any) -> None:
+    sim = sub.add_parser("simulate", help="replay a request trace through KEDA + HPA and "
+                                          "compare scaling policies")
+    src = sim.add_mutually_exclusive_group(required=True)
+    src.add_argument("--trace", type=Path,
+                     help="CSV: TIMESTAMP, ContextTokens, GeneratedTokens (Azure LLM format)")
+    src.add_argument("--pattern", choices=["diurnal", "bursts", "idle-night"],
+                     help="a synthetic load shape instead of a trace (with --duration; "
+                          "--rate is then requests/s)")
+    sim.add_argument("--min-replicas", type=int, default=1,
+                     help="minReplicaCount for the autoscaled policies (0: scale to zero)")
+    sim.add_argument("--rate", type=float, default=1.0,
+                     help="multiply the arrivals (e.g. 8: eight times the traffic)")
+    sim.add_argument("--speedup", type=float, default=1.0,
+                     help="compress time (2: the trace plays in half the time)")
+    sim.add_argument("--duration", type=float, default=None,
+                     help="simulated seconds (default: the whole trace)")
+    sim.add_argument("--loop", type=int, default=1,
+                     help="play the trace this many times back to back (default 1)")
+    sim.add_argument("--plot", type=Path, default=None,
+                     help="also write a PNG: load, replicas and latency over time per "
+                          "policy (needs matplotlib: pip install 'gpuscale[plot]')")
+    sim.add_argument("--json", action="store_true", help="results as JSON")
+    sim.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from gpuscale.control.simulate import compare, format_results
+    from gpuscale.control.traffic import load_requests
+
+    try:
+        requests, duration = load_requests(args.pattern, args.trace, args.rate,
+                                           args.duration, args.speedup, args.loop)
+    except ValueError as exc:  # ConfigError and TraceError are ValueErrors
+        return fail(str(exc), 2)
+    if not requests:
+        return fail("the pattern has no request in that duration", 2)
+    results = compare(requests, duration, min_replicas=args.min_replicas,
+                      progress=_progress_bar() if sys.stderr.isatty() else None)
+    if args.plot is not None:
+        from gpuscale.control.plot import PlotUnavailable, plot_results
+
+        try:
+            plot_results(results, requests, duration, args.plot)
+        except (PlotUnavailable, OSError) as exc:
+            return fail(str(exc), 2)
+        print(f"plot written to {args.plot}", file=sys.stderr)
+    if args.json:
+        print(json.dumps([{k: v for k, v in asdict(r).items() if k != "timeline"}
+                          for r in results], indent=2))
+    else:
+        print(f"{len(requests)} requests over {duration / 60:.0f} simulated minutes; SLO: "
+              f"time to first token <= 2 s")
+        print(format_results(results))
+    return 0
+
+
+def _progress_bar(width: int = 30) -> Callable[[str, float], None]:
+    """A one-line bar on stderr, redrawn in place; a newline when it reaches 100 %."""
+    def show(policy: str, fraction: float) -> None:
+        filled = int(width * fraction)
+        end = "\n" if fraction >= 1.0 else ""
+        sys.stderr.write(f"\r[{'#' * filled}{' ' * (width - filled)}] {fraction:4.0%} "
+                         f"{policy[:40]:<40}{end}")
+        sys.stderr.flush()
+    return show
