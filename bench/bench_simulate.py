@@ -29,8 +29,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from gpuscale.control.hpa import SCALE_DOWN, Metric, Rules
-from gpuscale.control.serving import ServingFleet, ServingParams
+from gpuscale.control.hpa import SCALE_DOWN, Metric, MetricSource, Rules, TargetType
+from gpuscale.control.serving import ServingModel, ServingParams
 from gpuscale.control.simulate import (
     Signal,
     compare,
@@ -40,7 +40,7 @@ from gpuscale.control.simulate import (
     scale_trace,
     synthetic,
 )
-from gpuscale.telemetry.load import Request, read_trace
+from gpuscale.telemetry.load import TraceRequest, read_trace
 
 TRACE = Path(__file__).resolve().parents[2] / "shared" / "traces" / \
     "azure-llm-inference-2023-conv.csv"
@@ -67,8 +67,8 @@ def _profile(target: float) -> Signal:
     requests = profile_signal({"signal": "vllm-requests", "targetValue": str(target)})
     kv = profile_signal({"signal": "vllm-kv-cache", "targetValue": "80"})
 
-    def both(fleet: ServingFleet, now: float) -> list[Metric]:
-        return requests(fleet, now) + kv(fleet, now)
+    def both(model: ServingModel, now: float) -> list[Metric]:
+        return requests(model, now) + kv(model, now)
     return both
 
 
@@ -78,29 +78,30 @@ def _demand(target: float, window_s: float = 30.0, drain_s: float = 120.0) -> Si
     kv = profile_signal({"signal": "vllm-kv-cache", "targetValue": "80"})
     history: list[tuple[float, int, int]] = []
 
-    def signal(fleet: ServingFleet, now: float) -> list[Metric]:
-        ready = [r for r in fleet.replicas if now >= r.ready_at]
+    def signal(model: ServingModel, now: float) -> list[Metric]:
+        ready = [r for r in model.replicas if now >= r.ready_at]
         running = sum(len(r.running) for r in ready)
-        in_system = len(fleet.queue) + sum(len(r.running)
-                                           for r in fleet.replicas + fleet.draining)
-        history.append((now, in_system, len(fleet.done)))
+        in_system = len(model.queue) + sum(len(r.running)
+                                           for r in model.replicas + model.draining)
+        history.append((now, in_system, len(model.done)))
         while history[0][0] < now - window_s:
             history.pop(0)
         t0, n0, done0 = history[0]
-        finished = len(fleet.done) - done0
-        value = float(running + len(fleet.queue))
+        finished = len(model.done) - done0
+        value = float(running + len(model.queue))
         if now > t0 and finished > 0:
             rate = finished / (now - t0)
             arrivals = max(0.0, rate + (in_system - n0) / (now - t0))
             service = running / rate
-            value = arrivals * service + len(fleet.queue) * service / drain_s
-        return [Metric("External", "AverageValue", target, value), *kv(fleet, now)]
+            value = arrivals * service + len(model.queue) * service / drain_s
+        return [Metric(MetricSource.EXTERNAL, TargetType.AVERAGE_VALUE, target, value),
+                *kv(model, now)]
     return signal
 
 
-def _cases() -> list[tuple[str, list[Request]]]:
+def _cases() -> list[tuple[str, list[TraceRequest]]]:
     trace = read_trace(TRACE)
-    cases: list[tuple[str, list[Request]]] = [
+    cases: list[tuple[str, list[TraceRequest]]] = [
         (f"trace x{r:g}", scale_trace(trace, r, 1.0, None)) for r in (2.0, 4.0, 8.0)]
     return [*cases, ("diurnal 30 req/s", synthetic("diurnal", 3600.0, 30.0)),
             ("bursts 30 req/s", synthetic("bursts", 3600.0, 30.0))]

@@ -15,7 +15,7 @@ import pytest
 
 from gpuscale.scaler.evaluate import evaluate
 from gpuscale.scaler.fleet import FleetView
-from gpuscale.scaler.profiles import Target
+from gpuscale.scaler.profiles import Target, ValueMode
 from gpuscale.stream.records import PodRecord
 
 TOLERANCE = 0.1
@@ -56,7 +56,8 @@ def run_loop(load: float, target: float, mode: str, metric_type: str,
     replicas, history = start, []
     for _ in range(steps):
         fleet, pods = fleet_with(load, replicas)
-        value = evaluate(fleet, pods, Target("gpu-utilization", target, 0.0), mode).value
+        value = evaluate(fleet, pods, Target("gpu-utilization", target, 0.0),
+                         ValueMode(mode)).value
         replicas = hpa(replicas, value, target, metric_type)
         history.append(replicas)
     return history

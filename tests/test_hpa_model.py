@@ -6,15 +6,26 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuscale.control.hpa import SCALE_DOWN, SCALE_UP, Hpa, Metric, Policy, Rules
+from gpuscale.control.hpa import (
+    SCALE_DOWN,
+    SCALE_UP,
+    Hpa,
+    Metric,
+    MetricSource,
+    Policy,
+    PolicyType,
+    Rules,
+    Select,
+    TargetType,
+)
 
 
 def ext(value: float | None, target: float, kind: str = "AverageValue") -> Metric:
-    return Metric("External", kind, target, value)
+    return Metric(MetricSource.EXTERNAL, TargetType(kind), target, value)
 
 
 def pods(values: list[float | None], target: float, unready: int = 0) -> Metric:
-    return Metric("Pods", "AverageValue", target, pod_values=tuple(values),
+    return Metric(MetricSource.PODS, TargetType.AVERAGE_VALUE, target, pod_values=tuple(values),
                   unready_pods=unready)
 
 
@@ -59,9 +70,9 @@ def test_scale_up_policies_default_max_of_100_percent_and_4_pods() -> None:
 
 
 def test_select_policy_min_and_disabled() -> None:
-    slow = Hpa(1, 100, scale_up=Rules(0.0, SCALE_UP.policies, "Min"))
+    slow = Hpa(1, 100, scale_up=Rules(0.0, SCALE_UP.policies, Select.MIN))
     assert slow.step(0.0, 1, [ext(700.0, 70.0)]) == 2  # min(2, 5)
-    frozen = Hpa(1, 100, scale_up=Rules(0.0, SCALE_UP.policies, "Disabled"))
+    frozen = Hpa(1, 100, scale_up=Rules(0.0, SCALE_UP.policies, Select.DISABLED))
     assert frozen.step(0.0, 3, [ext(700.0, 70.0)]) == 3
 
 
@@ -75,7 +86,7 @@ def test_scale_down_waits_for_the_stabilization_window() -> None:
 
 
 def test_scale_down_rate_limit() -> None:
-    hpa = Hpa(1, 100, scale_down=Rules(0.0, (Policy("Pods", 2, 60.0),)))
+    hpa = Hpa(1, 100, scale_down=Rules(0.0, (Policy(PolicyType.PODS, 2, 60.0),)))
     assert hpa.step(0.0, 10, [ext(70.0, 70.0)]) == 8
     assert hpa.step(30.0, 8, [ext(70.0, 70.0)]) == 8  # 2 already removed in this minute
     assert hpa.step(61.0, 8, [ext(70.0, 70.0)]) == 6

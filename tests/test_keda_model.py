@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpuscale.control.hpa import Metric
+from gpuscale.control.hpa import Metric, MetricSource, TargetType
 from gpuscale.control.keda import Keda, ScaledObjectLoop, ScaledObjectSpec
 
 
@@ -51,7 +51,7 @@ def test_push_true_activates_at_once_false_is_ignored() -> None:
 def test_a_warm_loop_remembers_its_count_for_the_scale_down_window() -> None:
     """A window of traffic opening on a running system: the HPA has been at 5, so a low
     reading does not scale down before the 300 s window passes; a fresh loop would at once."""
-    low = [Metric("External", "AverageValue", 10.0, 10.0)]  # proposes 1
+    low = [Metric(MetricSource.EXTERNAL, TargetType.AVERAGE_VALUE, 10.0, 10.0)]  # proposes 1
     fresh = ScaledObjectLoop(ScaledObjectSpec(min_replicas=1, max_replicas=10))
     assert fresh.decide(0.0, 5, 5, low, True) == 1
     warm = ScaledObjectLoop(ScaledObjectSpec(min_replicas=1, max_replicas=10))

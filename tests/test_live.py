@@ -36,7 +36,7 @@ def test_world_keeps_pods_parallel_to_replicas_on_distinct_gpus() -> None:
     world.mark_ready(world.serving())
     assert [p.name for p in world.serving()] == [p.name for p in world.pods]
     world.scale(12)
-    assert len(world.pods) == len(world.fleet.replicas) == 12
+    assert len(world.pods) == len(world.model.replicas) == 12
     assert len({(p.node, p.gpu) for p in world.pods}) == 12
     assert len({p.ip for p in world.pods}) == 12
     assert {p.node for p in world.pods} == {0, 1}  # the first node's 8 GPUs, then the next
@@ -58,7 +58,7 @@ def test_world_serves_the_replicas_numbers_as_vllm_metrics() -> None:
     world.advance(120.0)
     text = "".join(world.engine_text(p) for p in world.pods)
     running = sum(float(v) for v in re.findall(r"vllm:num_requests_running\{.*\} (\S+)", text))
-    assert running == sum(len(r.running) for r in world.fleet.replicas)
+    assert running == sum(len(r.running) for r in world.model.replicas)
     assert running > 0
     assert world.duty_cycle(world.pods[0]) > 0
 

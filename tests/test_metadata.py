@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpuscale.scaler.metadata import KNOWN, MetadataError, parse_metadata
-from gpuscale.scaler.profiles import PROFILES, SIGNALS
+from gpuscale.scaler.profiles import PROFILES, SIGNALS, ProfileName
 from gpuscale.scaler.selector import SelectorError, parse_selector
 
 
@@ -24,7 +24,7 @@ def test_defaults_and_passthrough_keys() -> None:
 
 
 @pytest.mark.parametrize("profile", sorted(PROFILES))
-def test_every_profile(profile: str) -> None:
+def test_every_profile(profile: ProfileName) -> None:
     cfg = parse_metadata({"profile": profile, "podSelector": "app=x"})
     assert cfg.targets == PROFILES[profile].targets
 

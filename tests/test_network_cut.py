@@ -19,7 +19,7 @@ import pytest
 
 from gpuscale.scaler.evaluate import WorkloadUnavailable, evaluate
 from gpuscale.scaler.fleet import FleetView
-from gpuscale.scaler.profiles import Target
+from gpuscale.scaler.profiles import Target, ValueMode
 from gpuscale.scaler.selector import parse_selector
 from gpuscale.stream.subscriber import AgentSubscriber
 
@@ -94,7 +94,7 @@ async def test_cut_link_makes_the_workload_unavailable_then_recovers(
 
     def value() -> float | str:
         try:
-            return evaluate(fleet, fleet.select("ns", sel), target, "sum").value
+            return evaluate(fleet, fleet.select("ns", sel), target, ValueMode.SUM).value
         except WorkloadUnavailable as exc:
             return str(exc)
 

@@ -44,7 +44,7 @@ def attribution_families(att: NodeAttribution) -> list[Metric]:
                 fam.add_metric(lv, float(value))
         kinds: dict[tuple[str, str, str], int] = {}
         for d in p.devices:
-            k = (d.sharing.value, d.split, str(d.sharers))
+            k = (d.sharing.value, d.split.value, str(d.sharers))
             kinds[k] = kinds.get(k, 0) + 1
         for k, n in kinds.items():
             devices.add_metric([*lv, *k], float(n))

@@ -84,14 +84,20 @@ class ProcessOwner:
     container_id: str  # runtime container id (64 hex), "" when the cgroup names none
 
 
+class Split(enum.StrEnum):
+    """How a device's numbers were divided between the containers that hold it."""
+
+    EXCLUSIVE = "exclusive"  # the container has the device alone
+    PROCESS = "process"  # from the container's own processes' NVML data
+    SHARED = "shared"  # no per-process data: the device's whole numbers, read with sharers
+
+
 @dataclass(frozen=True, slots=True)
 class DeviceUsage:
     """What one pod container gets from one device.
 
     ``sharers`` is the number of containers holding the same physical device (1 for whole
-    GPUs and MIG slices). ``split`` says how the device's numbers were divided: "exclusive"
-    (the container has the device alone), "process" (from its own processes' NVML data),
-    "shared" (no per-process data: the device's whole numbers, to be read with ``sharers``).
+    GPUs and MIG slices). ``split`` says how the device's numbers were divided (Split).
     """
 
     device: DeviceRef
@@ -102,7 +108,7 @@ class DeviceUsage:
     gpu_instance_id: int | None = None
     sharing: SharingMode = SharingMode.EXCLUSIVE
     sharers: int = 1
-    split: str = "exclusive"
+    split: Split = Split.EXCLUSIVE
     utilization_percent: Reading = Absent.NO_DATA
     memory_used_bytes: IntReading = Absent.NO_DATA
     memory_total_bytes: IntReading = Absent.NO_DATA

@@ -25,6 +25,7 @@ from gpuscale.attribution.model import (
     PodInfo,
     PodUsage,
     ProcessOwner,
+    Split,
     UnattributedProcess,
 )
 from gpuscale.telemetry.model import (
@@ -154,9 +155,9 @@ def _device_usage(ref: DeviceRef, t: _Target, sharers: int, info: PodInfo | None
         return usage
     own = _own_processes(m.processes if m else g.processes, info, container, owners)
     if own is None:  # no way to tell whose processes are whose
-        return replace(usage, split="shared", utilization_percent=Absent.SHARED,
+        return replace(usage, split=Split.SHARED, utilization_percent=Absent.SHARED,
                        memory_used_bytes=Absent.SHARED)
-    return replace(usage, split="process",
+    return replace(usage, split=Split.PROCESS,
                    utilization_percent=_sum([p.sm_util_percent for p in own]),
                    memory_used_bytes=_isum([p.used_memory_bytes for p in own]))
 

@@ -28,6 +28,7 @@ HPA and per direction as ``behavior.scaleUp.tolerance`` / ``scaleDown.tolerance`
 
 from __future__ import annotations
 
+import enum
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -35,9 +36,38 @@ from dataclasses import dataclass, field
 TOLERANCE = 0.1
 
 
+class MetricSource(enum.StrEnum):
+    """Where the HPA reads a metric (autoscaling/v2 MetricSourceType)."""
+
+    EXTERNAL = "External"  # KEDA's metrics: one value for the workload
+    PODS = "Pods"  # one value per pod
+
+
+class TargetType(enum.StrEnum):
+    """autoscaling/v2 MetricTargetType, as KEDA's metricType sets it."""
+
+    AVERAGE_VALUE = "AverageValue"
+    VALUE = "Value"
+
+
+class PolicyType(enum.StrEnum):
+    """A scaling policy's unit (HPAScalingPolicyType)."""
+
+    PODS = "Pods"
+    PERCENT = "Percent"
+
+
+class Select(enum.StrEnum):
+    """Which policy wins (ScalingPolicySelect)."""
+
+    MAX = "Max"
+    MIN = "Min"
+    DISABLED = "Disabled"
+
+
 @dataclass(frozen=True, slots=True)
 class Policy:
-    kind: str  # "Pods" | "Percent"
+    kind: PolicyType
     value: int
     period_s: float
 
@@ -46,20 +76,20 @@ class Policy:
 class Rules:
     stabilization_s: float
     policies: tuple[Policy, ...]
-    select: str = "Max"  # "Max" | "Min" | "Disabled"
+    select: Select = Select.MAX
     tolerance: float | None = None  # this direction's tolerance; None: the HPA's
 
 
-SCALE_UP = Rules(0.0, (Policy("Percent", 100, 15.0), Policy("Pods", 4, 15.0)))
-SCALE_DOWN = Rules(300.0, (Policy("Percent", 100, 15.0),))
+SCALE_UP = Rules(0.0, (Policy(PolicyType.PERCENT, 100, 15.0), Policy(PolicyType.PODS, 4, 15.0)))
+SCALE_DOWN = Rules(300.0, (Policy(PolicyType.PERCENT, 100, 15.0),))
 
 
 @dataclass(frozen=True, slots=True)
 class Metric:
     """One metric reading for one sync. ``value`` None: the metric could not be read."""
 
-    kind: str  # "External" | "Pods"
-    target_type: str  # "AverageValue" | "Value" (External); "AverageValue" (Pods)
+    kind: MetricSource
+    target_type: TargetType  # AVERAGE_VALUE or VALUE (External); AVERAGE_VALUE (Pods)
     target: float
     value: float | None = None  # External: the metric; Pods: unused
     pod_values: tuple[float | None, ...] = ()  # Pods: per ready pod (None: missing)
@@ -85,10 +115,10 @@ class Hpa:
 
     def proposal(self, metric: Metric, current: int, ready: int) -> int | None:
         """Step 1 for one metric (None: no proposal)."""
-        if metric.kind == "External":
+        if metric.kind is MetricSource.EXTERNAL:
             if metric.value is None:
                 return None
-            if metric.target_type == "AverageValue":
+            if metric.target_type is TargetType.AVERAGE_VALUE:
                 ratio = metric.value / (metric.target * max(current, 1))
                 if self._within(ratio):
                     return current
@@ -173,29 +203,29 @@ class Hpa:
     def _rate_limit(self, now: float, current: int, desired: int) -> int:
         if desired > current:
             rules = self.scale_up
-            if rules.select == "Disabled":
+            if rules.select is Select.DISABLED:
                 self.last_reason += "; scale-up disabled"
                 return current
             limits = []
             for p in rules.policies:
                 start = current - self._changed_within(now, p.period_s, up=True)
-                limits.append(start + p.value if p.kind == "Pods"
+                limits.append(start + p.value if p.kind is PolicyType.PODS
                               else math.ceil(start * (1 + p.value / 100)))
-            limit = max(limits) if rules.select == "Max" else min(limits)
+            limit = max(limits) if rules.select is Select.MAX else min(limits)
             if desired > limit:
                 self.last_reason += f"; scale-up limited to {limit}"
             return min(desired, limit)
         if desired < current:
             rules = self.scale_down
-            if rules.select == "Disabled":
+            if rules.select is Select.DISABLED:
                 self.last_reason += "; scale-down disabled"
                 return current
             limits = []
             for p in rules.policies:
                 start = current - self._changed_within(now, p.period_s, up=False)
-                limits.append(start - p.value if p.kind == "Pods"
+                limits.append(start - p.value if p.kind is PolicyType.PODS
                               else int(start * (1 - p.value / 100)))
-            limit = min(limits) if rules.select == "Max" else max(limits)
+            limit = min(limits) if rules.select is Select.MAX else max(limits)
             if desired < limit:
                 self.last_reason += f"; scale-down limited to {limit}"
             return max(desired, limit)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from gpuscale.common.errors import GpuscaleError
 from gpuscale.control.simulate import SLO_TTFT_S, Result
-from gpuscale.telemetry.load import Request
+from gpuscale.telemetry.load import TraceRequest
 
 # Worst TTFT above this is drawn at the ceiling (a minute never served is infinite).
 _TTFT_CEILING_S = 600.0
@@ -22,7 +22,7 @@ class PlotUnavailable(GpuscaleError, RuntimeError):
     exit_code = 2
 
 
-def plot_results(results: Sequence[Result], requests: Sequence[Request], duration: float,
+def plot_results(results: Sequence[Result], requests: Sequence[TraceRequest], duration: float,
                  path: Path) -> None:
     try:
         import matplotlib

@@ -44,7 +44,7 @@ class ServingParams:
 
 
 @dataclass(slots=True)
-class Request:
+class InFlightRequest:
     arrival: float
     prompt: int
     output: int
@@ -57,7 +57,7 @@ class Request:
 class Replica:
     created: float
     ready_at: float
-    running: list[Request] = field(default_factory=list)
+    running: list[InFlightRequest] = field(default_factory=list)
     removed_at: float | None = None  # draining since
 
     def kv_used(self) -> int:
@@ -75,13 +75,13 @@ class ReplicaSignals:
     kv_cache: float  # percent
 
 
-class ServingFleet:
+class ServingModel:
     def __init__(self, params: ServingParams = ServingParams()) -> None:
         self.p = params
         self.replicas: list[Replica] = []  # the ones that take requests (or will)
         self.draining: list[Replica] = []  # removed, finishing what they run
-        self.queue: deque[Request] = deque()
-        self.done: list[Request] = []
+        self.queue: deque[InFlightRequest] = deque()
+        self.done: list[InFlightRequest] = []
         self.gpu_seconds = 0.0
 
     def set_replicas(self, n: int, now: float, warm: bool = False) -> None:
@@ -104,7 +104,7 @@ class ServingFleet:
                 r.prefilled, r.generated = False, 0.0
                 self.queue.appendleft(r)
 
-    def arrive(self, requests: list[Request]) -> None:
+    def arrive(self, requests: list[InFlightRequest]) -> None:
         self.queue.extend(requests)
 
     def step(self, now: float, dt: float) -> None:

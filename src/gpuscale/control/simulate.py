@@ -1,7 +1,7 @@
 """``gpuscale simulate``: replay a request trace through KEDA + HPA + a scaling policy and
 the serving model, for several policies side by side.
 
-Each policy runs its own copy of the world: a ServingFleet fed the same arrivals, the KEDA
+Each policy runs its own copy of the world: a ServingModel fed the same arrivals, the KEDA
 and HPA models, and a signal. gpuscale's profiles use the real signal code: the replicas'
 simulated telemetry becomes PodRecords in a FleetView, and ``evaluate`` (the scaler's own
 aggregation) gives the number KEDA would get. The other policies stand for what people run
@@ -17,20 +17,20 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuscale.control.hpa import SCALE_DOWN, Metric, Rules
+from gpuscale.control.hpa import SCALE_DOWN, Metric, MetricSource, Rules, TargetType
 from gpuscale.control.keda import ScaledObjectLoop, ScaledObjectSpec
-from gpuscale.control.serving import Request, ServingFleet, ServingParams
+from gpuscale.control.serving import InFlightRequest, ServingModel, ServingParams
 from gpuscale.scaler.evaluate import WorkloadUnavailable, evaluate
 from gpuscale.scaler.fleet import FleetView
 from gpuscale.scaler.metadata import parse_metadata
 from gpuscale.scaler.selector import parse_selector
 from gpuscale.stream.records import PodRecord
-from gpuscale.telemetry.load import Request as TraceRequest
+from gpuscale.telemetry.load import TraceRequest
 
 SLO_TTFT_S = 2.0
 _SELECTOR = parse_selector("app=llm")
 
-Signal = Callable[[ServingFleet, float], list[Metric]]
+Signal = Callable[[ServingModel, float], list[Metric]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +54,7 @@ def profile_signal(metadata: dict[str, str]) -> Signal:
     """The real gpuscale path: replicas' signals -> FleetView -> evaluate (sum)."""
     cfg = parse_metadata({"podSelector": "app=llm", **metadata})
 
-    def signal(fleet: ServingFleet, now: float) -> list[Metric]:
+    def signal(model: ServingModel, now: float) -> list[Metric]:
         view = FleetView(monotonic=lambda: now)
         records = [PodRecord("sim", f"llm-{i}", "node", {"app": "llm"}, None, s.ready,
                              {"gpu-utilization": s.duty_cycle, "vllm-waiting": s.waiting,
@@ -62,7 +62,7 @@ def profile_signal(metadata: dict[str, str]) -> Signal:
                               "vllm-requests": s.running + s.waiting,
                               "vllm-kv-cache": s.kv_cache}
                              if s.ready else {}, now)
-                   for i, s in enumerate(fleet.signals(now))]
+                   for i, s in enumerate(model.signals(now))]
         view.update_node("node", records)
         pods = view.select("sim", _SELECTOR)
         out = []
@@ -71,22 +71,23 @@ def profile_signal(metadata: dict[str, str]) -> Signal:
                 value: float | None = evaluate(view, pods, t, cfg.value_mode).value
             except WorkloadUnavailable:
                 value = None  # the HPA then keeps the current count
-            out.append(Metric("External", "AverageValue", t.target, value))
+            out.append(Metric(MetricSource.EXTERNAL, TargetType.AVERAGE_VALUE, t.target, value))
         return out
     return signal
 
 
-def node_max_signal(fleet: ServingFleet, now: float) -> list[Metric]:
+def node_max_signal(model: ServingModel, now: float) -> list[Metric]:
     """The per-node scaler: one node's highest GPU utilization, as an AverageValue."""
-    ready = [s.duty_cycle for s in fleet.signals(now) if s.ready]
-    return [Metric("External", "AverageValue", 70.0, max(ready) if ready else 0.0)]
+    ready = [s.duty_cycle for s in model.signals(now) if s.ready]
+    return [Metric(MetricSource.EXTERNAL, TargetType.AVERAGE_VALUE, 70.0,
+                   max(ready) if ready else 0.0)]
 
 
-def cpu_signal(fleet: ServingFleet, now: float) -> list[Metric]:
+def cpu_signal(model: ServingModel, now: float) -> list[Metric]:
     """A GPU-blind HPA on CPU: an inference server's CPU barely moves with GPU load
     (tokenization and scheduling; modelled 15 % + 10 % x duty cycle)."""
-    values = tuple(15.0 + 0.1 * s.duty_cycle for s in fleet.signals(now) if s.ready)
-    return [Metric("Pods", "AverageValue", 70.0, pod_values=values or (None,))]
+    values = tuple(15.0 + 0.1 * s.duty_cycle for s in model.signals(now) if s.ready)
+    return [Metric(MetricSource.PODS, TargetType.AVERAGE_VALUE, 70.0, pod_values=values or (None,))]
 
 
 def needed_replicas(requests: Sequence[TraceRequest], duration: float, params: ServingParams,
@@ -115,14 +116,14 @@ def run_policy(name: str, requests: Sequence[TraceRequest], duration: float,
     """One policy over the requests. The replicas running when the window opens (warm):
     ``static``, the oracle's plan, else ``start`` (default ``min_replicas``, at least 1).
     ``scale_down``: the HPA's scale-down behavior (Kubernetes' default)."""
-    fleet = ServingFleet(params)
+    model = ServingModel(params)
     loop = ScaledObjectLoop(ScaledObjectSpec(min_replicas=min_replicas,
                                              max_replicas=max_replicas),
                             scale_down=scale_down)
     replicas = static if static is not None else max(min_replicas, start or 1)
     if plan is not None:
         replicas = max(plan[:int(params.cold_start_s) + 1])  # what the start-up needs
-    fleet.set_replicas(replicas, 0.0, warm=True)  # what runs when the window opens
+    model.set_replicas(replicas, 0.0, warm=True)  # what runs when the window opens
     loop.warm(0.0, replicas)
     i, changes = 0, 0
     timeline = []
@@ -138,40 +139,40 @@ def run_policy(name: str, requests: Sequence[TraceRequest], duration: float,
         batch = []
         while i < len(order) and order[i].arrival_s < now + dt:
             r = order[i]
-            batch.append(Request(r.arrival_s, r.input_tokens, r.output_tokens))
+            batch.append(InFlightRequest(r.arrival_s, r.input_tokens, r.output_tokens))
             i += 1
-        fleet.arrive(batch)
-        fleet.step(now, dt)
+        model.arrive(batch)
+        model.step(now, dt)
         desired = replicas
         if plan is not None:  # the oracle: provision ahead by the cold start
             ahead = min(len(plan) - 1, int(now + params.cold_start_s))
             desired = max(plan[int(now):ahead + 1] or [replicas])
         elif signal is not None and loop.due(now, replicas):
-            metrics = signal(fleet, now)
+            metrics = signal(model, now)
             values = [m.value for m in metrics]
             active: bool | None = None  # every metric failed: a scaler error
             if not values or any(v is not None for v in values):
-                active = len(fleet.queue) > 0 or any(v is not None and v > 0 for v in values)
-            ready = sum(1 for s in fleet.signals(now) if s.ready)
+                active = len(model.queue) > 0 or any(v is not None and v > 0 for v in values)
+            ready = sum(1 for s in model.signals(now) if s.ready)
             desired = loop.decide(now, replicas, ready, metrics, active)
         if desired != replicas:
             if desired > replicas:
                 ups.append(now)
-            fleet.set_replicas(desired, now)
+            model.set_replicas(desired, now)
             changes += 1
             replicas = desired
             if replicas == 0 and i >= len(order) and zero_at is None:
                 zero_at = now
         if k % int(60 / dt) == 0:
-            timeline.append((now, replicas, float(len(fleet.queue))))
+            timeline.append((now, replicas, float(len(model.queue))))
     if progress is not None:
         progress(1.0)
-    slo = Slo.of(fleet, duration)
+    slo = Slo.of(model, duration)
     last_arrival = order[-1].arrival_s if order else 0.0
     rise = sharpest_rise(order)
     react = next((t - rise for t in ups if t >= rise), None) \
         if rise is not None and signal is not None else None  # static/oracle: no reaction
-    return Result(name, fleet.gpu_seconds / 3600.0, len(slo.bad_minutes), slo.minutes,
+    return Result(name, model.gpu_seconds / 3600.0, len(slo.bad_minutes), slo.minutes,
                   changes / (duration / 3600.0), max(t[1] for t in timeline),
                   slo.p95_ttft_s, slo.unserved,
                   None if zero_at is None else zero_at - last_arrival, react,
@@ -180,7 +181,7 @@ def run_policy(name: str, requests: Sequence[TraceRequest], duration: float,
 
 @dataclass(frozen=True, slots=True)
 class Slo:
-    """How a serving fleet met the TTFT objective over ``minutes``."""
+    """How a serving model met the TTFT objective over ``minutes``."""
 
     minutes: int
     bad_minutes: frozenset[int]  # minutes with an arrival above the SLO or never served
@@ -189,12 +190,12 @@ class Slo:
     unserved: int  # requests still queued or running
 
     @classmethod
-    def of(cls, fleet: ServingFleet, duration: float) -> Slo:
+    def of(cls, model: ServingModel, duration: float) -> Slo:
         minutes = max(1, int(duration // 60))
         bad = set()
         ttft = []
         worst: dict[int, float] = {}
-        for req in fleet.done:
+        for req in model.done:
             if req.first_token is not None:
                 wait = req.first_token - req.arrival
                 ttft.append(wait)
@@ -202,10 +203,10 @@ class Slo:
                 worst[minute] = max(worst.get(minute, 0.0), wait)
                 if wait > SLO_TTFT_S:
                     bad.add(minute)
-        unserved = len(fleet.queue) + sum(len(rep.running)
-                                          for rep in fleet.replicas + fleet.draining)
+        unserved = len(model.queue) + sum(len(rep.running)
+                                          for rep in model.replicas + model.draining)
         # Requests never served count against the minute they arrived in.
-        for queued in list(fleet.queue):
+        for queued in list(model.queue):
             bad.add(int(queued.arrival // 60))
         bad = {m for m in bad if m < minutes}
         for m in bad:  # a minute whose requests were never served waits forever
@@ -237,7 +238,7 @@ def compare(requests: Sequence[TraceRequest], duration: float,
             progress: Progress | None = None) -> list[Result]:
     """The six policies over the same requests: gpuscale's two profiles, node-max, CPU,
     static at the oracle's peak, and the oracle (searched first: the others start from
-    its opening fleet)."""
+    its opening model)."""
     params = params or ServingParams()
     results: list[Result] = []
     stages = 6  # the oracle's search, then the five other policies
@@ -250,7 +251,7 @@ def compare(requests: Sequence[TraceRequest], duration: float,
 
     plan, oracle = oracle_plan(requests, duration, params, report("oracle", 0))
     peak = max(plan)
-    # Every autoscaled policy opens on the fleet the oracle starts with, and its HPA has
+    # Every autoscaled policy opens on the model the oracle starts with, and its HPA has
     # been running at that count (a window of traffic on a running system, not a cold one).
     lo, start = min_replicas, max(plan[:int(params.cold_start_s) + 1])
     policies: list[tuple[str, dict[str, Any]]] = [

@@ -6,12 +6,12 @@ from pathlib import Path
 
 from gpuscale.common.errors import ConfigError
 from gpuscale.control.simulate import scale_trace, synthetic
-from gpuscale.telemetry.load import Request, read_trace
+from gpuscale.telemetry.load import TraceRequest, read_trace
 
 
 def load_requests(pattern: str | None, trace: Path | None, rate: float,
                   duration: float | None, speedup: float = 1.0, loops: int = 1,
-                  pattern_duration: float = 3600.0) -> tuple[list[Request], float]:
+                  pattern_duration: float = 3600.0) -> tuple[list[TraceRequest], float]:
     """The requests of a synthetic pattern or a trace, and the simulated seconds to run
     (a trace's last arrival + 5 minutes unless ``duration``). ConfigError (TraceError is
     one): a reason naming the option."""

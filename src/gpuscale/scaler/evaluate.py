@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from gpuscale.common.errors import DataUnavailable
 from gpuscale.scaler.fleet import FleetView
-from gpuscale.scaler.profiles import SIGNALS, Target
+from gpuscale.scaler.profiles import SIGNALS, Target, ValueMode
 from gpuscale.stream.records import PodRecord
 from gpuscale.telemetry.model import Absent
 
@@ -39,7 +39,7 @@ class Evaluation:
 
 
 def evaluate(fleet: FleetView, pods: list[PodRecord], target: Target,
-             mode: str) -> Evaluation:
+             mode: ValueMode) -> Evaluation:
     problems: list[str] = []
     total = 0.0
     counted = starting = 0
@@ -71,6 +71,6 @@ def evaluate(fleet: FleetView, pods: list[PodRecord], target: Target,
         more = f" and {len(problems) - MAX_NAMED} more" if len(problems) > MAX_NAMED else ""
         raise WorkloadUnavailable(f"{len(problems)} of {len(pods)} pods have no usable "
                                   f"{target.signal}: {named}{more}")
-    if mode == "average":
+    if mode is ValueMode.AVERAGE:
         return Evaluation(total / counted if counted else 0.0, counted, starting)
     return Evaluation(total, counted, starting)

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from gpuscale.common.errors import ConfigError
-from gpuscale.scaler.profiles import PROFILES, SIGNALS, Target
+from gpuscale.scaler.profiles import PROFILES, SIGNALS, ProfileName, Target, ValueMode
 from gpuscale.scaler.selector import Selector, SelectorError, parse_selector
 
 MAX_KEYS = 64
@@ -51,9 +51,9 @@ class MetadataError(ConfigError):
 
 @dataclass(frozen=True, slots=True)
 class TriggerConfig:
-    profile: str
+    profile: ProfileName
     targets: tuple[Target, ...]
-    value_mode: str  # "sum" | "average"
+    value_mode: ValueMode
     selector: Selector | None  # None: the ScaledObject's scale target's pods
     demand_source: str | None
 
@@ -93,11 +93,11 @@ def _parse(items: frozenset[tuple[str, str]]) -> TriggerConfig:
                 f"configuration and named with demandSource.")
         raise MetadataError(f"{key}: unknown key; valid keys: {', '.join(sorted(KNOWN))}")
 
-    profile_name = md.get("profile", "gpu-utilization")
-    profile = PROFILES.get(profile_name)
-    if profile is None:
+    profile_name = md.get("profile", ProfileName.GPU_UTILIZATION.value)
+    if profile_name not in ProfileName.__members__.values():
         raise MetadataError(f"profile: {profile_name!r} is not one of "
                             f"{', '.join(sorted(PROFILES))}")
+    profile = PROFILES[ProfileName(profile_name)]
     targets = list(profile.targets)
     if "signal" in md:
         sig = md["signal"]
@@ -119,18 +119,21 @@ def _parse(items: frozenset[tuple[str, str]]) -> TriggerConfig:
         act = _number(md, "activationThreshold", positive=False)
         targets = [Target(t.signal, t.target, act) for t in targets]
 
-    mode = md.get("valueMode")
-    if mode is not None and mode not in ("sum", "average"):
-        raise MetadataError(f"valueMode: {mode!r} is not one of average, sum")
+    mode_text = md.get("valueMode")
+    modes = {m.value: m for m in ValueMode}
+    if mode_text is not None and mode_text not in modes:
+        raise MetadataError(f"valueMode: {mode_text!r} is not one of average, sum")
+    mode = modes.get(mode_text) if mode_text is not None else None
     if "metricType" in md:
         mt = md["metricType"]
-        implied = {"AverageValue": "sum", "Value": "average"}.get(mt)
+        implied = {"AverageValue": ValueMode.SUM, "Value": ValueMode.AVERAGE}.get(mt)
         if implied is None:
             raise MetadataError(f"metricType: {mt!r} is not one of AverageValue, Value "
                                 f"(Utilization is for CPU and memory only)")
         if mode is not None and mode != implied:
-            raise MetadataError(f"valueMode: {mode!r} contradicts metricType {mt!r} (which "
-                                f"means valueMode {implied!r}); give one of the two")
+            raise MetadataError(f"valueMode: {mode.value!r} contradicts metricType {mt!r} "
+                                f"(which means valueMode {implied.value!r}); give one of the "
+                                f"two")
         mode = implied
 
     selector = None
@@ -143,7 +146,7 @@ def _parse(items: frozenset[tuple[str, str]]) -> TriggerConfig:
     if demand is not None and not demand.replace("-", "").replace("_", "").isalnum():
         raise MetadataError("demandSource: a name (letters, digits, '-', '_') from the "
                             "scaler's configuration")
-    return TriggerConfig(profile_name, tuple(targets), mode or "sum", selector, demand)
+    return TriggerConfig(profile.name, tuple(targets), mode or ValueMode.SUM, selector, demand)
 
 
 def _number(md: Mapping[str, str], key: str, positive: bool) -> float:

@@ -7,6 +7,7 @@ Every profile says why it uses what it uses.
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 
 
@@ -40,6 +41,24 @@ SIGNALS: dict[str, Signal] = {s.name: s for s in (
 )}
 
 
+class ValueMode(enum.StrEnum):
+    """How per-pod values become the workload's: SUM for KEDA's AverageValue target (the
+    HPA divides by the target), AVERAGE for a Value target (the HPA multiplies by the
+    ready pods)."""
+
+    SUM = "sum"
+    AVERAGE = "average"
+
+
+class ProfileName(enum.StrEnum):
+    GPU_UTILIZATION = "gpu-utilization"
+    VLLM_INFERENCE = "vllm-inference"
+    TRITON_INFERENCE = "triton-inference"
+    TGI_INFERENCE = "tgi-inference"
+    TRAINING = "training"
+    BATCH = "batch"
+
+
 @dataclass(frozen=True, slots=True)
 class Target:
     signal: str
@@ -49,16 +68,16 @@ class Target:
 
 @dataclass(frozen=True, slots=True)
 class Profile:
-    name: str
+    name: ProfileName
     targets: tuple[Target, ...]
     why: str
 
 
-PROFILES: dict[str, Profile] = {p.name: p for p in (
-    Profile("gpu-utilization", (Target("gpu-utilization", 70.0, 5.0),),
+PROFILES: dict[ProfileName, Profile] = {p.name: p for p in (
+    Profile(ProfileName.GPU_UTILIZATION, (Target("gpu-utilization", 70.0, 5.0),),
             "Generic GPU work whose throughput tracks kernel duty cycle. 70 % leaves headroom "
             "for bursts; duty cycle saturates early, so higher targets react late."),
-    Profile("vllm-inference", (Target("vllm-requests", 32.0, 0.0),
+    Profile(ProfileName.VLLM_INFERENCE, (Target("vllm-requests", 32.0, 0.0),
                                Target("vllm-kv-cache", 80.0, 0.0)),
             "vLLM pre-allocates ~90 % of GPU memory and keeps kernels busy with a small batch, "
             "so memory % and duty cycle do not move with load. Requests in the server "
@@ -68,16 +87,16 @@ PROFILES: dict[str, Profile] = {p.name: p for p in (
             "usage near full means the batch cannot grow. Scale on whichever needs more "
             "pods. (Measured in BENCHMARKS.md: 75 % of the batch misses the SLO in more "
             "minutes; waiting requests alone overshoot while new replicas load the model.)"),
-    Profile("triton-inference", (Target("triton-pending", 10.0, 0.0),
+    Profile(ProfileName.TRITON_INFERENCE, (Target("triton-pending", 10.0, 0.0),
                                  Target("triton-queue-time", 50.0, 0.0)),
             "Triton's pending requests and the time requests wait in its queue are direct "
             "measures of unserved demand; GPU duty cycle depends on the model mix."),
-    Profile("tgi-inference", (Target("tgi-queue", 5.0, 0.0),),
+    Profile(ProfileName.TGI_INFERENCE, (Target("tgi-queue", 5.0, 0.0),),
             "TGI's queue size counts requests not yet batched: the same reasoning as vLLM."),
-    Profile("training", (Target("gpu-utilization", 85.0, 10.0),),
+    Profile(ProfileName.TRAINING, (Target("gpu-utilization", 85.0, 10.0),),
             "Training keeps GPUs saturated; scale data-parallel workers (or jobs) while they "
             "are busy, and let idle ones (data stalls, finished epochs) go."),
-    Profile("batch", (Target("gpu-utilization", 80.0, 1.0),),
+    Profile(ProfileName.BATCH, (Target("gpu-utilization", 80.0, 1.0),),
             "Batch workers: scale out while busy, to zero when nothing runs. Pair with a "
             "demandSource (a queue) so work waiting with no pods wakes them."),
 )}

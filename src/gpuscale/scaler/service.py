@@ -18,12 +18,13 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
 
+from gpuscale.common.errors import ConfigError, DataUnavailable, GpuscaleError
 from gpuscale.common.grpc_bind import bind
 from gpuscale.proto import externalscaler_pb2 as pb
 from gpuscale.proto import externalscaler_pb2_grpc as pb_grpc
 from gpuscale.scaler.evaluate import WorkloadUnavailable, evaluate
 from gpuscale.scaler.fleet import FleetView
-from gpuscale.scaler.metadata import MetadataError, TriggerConfig, parse_metadata
+from gpuscale.scaler.metadata import TriggerConfig, parse_metadata
 from gpuscale.scaler.profiles import Target
 from gpuscale.stream.records import PodRecord
 
@@ -67,23 +68,18 @@ class ScalerService(pb_grpc.ExternalScalerServicer):
         self._resend_s = resend_s
         self.stopping = asyncio.Event()
 
-    # -- helpers -------------------------------------------------------------------------
+    # -- helpers: pure, raising GpuscaleError; the methods below map it to a status -----
 
-    async def _config(self, ref: pb.ScaledObjectRef, context: Context) -> TriggerConfig:
-        try:
-            cfg = parse_metadata(ref.scalerMetadata)
-        except MetadataError as exc:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+    def _config(self, ref: pb.ScaledObjectRef) -> TriggerConfig:
+        cfg = parse_metadata(ref.scalerMetadata)  # MetadataError
         if cfg.selector is None and self._workloads is None:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                                "podSelector: required (label selector of the workload's "
-                                "pods, e.g. app=vllm); resolving scaleTargetRef through the "
-                                "API is not enabled in this scaler")
+            raise ConfigError("podSelector: required (label selector of the workload's pods, "
+                              "e.g. app=vllm); resolving scaleTargetRef through the API is "
+                              "not enabled in this scaler")
         if cfg.demand_source and self._demand is not None and \
                 self._demand(cfg.demand_source) is None:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                                f"demandSource: {cfg.demand_source!r} is not declared in the "
-                                f"scaler's configuration")
+            raise ConfigError(f"demandSource: {cfg.demand_source!r} is not declared in the "
+                              f"scaler's configuration")
         return cfg
 
     def _pods(self, ref: pb.ScaledObjectRef, cfg: TriggerConfig) -> list[PodRecord]:
@@ -98,14 +94,8 @@ class ScalerService(pb_grpc.ExternalScalerServicer):
             selector = resolved
         return self.fleet.select(ref.namespace, selector)
 
-    async def _value(self, ref: pb.ScaledObjectRef, cfg: TriggerConfig, target: Target,
-                     context: Context) -> float:
-        try:
-            return evaluate(self.fleet, self._pods(ref, cfg), target, cfg.value_mode).value
-        except WorkloadUnavailable as exc:
-            await context.abort(grpc.StatusCode.UNAVAILABLE,
-                                f"{ref.namespace}/{ref.name}: {exc}")
-        raise AssertionError("unreachable")
+    def _value(self, ref: pb.ScaledObjectRef, cfg: TriggerConfig, target: Target) -> float:
+        return evaluate(self.fleet, self._pods(ref, cfg), target, cfg.value_mode).value
 
     def _active(self, ref: pb.ScaledObjectRef, cfg: TriggerConfig) -> bool:
         """Active when any target's value is strictly above its activation threshold, or
@@ -121,23 +111,39 @@ class ScalerService(pb_grpc.ExternalScalerServicer):
             pb.MetricSpec(metricName=cfg.metric_name(t), targetSize=max(1, round(t.target)),
                           targetSizeFloat=t.target) for t in cfg.targets])
 
+    def _metrics(self, request: pb.GetMetricsRequest) -> pb.GetMetricsResponse:
+        ref = request.scaledObjectRef
+        cfg = self._config(ref)
+        target = cfg.target_for(request.metricName)
+        if target is None:
+            raise ConfigError(f"metricName: {request.metricName[:100]!r} is not one of "
+                              f"{', '.join(cfg.metric_name(t) for t in cfg.targets)}")
+        value = self._value(ref, cfg, target)
+        return pb.GetMetricsResponse(metricValues=[pb.MetricValue(
+            metricName=request.metricName, metricValue=round(value),
+            metricValueFloat=value)])
+
     # -- the contract --------------------------------------------------------------------
 
-    async def _IsActive(self, request: pb.ScaledObjectRef,
+    async def IsActive(self, request: pb.ScaledObjectRef,
                        context: Context) -> pb.IsActiveResponse:
-        cfg = await self._config(request, context)
         try:
-            return pb.IsActiveResponse(result=self._active(request, cfg))
-        except WorkloadUnavailable as exc:
-            await context.abort(grpc.StatusCode.UNAVAILABLE,
-                                f"{request.namespace}/{request.name}: {exc}")
-        raise AssertionError("unreachable")
+            return pb.IsActiveResponse(result=self._active(request, self._config(request)))
+        except GpuscaleError as exc:
+            await abort(context, exc, request)
+            raise AssertionError("unreachable") from None
+        finally:
+            self._answered("IsActive", context)
 
     async def StreamIsActive(self, request: pb.ScaledObjectRef,
                              context: Context) -> AsyncIterator[pb.IsActiveResponse]:
         """Push the state when it changes (driven by fleet updates) and at least every
         ``resend_s``; KEDA acts on pushed ``true`` at once."""
-        cfg = await self._config(request, context)
+        try:
+            cfg = self._config(request)
+        except GpuscaleError as exc:
+            await abort(context, exc, request)
+            return
         last: bool | None = None
         since = 0.0
         loop = asyncio.get_running_loop()
@@ -157,53 +163,47 @@ class ScalerService(pb_grpc.ExternalScalerServicer):
             for task in pending:
                 task.cancel()
 
-    async def _GetMetricSpec(self, request: pb.ScaledObjectRef,
+    async def GetMetricSpec(self, request: pb.ScaledObjectRef,
                             context: Context) -> pb.GetMetricSpecResponse:
-        return self._spec(await self._config(request, context))
+        try:
+            return self._spec(self._config(request))
+        except GpuscaleError as exc:
+            await abort(context, exc, request)
+            raise AssertionError("unreachable") from None
+        finally:
+            self._answered("GetMetricSpec", context)
 
     async def StreamMetricSpec(self, request: pb.ScaledObjectRef,
                                context: Context) -> AsyncIterator[pb.GetMetricSpecResponse]:
         """The spec now; it depends only on the metadata, so the stream then stays open
         (nothing to re-send) until the scaler shuts down."""
-        yield self._spec(await self._config(request, context))
+        try:
+            spec = self._spec(self._config(request))
+        except GpuscaleError as exc:
+            await abort(context, exc, request)
+            return
+        yield spec
         await self.stopping.wait()
-
-    async def _GetMetrics(self, request: pb.GetMetricsRequest,
-                         context: Context) -> pb.GetMetricsResponse:
-        ref = request.scaledObjectRef
-        cfg = await self._config(ref, context)
-        target = cfg.target_for(request.metricName)
-        if target is None:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                                f"metricName: {request.metricName[:100]!r} is not one of "
-                                f"{', '.join(cfg.metric_name(t) for t in cfg.targets)}")
-            raise AssertionError("unreachable")
-        value = await self._value(ref, cfg, target, context)
-        return pb.GetMetricsResponse(metricValues=[pb.MetricValue(
-            metricName=request.metricName, metricValue=round(value),
-            metricValueFloat=value)])
-
-
-    async def IsActive(self, request: pb.ScaledObjectRef,
-                       context: Context) -> pb.IsActiveResponse:
-        try:
-            return await self._IsActive(request, context)
-        finally:
-            self._answered("IsActive", context)
-
-    async def GetMetricSpec(self, request: pb.ScaledObjectRef,
-                            context: Context) -> pb.GetMetricSpecResponse:
-        try:
-            return await self._GetMetricSpec(request, context)
-        finally:
-            self._answered("GetMetricSpec", context)
 
     async def GetMetrics(self, request: pb.GetMetricsRequest,
                          context: Context) -> pb.GetMetricsResponse:
         try:
-            return await self._GetMetrics(request, context)
+            return self._metrics(request)
+        except GpuscaleError as exc:
+            await abort(context, exc, request.scaledObjectRef)
+            raise AssertionError("unreachable") from None
         finally:
             self._answered("GetMetrics", context)
+
+
+async def abort(context: Context, exc: GpuscaleError, ref: pb.ScaledObjectRef) -> None:
+    """The one place a gpuscale error becomes a gRPC status (common.errors says which):
+    INVALID_ARGUMENT for input that cannot be used, UNAVAILABLE for missing data (KEDA then
+    applies its fallback). Unavailable answers name the ScaledObject."""
+    message = str(exc)
+    if isinstance(exc, DataUnavailable):
+        message = f"{ref.namespace}/{ref.name}: {message}"
+    await context.abort(grpc.StatusCode[exc.grpc_code], message)
 
 
 class ScalerServer:

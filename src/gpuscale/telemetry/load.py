@@ -103,7 +103,7 @@ class TraceLoad:
 
 
 @dataclass(frozen=True, slots=True)
-class Request:
+class TraceRequest:
     arrival_s: float  # seconds from the trace's first request
     input_tokens: int
     output_tokens: int
@@ -116,13 +116,13 @@ class TraceError(ConfigError):
 MAX_TRACE_ROWS = 5_000_000
 
 
-def read_trace(path: Path) -> tuple[Request, ...]:
+def read_trace(path: Path) -> tuple[TraceRequest, ...]:
     """Read a CSV trace: columns TIMESTAMP, ContextTokens, GeneratedTokens (Azure LLM format).
 
     TIMESTAMP is either ``YYYY-MM-DD HH:MM:SS[.fraction]`` or seconds as a number. Rows are
     sorted by arrival. Raises TraceError naming the line for anything malformed.
     """
-    requests: list[Request] = []
+    requests: list[TraceRequest] = []
     first: float | None = None
     try:
         with path.open(newline="", encoding="utf-8") as fh:
@@ -143,7 +143,7 @@ def read_trace(path: Path) -> tuple[Request, ...]:
                                      f"integers") from None
                 if inp < 0 or out < 0:
                     raise TraceError(f"{path}:{reader.line_num}: negative token count")
-                requests.append(Request(ts - first, inp, out))
+                requests.append(TraceRequest(ts - first, inp, out))
     except OSError as exc:
         raise TraceError(f"{path}: {exc.strerror or exc}") from exc
     except UnicodeDecodeError as exc:
@@ -154,7 +154,7 @@ def read_trace(path: Path) -> tuple[Request, ...]:
         raise TraceError(f"{path}: no requests")
     requests.sort(key=lambda r: r.arrival_s)
     base = requests[0].arrival_s
-    return tuple(Request(r.arrival_s - base, r.input_tokens, r.output_tokens)
+    return tuple(TraceRequest(r.arrival_s - base, r.input_tokens, r.output_tokens)
                  for r in requests)
 
 
@@ -172,7 +172,7 @@ def _parse_timestamp(text: str | None, path: Path, line: int) -> float:
         raise TraceError(f"{path}:{line}: bad TIMESTAMP {text[:40]!r}") from None
 
 
-def trace_load(requests: Sequence[Request], capacity_tokens_per_s: float,
+def trace_load(requests: Sequence[TraceRequest], capacity_tokens_per_s: float,
                window_s: float = 10.0, speedup: float = 1.0, share: float = 1.0) -> TraceLoad:
     cumulative = [0]
     for r in requests:

@@ -32,7 +32,7 @@ import grpc
 from gpuscale.agent.app import Agent, AgentConfig
 from gpuscale.agent.sampler import MIN_INTERVAL_S
 from gpuscale.common.shutdown import cancel_on_signals
-from gpuscale.control.hpa import Metric
+from gpuscale.control.hpa import Metric, MetricSource, TargetType
 from gpuscale.control.keda import ScaledObjectLoop, ScaledObjectSpec
 from gpuscale.control.live.defaults import GPUS_PER_NODE
 from gpuscale.control.live.view import (
@@ -102,7 +102,8 @@ async def control(world: World, clock: SimClock, status: Status, address: str,
                         value = mv.metricValueFloat or float(mv.metricValue)
                     except grpc.aio.AioRpcError as exc:
                         status.error = f"GetMetrics {name}: {exc.code().name}: {exc.details()}"
-                    metrics.append(Metric("External", "AverageValue", target, value))
+                    metrics.append(Metric(MetricSource.EXTERNAL, TargetType.AVERAGE_VALUE,
+                                          target, value))
                     status.metrics.append((name, target, value))
                 try:
                     status.active = (await stub.IsActive(ref, timeout=2.0)).result
@@ -137,8 +138,8 @@ def summarize(world: World, max_seen: int) -> Summary:
     arrived = [r for r in cfg.requests if r.arrival_s < ran]
     plan = needed_replicas(arrived, ran, cfg.params)
     peak = max(plan) if plan else 1
-    slo = Slo.of(world.fleet, ran)
-    return Summary(ran, world.fleet.gpu_seconds / 3600.0, peak, peak * ran / 3600.0,
+    slo = Slo.of(world.model, ran)
+    return Summary(ran, world.model.gpu_seconds / 3600.0, peak, peak * ran / 3600.0,
                    len(slo.bad_minutes), slo.minutes, slo.p95_ttft_s, world.changes,
                    max_seen)
 

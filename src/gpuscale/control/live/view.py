@@ -95,7 +95,7 @@ class View:
 
     def _load(self) -> tuple[float, int]:
         w = self.world
-        return len(w.arrivals) / 60.0, len(w.fleet.queue)
+        return len(w.arrivals) / 60.0, len(w.model.queue)
 
     async def run(self) -> None:
         while True:
@@ -110,7 +110,7 @@ class View:
                     self._out(f"{fmt_time(self.world.now)} load {rate:.1f} req/s, queue "
                               f"{queue}, replicas {len(self.world.pods)} "
                               f"({self.world.ready_count()} ready), GPU-hours "
-                              f"{self.world.fleet.gpu_seconds / 3600:.2f}")
+                              f"{self.world.model.gpu_seconds / 3600:.2f}")
                 await asyncio.sleep(0.1)
 
     def screen(self) -> list[str]:
@@ -124,7 +124,7 @@ class View:
             f"load      {rate:7.1f} requests/s (last minute)   queued {queue}",
             f"replicas  {len(w.pods):3d} ({ready} ready, {len(w.pods) - ready} starting)   "
             f"min {w.cfg.min_replicas} max {w.cfg.max_replicas}   GPU-hours "
-            f"{w.fleet.gpu_seconds / 3600:.2f}",
+            f"{w.model.gpu_seconds / 3600:.2f}",
             f"scaler    {self.address} profile {w.cfg.profile}: {self._metrics_text()}; "
             f"active {s.active}; {s.rpc_ms:.1f} ms",
         ]

@@ -21,9 +21,9 @@ from aiohttp import web
 from gpuscale.attribution.model import PodInfo
 from gpuscale.attribution.sources import SIM_ENGINE_PORT, Inputs, ScenarioSources
 from gpuscale.control.live.defaults import DEFAULT_SPEED, GPUS_PER_NODE
-from gpuscale.control.serving import Request, ServingFleet, ServingParams
+from gpuscale.control.serving import InFlightRequest, ServingModel, ServingParams
 from gpuscale.engines.simulated import serve_metrics, vllm_metrics
-from gpuscale.telemetry.load import Request as TraceRequest
+from gpuscale.telemetry.load import TraceRequest
 from gpuscale.telemetry.model import Absent, NodeSnapshot
 from gpuscale.telemetry.scenario import NodeSpec, PodRef, ProcessSpec, parse_scenario
 from gpuscale.telemetry.simulated import SimulatedBackend
@@ -89,13 +89,13 @@ class World:
 
     def __init__(self, cfg: LiveConfig) -> None:
         self.cfg = cfg
-        self.fleet = ServingFleet(cfg.params)
+        self.model = ServingModel(cfg.params)
         self.pods: list[Pod] = []
         self.now = 0.0
         self._order = sorted(cfg.requests, key=lambda r: r.arrival_s)
         self._next = 0
         self._seq = 0
-        self._signals = self.fleet.signals(0.0)
+        self._signals = self.model.signals(0.0)
         self.arrivals: deque[float] = deque()  # arrival times in the last minute
         scenario = parse_scenario({"description": "live demo", "nodes": [
             {"name": f"gpu-node-{i + 1}", "gpus": [{"model": GPU_MODEL,
@@ -116,15 +116,15 @@ class World:
             while self._next < len(self._order) and \
                     self._order[self._next].arrival_s < self.now + 1.0:
                 r = self._order[self._next]
-                batch.append(Request(r.arrival_s, r.input_tokens, r.output_tokens))
+                batch.append(InFlightRequest(r.arrival_s, r.input_tokens, r.output_tokens))
                 self.arrivals.append(r.arrival_s)
                 self._next += 1
-            self.fleet.arrive(batch)
-            self.fleet.step(self.now, 1.0)
+            self.model.arrive(batch)
+            self.model.step(self.now, 1.0)
             self.now += 1.0
         while self.arrivals and self.arrivals[0] < self.now - 60.0:
             self.arrivals.popleft()
-        self._signals = self.fleet.signals(self.now)
+        self._signals = self.model.signals(self.now)
 
     def serving(self) -> list[Pod]:
         """Pods whose replica has finished its cold start (their engine should answer)."""
@@ -152,8 +152,8 @@ class World:
             suffix = "".join(random.Random(self._seq).choices(string.ascii_lowercase, k=5))
             self.pods.append(Pod(f"{WORKLOAD}-{suffix}", node, gpu, 20_000 + self._seq))
         del self.pods[n:]
-        self.fleet.set_replicas(n, self.now, warm=warm)
-        self._signals = self.fleet.signals(self.now)
+        self.model.set_replicas(n, self.now, warm=warm)
+        self._signals = self.model.signals(self.now)
         self._ready &= {p.name for p in self.pods}  # new pods turn Ready in mark_ready
         self._publish()
 

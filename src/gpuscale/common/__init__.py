@@ -1,0 +1,2 @@
+"""The bottom layer: the error hierarchy and small helpers every layer may use (bounded
+HTTP reads, gRPC port binding, graceful stop)."""
