@@ -28,7 +28,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tests.fakenvml import big_mig_scenario, build  # noqa: E402
+from tests.peers.fakenvml import big_mig_scenario, build  # noqa: E402
 
 SAMPLE_CODE = textwrap.dedent("""
     import json, statistics, sys, time

@@ -37,7 +37,7 @@ from gpuscale.attribution.rules import attribute  # noqa: E402
 from gpuscale.attribution.sources import ScenarioSources  # noqa: E402
 from gpuscale.telemetry.scenario import parse_scenario  # noqa: E402
 from gpuscale.telemetry.simulated import SimulatedBackend  # noqa: E402
-from tests.kubelet import KubeletPeer, pod  # noqa: E402
+from tests.peers.kubelet import KubeletPeer, pod  # noqa: E402
 
 
 def mig_node() -> dict[str, Any]:

@@ -20,7 +20,7 @@ from gpuscale.control.simulate import (
 )
 from gpuscale.telemetry.load import read_trace
 
-TRACE = Path(__file__).resolve().parents[2] / "shared" / "traces" / \
+TRACE = Path(__file__).resolve().parents[3] / "shared" / "traces" / \
     "azure-llm-inference-2023-conv.csv"
 
 

@@ -19,15 +19,12 @@ from gpuscale.control.simulate import synthetic
 from gpuscale.proto import externalscaler_pb2 as pb
 from gpuscale.proto import externalscaler_pb2_grpc as pb_grpc
 from gpuscale.telemetry.model import Absent
+from tests.conftest import free_port
 
 DEMO = [sys.executable, "-m", "gpuscale.cli", "demo"]
 DECISION = re.compile(r"^(\d\d:\d\d:\d\d) replicas (\d+) -> (\d+): (KEDA|HPA): ")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def test_world_keeps_pods_parallel_to_replicas_on_distinct_gpus() -> None:

@@ -18,7 +18,7 @@ import yaml
 from gpuscale.kube import access
 from gpuscale.scaler.metadata import parse_metadata
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
 SCHEMAS = REPO.parent / "shared" / "schemas"
 K8S_VERSION = "1.33.0"  # the oldest Kubernetes release the manifests promise to support

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -15,18 +15,14 @@ from gpuscale.stream.discovery import EndpointSliceDiscovery, addresses
 from gpuscale.stream.subscriber import AgentSubscriber
 from gpuscale.telemetry.scenario import parse_scenario
 from gpuscale.telemetry.simulated import SimulatedBackend
-from tests.kubeapi import ENDPOINTSLICES, KubeApiPeer, api_client, make_endpointslice
+from tests.conftest import until
+from tests.peers.kubeapi import ENDPOINTSLICES, KubeApiPeer, api_client, make_endpointslice
 
 DOC = {"nodes": [{"name": f"n{i}", "gpus": [{"model": "L4"}], "processes": [
     {"gpu": 0, "memory_mib": 100, "load": {"constant": 10 * (i + 1)},
      "pod": {"namespace": "ns", "name": f"w-{i}", "container": "c"}}]} for i in range(2)]}
 
 
-async def until(cond: Callable[[], bool], within: float = 10.0) -> None:
-    deadline = asyncio.get_running_loop().time() + within
-    while not cond():
-        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
-        await asyncio.sleep(0.02)
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.fakenvml import NvmlProcess, big_mig_scenario, build, gpu_line, mig_line, proc_line
+from tests.peers.fakenvml import NvmlProcess, big_mig_scenario, build, gpu_line, mig_line, proc_line
 
 GIB = 2**30
 

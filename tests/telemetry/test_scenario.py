@@ -21,7 +21,7 @@ from gpuscale.telemetry.scenario import (
     parse_scenario,
 )
 
-TRACE = Path(__file__).resolve().parents[2] / "shared" / "traces" / \
+TRACE = Path(__file__).resolve().parents[3] / "shared" / "traces" / \
     "azure-llm-inference-2023-conv.csv"
 
 

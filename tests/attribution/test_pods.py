@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 import pytest
 
 from gpuscale.attribution.model import OwnerRef, PodInfo, PodPhase
 from gpuscale.attribution.pods import NodePodCache, pod_info
 from gpuscale.telemetry.model import Absent
-from tests.kubeapi import KubeApiPeer, api_client, make_pod
+from tests.conftest import until
+from tests.peers.kubeapi import KubeApiPeer, api_client, make_pod
 
 
 @pytest.fixture
@@ -21,12 +22,6 @@ async def peer() -> AsyncIterator[KubeApiPeer]:
     await p.stop()
 
 
-async def until(cond: Callable[[], bool], within: float = 10.0) -> None:
-    deadline = asyncio.get_running_loop().time() + within
-    while not cond():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.02)
 
 
 class Running:

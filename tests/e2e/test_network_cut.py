@@ -7,12 +7,11 @@ UNAVAILABLE within the staleness bound, and recover when the link comes back.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -22,6 +21,7 @@ from gpuscale.scaler.fleet import FleetView
 from gpuscale.scaler.profiles import Target, ValueMode
 from gpuscale.scaler.selector import parse_selector
 from gpuscale.stream.subscriber import AgentSubscriber
+from tests.conftest import until
 
 pytestmark = [
     pytest.mark.slow,
@@ -98,19 +98,20 @@ async def test_cut_link_makes_the_workload_unavailable_then_recovers(
         except WorkloadUnavailable as exc:
             return str(exc)
 
-    async def until(expect: object, within: float) -> None:
-        deadline = asyncio.get_running_loop().time() + within
-        while not (value() == expect if not isinstance(expect, type) else
-                   isinstance(value(), expect)):
-            assert asyncio.get_running_loop().time() < deadline, f"got {value()!r}"
-            await asyncio.sleep(0.1)
+    def reads(expect: object) -> Callable[[], bool]:
+        """The workload's value is ``expect`` (a type: an error message of that type)."""
+        def check() -> bool:
+            got = value()
+            return isinstance(got, expect) if isinstance(expect, type) else got == expect
+        return check
 
     try:
-        await until(42.0, 20)
+        await until(reads(42.0), 20, what="value 42")
         sh("ip", "link", "set", host_if, "down")  # traffic dropped, nothing closed
-        await until(str, 10)
+        await until(reads(str), 10, what="an UNAVAILABLE reason")
         assert "stale" in str(value())
         sh("ip", "link", "set", host_if, "up")
-        await until(42.0, 40)  # keepalive or inactivity timeout, then a fresh stream
+        # keepalive or inactivity timeout, then a fresh stream
+        await until(reads(42.0), 40, what="value 42")
     finally:
         await sub.close()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 import grpc
 import pytest
@@ -15,7 +15,8 @@ from gpuscale.scaler.selector import Selector
 from gpuscale.scaler.service import ScalerServer, ScalerService
 from gpuscale.scaler.workloads import WorkloadResolver, selector_from_label_selector
 from gpuscale.stream.records import PodRecord
-from tests.kubeapi import (
+from tests.conftest import until
+from tests.peers.kubeapi import (
     DEPLOYMENTS,
     SCALEDOBJECTS,
     STATEFULSETS,
@@ -46,11 +47,6 @@ async def resolver(peer: KubeApiPeer) -> AsyncIterator[WorkloadResolver]:
     await api.close()
 
 
-async def until(cond: Callable[[], bool], within: float = 10.0) -> None:
-    deadline = asyncio.get_running_loop().time() + within
-    while not cond():
-        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
-        await asyncio.sleep(0.02)
 
 
 def text(x: Selector | str) -> str:

@@ -24,9 +24,9 @@ from gpuscale.attribution.sources import ClusterSources, ScenarioSources, attrib
 from gpuscale.telemetry.model import Absent
 from gpuscale.telemetry.scenario import load_scenario
 from gpuscale.telemetry.simulated import SimulatedBackend, gpu_uuid
-from tests.fakenvml import DRIVER, build, gpu_line, proc_line
-from tests.kubeapi import KubeApiPeer, api_client, make_pod
-from tests.kubelet import KubeletPeer, pod
+from tests.peers.fakenvml import DRIVER, build, gpu_line, proc_line
+from tests.peers.kubeapi import KubeApiPeer, api_client, make_pod
+from tests.peers.kubelet import KubeletPeer, pod
 
 NODE = load_scenario("timesliced-node").nodes[0]  # GPU 0: 4 pods time-slicing
 

@@ -22,6 +22,7 @@ from gpuscale.stream.subscriber import AgentSubscriber
 from gpuscale.stream.tls import TlsFiles, channel_credentials
 from gpuscale.telemetry.scenario import load_scenario
 from gpuscale.telemetry.simulated import SimulatedBackend
+from tests.conftest import until
 
 Key = ec.EllipticCurvePrivateKey
 
@@ -68,11 +69,6 @@ def write(d: Path, name: str, ca: tuple[x509.Certificate, Key],
     return TlsFiles(d / f"{name}.crt", d / f"{name}.key", d / f"{name}-ca.crt")
 
 
-async def until(cond: Callable[[], bool], within: float = 10.0) -> None:
-    deadline = asyncio.get_running_loop().time() + within
-    while not cond():
-        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
-        await asyncio.sleep(0.02)
 
 
 Secured = tuple[Agent, TlsFiles, tuple[x509.Certificate, Key]]

@@ -14,7 +14,7 @@ import pytest
 from gpuscale.attribution.kubelet import KubeletError, PodResourcesClient
 from gpuscale.attribution.model import DeviceKind
 from gpuscale.proto import podresources_v1_pb2 as pb
-from tests.kubelet import KubeletPeer, pod
+from tests.peers.kubelet import KubeletPeer, pod
 
 U = "11111111-2222-3333-4444-{:012d}"
 

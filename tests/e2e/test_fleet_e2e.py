@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,6 +17,7 @@ import pytest
 
 from gpuscale.proto import externalscaler_pb2 as pb
 from gpuscale.proto import externalscaler_pb2_grpc as pb_grpc
+from tests.conftest import free_port, until_sync
 
 pytestmark = pytest.mark.slow
 
@@ -36,10 +36,6 @@ nodes:
 INTERVAL = 0.5
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Proc:
@@ -109,15 +105,6 @@ def ask(port: int, selector: str) -> tuple[str, float | str]:
     return asyncio.run(go())
 
 
-def until(fn: object, within: float = 15.0) -> object:
-    deadline = time.monotonic() + within
-    last = None
-    while time.monotonic() < deadline:
-        last = fn()  # type: ignore[operator]
-        if last:
-            return last
-        time.sleep(0.1)
-    raise AssertionError(f"not reached in {within}s; last {last!r}")
 
 
 def both(cluster: dict[str, object], selector: str) -> list[tuple[str, float | str]]:
@@ -125,35 +112,35 @@ def both(cluster: dict[str, object], selector: str) -> list[tuple[str, float | s
 
 
 def test_both_replicas_give_the_sum_over_all_nodes(cluster: dict[str, object]) -> None:
-    until(lambda: both(cluster, "app=w") == [("OK", 120.0)] * 2)
+    until_sync(lambda: both(cluster, "app=w") == [("OK", 120.0)] * 2)
     assert both(cluster, "app=solo") == [("OK", 5.0)] * 2
 
 
 def test_killed_agent_makes_its_workloads_unavailable_then_recovers(
         cluster: dict[str, object]) -> None:
-    until(lambda: both(cluster, "app=w") == [("OK", 120.0)] * 2)
+    until_sync(lambda: both(cluster, "app=w") == [("OK", 120.0)] * 2)
     agent_b: Proc = cluster["agents"]["b"]  # type: ignore[index]
     agent_b.p.kill()
     agent_b.p.wait()
-    down = until(lambda: all(c == "UNAVAILABLE" for c, _ in both(cluster, "app=w")) and
+    down = until_sync(lambda: all(c == "UNAVAILABLE" for c, _ in both(cluster, "app=w")) and
                  both(cluster, "app=w"))
     assert "llm/w-b (stale" in str(down)
     assert both(cluster, "app=solo") == [("OK", 5.0)] * 2  # node a's workload unaffected
     agent_b.p = agent_b._start()  # same stream port: a restarted agent, new sequence
     restarted = time.monotonic()
-    until(lambda: both(cluster, "app=w") == [("OK", 120.0)] * 2)
+    until_sync(lambda: both(cluster, "app=w") == [("OK", 120.0)] * 2)
     print(f"recovered {time.monotonic() - restarted:.2f}s after the agent restarted")
 
 
 def test_frozen_agent_goes_stale_and_comes_back(cluster: dict[str, object]) -> None:
-    until(lambda: both(cluster, "app=w") == [("OK", 120.0)] * 2)
+    until_sync(lambda: both(cluster, "app=w") == [("OK", 120.0)] * 2)
     agent_c: Proc = cluster["agents"]["c"]  # type: ignore[index]
     os.kill(agent_c.p.pid, signal.SIGSTOP)
     try:
-        until(lambda: all(c == "UNAVAILABLE" for c, _ in both(cluster, "app=w")))
+        until_sync(lambda: all(c == "UNAVAILABLE" for c, _ in both(cluster, "app=w")))
     finally:
         os.kill(agent_c.p.pid, signal.SIGCONT)
-    until(lambda: both(cluster, "app=w") == [("OK", 120.0)] * 2)
+    until_sync(lambda: both(cluster, "app=w") == [("OK", 120.0)] * 2)
 
 
 def test_scaler_replica_restart_under_keda_like_load(cluster: dict[str, object]) -> None:
@@ -173,7 +160,7 @@ def test_scaler_replica_restart_under_keda_like_load(cluster: dict[str, object])
     poller.start()
     try:
         scalers[0].restart()
-        until(lambda: both(cluster, "app=w") == [("OK", 120.0)] * 2)
+        until_sync(lambda: both(cluster, "app=w") == [("OK", 120.0)] * 2)
     finally:
         stop.set()
         poller.join()
@@ -192,7 +179,7 @@ def test_scaler_metrics_show_agent_links(cluster: dict[str, object]) -> None:
             text: str = r.read().decode()
         return text if text.count("gpuscale_scaler_agent_connected{") == 3 else None
 
-    body = until(scrape)
+    body = until_sync(scrape)
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as r:
         assert r.read().decode().startswith("ok: 3 of 3 agents reporting")
     assert 'node="node-a"' in str(body)

@@ -4,20 +4,20 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import sys
-import time
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parent.parent
+from tests.conftest import free_port, until_sync
+
+REPO = Path(__file__).resolve().parents[2]
 RULES = REPO / "deploy" / "prometheus" / "gpuscale-rules.yaml"
 
 pytestmark = pytest.mark.slow
@@ -42,10 +42,11 @@ def _binary(name: str) -> str:
     return path
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+
+
+def _until(what: str, fn: Callable[[], Any]) -> Any:
+    """Prometheus evaluates every few seconds and refuses connections while starting."""
+    return until_sync(fn, 45.0, what, every=0.5, tolerate=(OSError,))
 
 
 def _get(url: str) -> Any:
@@ -53,19 +54,6 @@ def _get(url: str) -> Any:
         return json.loads(resp.read())
 
 
-def _until(what: str, fn: Any, timeout: float = 45.0) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            last = fn()
-        except OSError as exc:
-            last = exc
-        else:
-            if last:
-                return last
-        time.sleep(0.5)
-    pytest.fail(f"timed out waiting for {what}; last: {last!r}")
 
 
 @pytest.fixture(scope="module")
@@ -107,7 +95,7 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         }],
     }
     (tmp / "prometheus.yml").write_text(yaml.safe_dump(config))
-    port = _free_port()
+    port = free_port()
     server = subprocess.Popen(
         [prom, f"--config.file={tmp / 'prometheus.yml'}", f"--storage.tsdb.path={tmp / 'data'}",
          f"--web.listen-address=127.0.0.1:{port}"],

@@ -1,0 +1,56 @@
+"""Helpers and fixtures shared by the whole suite.
+
+Folders mirror ``src/gpuscale/`` (one per layer); ``e2e/`` runs several processes or real
+external servers; ``peers/`` holds the fakes of real protocol peers (see its README).
+Tests synchronise by polling for the state they expect (``until``), never by sleeping a
+guessed time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from collections.abc import Callable
+from typing import Any
+
+
+async def until(cond: Callable[[], Any], within: float = 10.0, what: str = "condition",
+                every: float = 0.02) -> Any:
+    """Poll ``cond`` until it returns something truthy and return that; AssertionError
+    naming ``what`` and the last value when ``within`` seconds pass first."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    while True:
+        last = cond()
+        if last:
+            return last
+        if loop.time() > deadline:
+            raise AssertionError(f"{what} not met in {within:g}s; last {last!r}")
+        await asyncio.sleep(every)
+
+
+def until_sync(cond: Callable[[], Any], within: float = 15.0, what: str = "condition",
+               every: float = 0.1, tolerate: tuple[type[BaseException], ...] = ()) -> Any:
+    """``until`` for synchronous tests (processes driven from the test thread). Exceptions
+    of the ``tolerate`` types count as "not yet" (a server still starting)."""
+    deadline = time.monotonic() + within
+    last: Any = None
+    while True:
+        try:
+            last = cond()
+        except tolerate as exc:
+            last = exc
+        else:
+            if last:
+                return last
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} not met in {within:g}s; last {last!r}")
+        time.sleep(every)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
