@@ -11,8 +11,12 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
+
+import pytest
+
+from tests.peers.kubeapi import KubeApiPeer
 
 
 async def until(cond: Callable[[], Any], within: float = 10.0, what: str = "condition",
@@ -54,3 +58,12 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+@pytest.fixture
+async def kubeapi() -> AsyncIterator[KubeApiPeer]:
+    """The API-server peer (tests/peers/kubeapi.py), started on a free port."""
+    peer = KubeApiPeer()
+    await peer.start()
+    yield peer
+    await peer.stop()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
 import pytest
 
@@ -14,19 +13,9 @@ from tests.conftest import until
 from tests.peers.kubeapi import KubeApiPeer, api_client, make_pod
 
 
-@pytest.fixture
-async def peer() -> AsyncIterator[KubeApiPeer]:
-    p = KubeApiPeer()
-    await p.start()
-    yield p
-    await p.stop()
-
-
-
-
 class Running:
-    def __init__(self, peer: KubeApiPeer, **kw: object) -> None:
-        self.api = api_client(peer, kw.pop("token", None))  # type: ignore[arg-type]
+    def __init__(self, kubeapi: KubeApiPeer, **kw: object) -> None:
+        self.api = api_client(kubeapi, kw.pop("token", None))  # type: ignore[arg-type]
         self.cache = NodePodCache(self.api, "node-a", backoff_s=(0.05, 0.1),
                                   **kw)  # type: ignore[arg-type]
         self.task: asyncio.Task[None] | None = None
@@ -55,32 +44,32 @@ def get(cache: NodePodCache, name: str) -> PodInfo:
     return pods[("llm", name)]
 
 
-async def test_list_then_watch_adds_modifies_deletes(peer: KubeApiPeer) -> None:
-    peer.add(make_pod("llm", "a", "uid-a"))
-    peer.add(make_pod("llm", "elsewhere", "uid-x", node="node-b"))
-    async with Running(peer) as cache:
+async def test_list_then_watch_adds_modifies_deletes(kubeapi: KubeApiPeer) -> None:
+    kubeapi.add(make_pod("llm", "a", "uid-a"))
+    kubeapi.add(make_pod("llm", "elsewhere", "uid-x", node="node-b"))
+    async with Running(kubeapi) as cache:
         await until(lambda: not isinstance(cache.pods(), Absent))
         assert names(cache) == {"a"}
-        peer.add(make_pod("llm", "b", "uid-b", ready=False))
+        kubeapi.add(make_pod("llm", "b", "uid-b", ready=False))
         await until(lambda: names(cache) == {"a", "b"})
         assert get(cache, "b").ready is False
-        peer.modify(make_pod("llm", "b", "uid-b", ready=True, ip="10.0.0.9"))
+        kubeapi.modify(make_pod("llm", "b", "uid-b", ready=True, ip="10.0.0.9"))
         await until(lambda: get(cache, "b").ready)
         assert get(cache, "b").ip == "10.0.0.9"
-        peer.delete("uid-a")
+        kubeapi.delete("uid-a")
         await until(lambda: names(cache) == {"b"})
-        assert peer.lists == 1
+        assert kubeapi.lists == 1
         assert cache.state() == (True, "ok")
 
 
-async def test_owner_chain_to_the_workload(peer: KubeApiPeer) -> None:
-    peer.add_owner("replicasets", "llm", "vllm-7d9f", ("Deployment", "vllm"))
-    peer.add_owner("jobs", "llm", "nightly-2911", ("CronJob", "nightly"))
-    peer.add(make_pod("llm", "vllm-7d9f-x", "u1", owner=("ReplicaSet", "vllm-7d9f")))
-    peer.add(make_pod("llm", "train-0", "u2", owner=("StatefulSet", "train")))
-    peer.add(make_pod("llm", "nightly-2911-q", "u3", owner=("Job", "nightly-2911")))
-    peer.add(make_pod("llm", "orphan-rs-pod", "u4", owner=("ReplicaSet", "gone")))
-    async with Running(peer) as cache:
+async def test_owner_chain_to_the_workload(kubeapi: KubeApiPeer) -> None:
+    kubeapi.add_owner("replicasets", "llm", "vllm-7d9f", ("Deployment", "vllm"))
+    kubeapi.add_owner("jobs", "llm", "nightly-2911", ("CronJob", "nightly"))
+    kubeapi.add(make_pod("llm", "vllm-7d9f-x", "u1", owner=("ReplicaSet", "vllm-7d9f")))
+    kubeapi.add(make_pod("llm", "train-0", "u2", owner=("StatefulSet", "train")))
+    kubeapi.add(make_pod("llm", "nightly-2911-q", "u3", owner=("Job", "nightly-2911")))
+    kubeapi.add(make_pod("llm", "orphan-rs-pod", "u4", owner=("ReplicaSet", "gone")))
+    async with Running(kubeapi) as cache:
         await until(lambda: len(names(cache)) == 4 if not isinstance(cache.pods(), Absent)
                     else False)
         assert get(cache, "vllm-7d9f-x").owner == OwnerRef("Deployment", "vllm")
@@ -90,87 +79,87 @@ async def test_owner_chain_to_the_workload(peer: KubeApiPeer) -> None:
 
 
 async def test_bookmark_lets_a_dropped_watch_resume_without_relisting(
-        peer: KubeApiPeer) -> None:
-    async with Running(peer) as cache:
-        await until(lambda: peer.watching > 0)
+        kubeapi: KubeApiPeer) -> None:
+    async with Running(kubeapi) as cache:
+        await until(lambda: kubeapi.watching > 0)
         for i in range(3):
-            peer.add(make_pod("other", f"p{i}", f"u{i}", node="node-b"))  # not ours
-        peer.bookmark()
+            kubeapi.add(make_pod("other", f"p{i}", f"u{i}", node="node-b"))  # not ours
+        kubeapi.bookmark()
         await asyncio.sleep(0.2)
-        peer.compact()  # without the bookmark the client's version would now be too old
-        await peer.drop_watches()
-        peer.add(make_pod("llm", "after", "u-after"))
+        kubeapi.compact()  # without the bookmark the client's version would now be too old
+        await kubeapi.drop_watches()
+        kubeapi.add(make_pod("llm", "after", "u-after"))
         await until(lambda: names(cache) == {"after"})
-        assert peer.lists == 1
+        assert kubeapi.lists == 1
         assert cache.relists == 0
 
 
-async def test_410_gone_relists(peer: KubeApiPeer) -> None:
-    peer.add(make_pod("llm", "a", "ua"))
-    async with Running(peer) as cache:
-        await until(lambda: peer.watching > 0)
-        await peer.drop_watches()
-        peer.delete("ua")  # happens while disconnected...
-        peer.add(make_pod("llm", "b", "ub"))
-        peer.compact()  # ...and the history that would replay it is gone
+async def test_410_gone_relists(kubeapi: KubeApiPeer) -> None:
+    kubeapi.add(make_pod("llm", "a", "ua"))
+    async with Running(kubeapi) as cache:
+        await until(lambda: kubeapi.watching > 0)
+        await kubeapi.drop_watches()
+        kubeapi.delete("ua")  # happens while disconnected...
+        kubeapi.add(make_pod("llm", "b", "ub"))
+        kubeapi.compact()  # ...and the history that would replay it is gone
         await until(lambda: names(cache) == {"b"})
         assert cache.relists == 1
-        assert peer.lists == 2
+        assert kubeapi.lists == 2
 
 
-async def test_connection_drops_lose_no_event(peer: KubeApiPeer) -> None:
-    async with Running(peer) as cache:
-        await until(lambda: peer.watching > 0)
+async def test_connection_drops_lose_no_event(kubeapi: KubeApiPeer) -> None:
+    async with Running(kubeapi) as cache:
+        await until(lambda: kubeapi.watching > 0)
         for i in range(5):
-            peer.add(make_pod("llm", f"p{i}", f"u{i}"))
-            await peer.drop_watches()
+            kubeapi.add(make_pod("llm", f"p{i}", f"u{i}"))
+            await kubeapi.drop_watches()
         await until(lambda: names(cache) == {f"p{i}" for i in range(5)})
         assert cache.relists == 0
 
 
-async def test_forbidden_then_fixed(peer: KubeApiPeer) -> None:
-    peer.add(make_pod("llm", "a", "ua"))
-    async with Running(peer, token="wrong") as cache:
+async def test_forbidden_then_fixed(kubeapi: KubeApiPeer) -> None:
+    kubeapi.add(make_pod("llm", "a", "ua"))
+    async with Running(kubeapi, token="wrong") as cache:
         await until(lambda: "forbidden (403)" in cache.state()[1])
         assert cache.pods() is Absent.UNAVAILABLE
-        peer.token = "wrong"  # an RBAC fix takes effect
+        kubeapi.token = "wrong"  # an RBAC fix takes effect
         await until(lambda: cache.state() == (True, "ok"))
         assert names(cache) == {"a"}
 
 
-async def test_api_unreachable_serves_last_known_then_recovers(peer: KubeApiPeer) -> None:
-    peer.add(make_pod("llm", "a", "ua"))
-    async with Running(peer) as cache:
+async def test_api_unreachable_serves_last_known_then_recovers(kubeapi: KubeApiPeer) -> None:
+    kubeapi.add(make_pod("llm", "a", "ua"))
+    async with Running(kubeapi) as cache:
         await until(lambda: not isinstance(cache.pods(), Absent))
-        await peer.stop()
+        await kubeapi.stop()
         await until(lambda: "unreachable" in cache.state()[1])
         assert names(cache) == {"a"}  # the last known pods are kept
-        peer.add(make_pod("llm", "b", "ub"))
-        await peer.start(peer.port)
+        kubeapi.add(make_pod("llm", "b", "ub"))
+        await kubeapi.start(kubeapi.port)
         await until(lambda: names(cache) == {"a", "b"})
         assert cache.state() == (True, "ok")
 
 
 async def test_silent_watch_is_abandoned_after_the_inactivity_timeout(
-        peer: KubeApiPeer) -> None:
-    async with Running(peer, inactivity_s=0.5) as cache:
-        await until(lambda: peer.watching > 0)
-        watches = peer.watches
-        peer.hang_watches = True  # the server keeps the connection but sends nothing
-        peer.add(make_pod("llm", "late", "u-late"))
+        kubeapi: KubeApiPeer) -> None:
+    async with Running(kubeapi, inactivity_s=0.5) as cache:
+        await until(lambda: kubeapi.watching > 0)
+        watches = kubeapi.watches
+        kubeapi.hang_watches = True  # the server keeps the connection but sends nothing
+        kubeapi.add(make_pod("llm", "late", "u-late"))
         await asyncio.sleep(0.3)
         assert names(cache) == set()
-        peer.hang_watches = False
+        kubeapi.hang_watches = False
         await until(lambda: names(cache) == {"late"}, within=5)
-        assert peer.watches > watches
+        assert kubeapi.watches > watches
 
 
-async def test_garbage_in_the_watch_stream_reconnects(peer: KubeApiPeer) -> None:
-    async with Running(peer) as cache:
-        await until(lambda: peer.watching > 0)
-        peer.garbage_next_watch = True
-        await peer.drop_watches()
-        peer.add(make_pod("llm", "x", "ux"))
+async def test_garbage_in_the_watch_stream_reconnects(kubeapi: KubeApiPeer) -> None:
+    async with Running(kubeapi) as cache:
+        await until(lambda: kubeapi.watching > 0)
+        kubeapi.garbage_next_watch = True
+        await kubeapi.drop_watches()
+        kubeapi.add(make_pod("llm", "x", "ux"))
         await until(lambda: names(cache) == {"x"})
 
 

@@ -28,16 +28,8 @@ from tests.peers.kubeapi import (
 
 
 @pytest.fixture
-async def peer() -> AsyncIterator[KubeApiPeer]:
-    p = KubeApiPeer()
-    await p.start()
-    yield p
-    await p.stop()
-
-
-@pytest.fixture
-async def resolver(peer: KubeApiPeer) -> AsyncIterator[WorkloadResolver]:
-    api = api_client(peer)
+async def resolver(kubeapi: KubeApiPeer) -> AsyncIterator[WorkloadResolver]:
+    api = api_client(kubeapi)
     r = WorkloadResolver(api, backoff_s=(0.05,), scale_refresh_s=0.1)
     task = asyncio.create_task(r.run())
     yield r
@@ -53,18 +45,18 @@ def text(x: Selector | str) -> str:
     return x.text if isinstance(x, Selector) else f"ERR {x}"
 
 
-async def test_deployment_statefulset_and_any_scalable(peer: KubeApiPeer,
+async def test_deployment_statefulset_and_any_scalable(kubeapi: KubeApiPeer,
                                                        resolver: WorkloadResolver) -> None:
-    peer.add(make_workload("Deployment", "llm", "vllm", {"app": "vllm"},
+    kubeapi.add(make_workload("Deployment", "llm", "vllm", {"app": "vllm"},
                            [{"key": "tier", "operator": "In", "values": ["a", "b"]}]),
              DEPLOYMENTS)
-    peer.add(make_workload("StatefulSet", "llm", "train", {"app": "train"}), STATEFULSETS)
-    peer.add(make_scaledobject("llm", "so-vllm", "vllm"), SCALEDOBJECTS)
-    peer.add(make_scaledobject("llm", "so-train", "train", kind="StatefulSet"), SCALEDOBJECTS)
-    peer.discovery["example.com/v1"] = [{"name": "inferencesets", "kind": "InferenceSet"},
-                                        {"name": "inferencesets/scale", "kind": "Scale"}]
-    peer.scales[("inferencesets", "llm", "phi")] = "app=phi,!canary"
-    peer.add(make_scaledobject("llm", "so-phi", "phi", kind="InferenceSet",
+    kubeapi.add(make_workload("StatefulSet", "llm", "train", {"app": "train"}), STATEFULSETS)
+    kubeapi.add(make_scaledobject("llm", "so-vllm", "vllm"), SCALEDOBJECTS)
+    kubeapi.add(make_scaledobject("llm", "so-train", "train", kind="StatefulSet"), SCALEDOBJECTS)
+    kubeapi.discovery["example.com/v1"] = [{"name": "inferencesets", "kind": "InferenceSet"},
+                                 {"name": "inferencesets/scale", "kind": "Scale"}]
+    kubeapi.scales[("inferencesets", "llm", "phi")] = "app=phi,!canary"
+    kubeapi.add(make_scaledobject("llm", "so-phi", "phi", kind="InferenceSet",
                                api_version="example.com/v1"), SCALEDOBJECTS)
     await until(lambda: text(resolver.resolve("llm", "so-phi")) == "app=phi,!canary")
     assert text(resolver.resolve("llm", "so-vllm")) == "app=vllm,tier in (a,b)"
@@ -72,22 +64,22 @@ async def test_deployment_statefulset_and_any_scalable(peer: KubeApiPeer,
     assert resolver.resolve("llm", "nope") == "ScaledObject llm/nope not found"
 
 
-async def test_target_changes_are_followed(peer: KubeApiPeer,
+async def test_target_changes_are_followed(kubeapi: KubeApiPeer,
                                            resolver: WorkloadResolver) -> None:
-    peer.add(make_workload("Deployment", "llm", "vllm", {"app": "vllm"}), DEPLOYMENTS)
-    peer.add(make_scaledobject("llm", "so", "vllm"), SCALEDOBJECTS)
+    kubeapi.add(make_workload("Deployment", "llm", "vllm", {"app": "vllm"}), DEPLOYMENTS)
+    kubeapi.add(make_scaledobject("llm", "so", "vllm"), SCALEDOBJECTS)
     await until(lambda: text(resolver.resolve("llm", "so")) == "app=vllm")
-    peer.modify(make_workload("Deployment", "llm", "vllm", {"app": "vllm", "v": "2"}),
+    kubeapi.modify(make_workload("Deployment", "llm", "vllm", {"app": "vllm", "v": "2"}),
                 DEPLOYMENTS)
     await until(lambda: text(resolver.resolve("llm", "so")) == "app=vllm,v=2")
-    peer.delete("uid-Deployment-llm-vllm", DEPLOYMENTS)
+    kubeapi.delete("uid-Deployment-llm-vllm", DEPLOYMENTS)
     await until(lambda: resolver.resolve("llm", "so") == "Deployment llm/vllm not found")
 
 
-async def test_resolved_workload_served_over_grpc(peer: KubeApiPeer,
+async def test_resolved_workload_served_over_grpc(kubeapi: KubeApiPeer,
                                                   resolver: WorkloadResolver) -> None:
-    peer.add(make_workload("Deployment", "llm", "vllm", {"app": "vllm"}), DEPLOYMENTS)
-    peer.add(make_scaledobject("llm", "so", "vllm"), SCALEDOBJECTS)
+    kubeapi.add(make_workload("Deployment", "llm", "vllm", {"app": "vllm"}), DEPLOYMENTS)
+    kubeapi.add(make_scaledobject("llm", "so", "vllm"), SCALEDOBJECTS)
     fleet = FleetView(monotonic=lambda: 0.0)
     fleet.update_node("n", [PodRecord("llm", f"p{i}", "n", {"app": "vllm"}, None, True,
                                       {"gpu-utilization": 30.0}, 0.0) for i in range(3)])
@@ -114,8 +106,8 @@ async def test_resolved_workload_served_over_grpc(peer: KubeApiPeer,
         await server.stop(0.2)
 
 
-async def test_forbidden_is_reported(peer: KubeApiPeer, resolver: WorkloadResolver) -> None:
-    peer.token = "rotated"
+async def test_forbidden_is_reported(kubeapi: KubeApiPeer, resolver: WorkloadResolver) -> None:
+    kubeapi.token = "rotated"
     await until(lambda: any("forbidden (403)" in s for s in resolver.state()))
     assert "ScaledObjects not listed yet" in text(resolver.resolve("llm", "so"))
 
