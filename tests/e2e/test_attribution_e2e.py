@@ -22,8 +22,8 @@ from gpuscale.attribution.model import AttributionState
 from gpuscale.attribution.pods import NodePodCache
 from gpuscale.attribution.sources import ClusterSources, ScenarioSources, attribute_tick
 from gpuscale.telemetry.model import Absent
-from gpuscale.telemetry.scenario import load_scenario
-from gpuscale.telemetry.simulated import SimulatedBackend, gpu_uuid
+from gpuscale.telemetry.scenario import gpu_uuid, load_scenario
+from gpuscale.telemetry.simulated import SimulatedBackend
 from tests.peers.fakenvml import DRIVER, build, gpu_line, proc_line
 from tests.peers.kubeapi import KubeApiPeer, api_client, make_pod
 from tests.peers.kubelet import KubeletPeer, pod

@@ -32,8 +32,7 @@ from gpuscale.attribution.model import (
 from gpuscale.attribution.rules import attribute
 from gpuscale.common.errors import ConfigError
 from gpuscale.telemetry.model import Absent, NodeSnapshot, SharingMode
-from gpuscale.telemetry.scenario import NodeSpec
-from gpuscale.telemetry.simulated import gpu_uuid, mig_uuid
+from gpuscale.telemetry.scenario import NodeSpec, gpu_uuid, mig_uuid
 
 if TYPE_CHECKING:  # the Kubernetes client is a heavy import: only when the watch runs
     from gpuscale.attribution.pods import NodePodCache

@@ -29,6 +29,7 @@ Schema (every key not marked optional is required)::
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,6 +54,19 @@ MAX_SCENARIO_BYTES = 4 * 1024 * 1024
 MAX_NODES = 1000
 MAX_GPUS_PER_NODE = 64
 MAX_PROCESSES_PER_NODE = 4096
+
+
+_UUID_NS = uuid.UUID("6f1c2d4e-8a7b-4c3d-9e0f-112233445566")
+
+
+def gpu_uuid(node: str, index: int) -> str:
+    """The stable UUID of a scenario node's GPU, as NVML and the device plugin name it."""
+    return f"GPU-{uuid.uuid5(_UUID_NS, f'{node}/gpu/{index}')}"
+
+
+def mig_uuid(node: str, index: int, mig: int) -> str:
+    """The stable UUID of a MIG instance of a scenario node's GPU."""
+    return f"MIG-{uuid.uuid5(_UUID_NS, f'{node}/gpu/{index}/mig/{mig}')}"
 
 
 class ScenarioError(ConfigError):

@@ -10,7 +10,6 @@ than 100 % together get a proportional share of the duty cycle.
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Callable
 
 from gpuscale.telemetry.catalog import MIB
@@ -23,18 +22,9 @@ from gpuscale.telemetry.model import (
     Reading,
     SharingMode,
 )
-from gpuscale.telemetry.scenario import GpuSpec, NodeSpec, ProcessSpec
+from gpuscale.telemetry.scenario import GpuSpec, NodeSpec, ProcessSpec, gpu_uuid, mig_uuid
 
-_UUID_NS = uuid.UUID("6f1c2d4e-8a7b-4c3d-9e0f-112233445566")
 _NVLINK_BYTES_PER_UTIL_PERCENT = 2.0e9  # an SXM part moving ~200 GB/s at full duty
-
-
-def gpu_uuid(node: str, index: int) -> str:
-    return f"GPU-{uuid.uuid5(_UUID_NS, f'{node}/gpu/{index}')}"
-
-
-def mig_uuid(node: str, index: int, mig: int) -> str:
-    return f"MIG-{uuid.uuid5(_UUID_NS, f'{node}/gpu/{index}/mig/{mig}')}"
 
 
 class SimulatedBackend:
