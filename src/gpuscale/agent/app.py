@@ -115,7 +115,6 @@ class Agent:
                 await asyncio.shield(asyncio.wait_for(self.sources.close(), timeout=5.0))
             self.backend.close()
 
-
     def add_sink(self, sink: NodeSink) -> None:
         """After each tick, hand the node's pod records to ``sink`` (a fleet view in the same
         process: the demo, single-node use). A tick without usable GPU readings or
