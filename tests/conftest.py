@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import os
 import socket
 import time
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.peers.kubeapi import KubeApiPeer
+from tests.peers.kubelet import KubeletPeer
 
 
 async def until(cond: Callable[[], Any], within: float = 10.0, what: str = "condition",
@@ -78,3 +81,12 @@ async def kubeapi() -> AsyncIterator[KubeApiPeer]:
     yield peer
     await peer.stop()
 
+
+@pytest.fixture
+async def kubelet(tmp_path: Path) -> AsyncIterator[KubeletPeer]:
+    """The kubelet peer (tests/peers/kubelet.py), serving on a fresh unix socket."""
+    # Unix socket paths are limited to ~107 bytes; pytest's tmp_path can be longer.
+    peer = KubeletPeer(Path(f"/tmp/gs-kl-{os.getpid()}-{id(tmp_path)}.sock"))
+    await peer.start()
+    yield peer
+    await peer.stop()

@@ -7,7 +7,6 @@ import asyncio
 import json
 import os
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
@@ -41,11 +40,9 @@ def cid(i: int) -> str:
 
 
 @pytest.fixture
-async def cluster(tmp_path: Path) -> AsyncIterator[tuple[KubeletPeer, KubeApiPeer, Path]]:
-    kubelet = KubeletPeer(Path(f"/tmp/gs-e2e-{os.getpid()}-{id(tmp_path)}.sock"))
-    await kubelet.start()
-    api = KubeApiPeer()
-    await api.start()
+def cluster(kubelet: KubeletPeer, kubeapi: KubeApiPeer,
+            tmp_path: Path) -> tuple[KubeletPeer, KubeApiPeer, Path]:
+    api = kubeapi
     g0 = gpu_uuid(NODE.name, 0)
     # The four time-slicing pods of GPU 0 (pids 7001-7004 in the scenario).
     kubelet.pods = [pod("dev", f"ts-{c}", ("app", "nvidia.com/gpu.shared", [f"{g0}::{i}"]))
@@ -60,9 +57,7 @@ async def cluster(tmp_path: Path) -> AsyncIterator[tuple[KubeletPeer, KubeApiPee
                       7101: "0::/system.slice/stray.service\n"}.items():
         (proc / str(pid)).mkdir(parents=True)
         (proc / str(pid) / "cgroup").write_text(text)
-    yield kubelet, api, proc
-    await kubelet.stop()
-    await api.stop()
+    return kubelet, api, proc
 
 
 async def sources_for(kubelet: KubeletPeer, api: KubeApiPeer, proc: Path
