@@ -9,26 +9,39 @@ guessed time.
 from __future__ import annotations
 
 import asyncio
+import inspect
+import os
 import socket
 import time
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.peers.kubeapi import KubeApiPeer
+from tests.peers.kubelet import KubeletPeer
 
 
 async def until(cond: Callable[[], Any], within: float = 10.0, what: str = "condition",
-                every: float = 0.02) -> Any:
+                every: float = 0.02, tolerate: tuple[type[BaseException], ...] = ()) -> Any:
     """Poll ``cond`` until it returns something truthy and return that; AssertionError
-    naming ``what`` and the last value when ``within`` seconds pass first."""
+    naming ``what`` and the last value when ``within`` seconds pass first. ``cond`` may
+    return an awaitable (an RPC, an attribution tick): its result is what counts.
+    Exceptions of the ``tolerate`` types count as "not yet" (a server still starting)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + within
+    last: Any = None
     while True:
-        last = cond()
-        if last:
-            return last
+        try:
+            last = cond()
+            if inspect.isawaitable(last):
+                last = await last
+        except tolerate as exc:
+            last = exc
+        else:
+            if last:
+                return last
         if loop.time() > deadline:
             raise AssertionError(f"{what} not met in {within:g}s; last {last!r}")
         await asyncio.sleep(every)
@@ -36,8 +49,8 @@ async def until(cond: Callable[[], Any], within: float = 10.0, what: str = "cond
 
 def until_sync(cond: Callable[[], Any], within: float = 15.0, what: str = "condition",
                every: float = 0.1, tolerate: tuple[type[BaseException], ...] = ()) -> Any:
-    """``until`` for synchronous tests (processes driven from the test thread). Exceptions
-    of the ``tolerate`` types count as "not yet" (a server still starting)."""
+    """``until`` for synchronous tests (processes driven from the test thread), with the
+    same semantics and message; ``cond`` is a plain callable here."""
     deadline = time.monotonic() + within
     last: Any = None
     while True:
@@ -64,6 +77,16 @@ def free_port() -> int:
 async def kubeapi() -> AsyncIterator[KubeApiPeer]:
     """The API-server peer (tests/peers/kubeapi.py), started on a free port."""
     peer = KubeApiPeer()
+    await peer.start()
+    yield peer
+    await peer.stop()
+
+
+@pytest.fixture
+async def kubelet(tmp_path: Path) -> AsyncIterator[KubeletPeer]:
+    """The kubelet peer (tests/peers/kubelet.py), serving on a fresh unix socket."""
+    # Unix socket paths are limited to ~107 bytes; pytest's tmp_path can be longer.
+    peer = KubeletPeer(Path(f"/tmp/gs-kl-{os.getpid()}-{id(tmp_path)}.sock"))
     await peer.start()
     yield peer
     await peer.stop()

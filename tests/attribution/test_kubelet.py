@@ -24,16 +24,6 @@ def gpu(i: int, replica: int | None = None) -> str:
 
 
 @pytest.fixture
-async def kubelet(tmp_path: Path) -> AsyncIterator[KubeletPeer]:
-    # Unix socket paths are limited to ~107 bytes; pytest's tmp_path can be longer.
-    short = Path(f"/tmp/gs-kl-{os.getpid()}-{id(tmp_path)}.sock")
-    k = KubeletPeer(short)
-    await k.start()
-    yield k
-    await k.stop()
-
-
-@pytest.fixture
 async def client(kubelet: KubeletPeer) -> AsyncIterator[PodResourcesClient]:
     c = PodResourcesClient(kubelet.socket_path, timeout=1.0)
     yield c

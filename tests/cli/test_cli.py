@@ -10,6 +10,8 @@ import sys
 import urllib.request
 from pathlib import Path
 
+from tests.conftest import free_port, until
+
 GPUSCALE = [sys.executable, "-m", "gpuscale.cli"]
 
 
@@ -92,9 +94,7 @@ def test_demo_serves_keda_and_stops_cleanly_with_streams_open() -> None:
     from gpuscale.proto import externalscaler_pb2 as pb
     from gpuscale.proto import externalscaler_pb2_grpc as pb_grpc
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     proc = subprocess.Popen([*GPUSCALE, "demo", "--scenario", "h100-vllm", "--host",
                              "127.0.0.1", "--port", str(port),
                              "--metrics-port", "0", "--interval", "0.5"],
@@ -107,22 +107,19 @@ def test_demo_serves_keda_and_stops_cleanly_with_streams_open() -> None:
     async def talk() -> tuple[float, bool, object]:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
             stub = pb_grpc.ExternalScalerStub(channel)
-            for _ in range(50):  # until the first tick reached the fleet view
+
+            async def busy() -> pb.GetMetricsResponse | None:
                 got = await stub.GetMetrics(pb.GetMetricsRequest(
                     scaledObjectRef=ref, metricName="gpuscale-gpu-utilization"))
-                if got.metricValues[0].metricValueFloat > 0:
-                    break
-                await asyncio.sleep(0.1)
+                return got if got.metricValues[0].metricValueFloat > 0 else None
+
+            got = await until(busy, 5.0, "the first tick in the fleet view", every=0.1)
             # The simulated vLLM engines, scraped by the agent: KV-cache use per pod summed.
             vllm = pb.ScaledObjectRef(name="demo", namespace="llm", scalerMetadata={
                 "podSelector": "app=vllm-llama", "profile": "vllm-inference"})
-            for _ in range(50):
-                try:
-                    kv = await stub.GetMetrics(pb.GetMetricsRequest(
-                        scaledObjectRef=vllm, metricName="gpuscale-vllm-kv-cache"))
-                    break
-                except grpc.aio.AioRpcError:  # until the first scrape landed
-                    await asyncio.sleep(0.1)
+            kv = await until(lambda: stub.GetMetrics(pb.GetMetricsRequest(
+                scaledObjectRef=vllm, metricName="gpuscale-vllm-kv-cache")), 5.0,
+                "the first engine scrape", every=0.1, tolerate=(grpc.aio.AioRpcError,))
             assert 4 * 15 < kv.metricValues[0].metricValueFloat < 4 * 95
             stream = stub.StreamIsActive(ref)
             first = (await asyncio.wait_for(stream.read(), 10)).result

@@ -19,7 +19,7 @@ from gpuscale.control.simulate import synthetic
 from gpuscale.proto import externalscaler_pb2 as pb
 from gpuscale.proto import externalscaler_pb2_grpc as pb_grpc
 from gpuscale.telemetry.model import Absent
-from tests.conftest import free_port
+from tests.conftest import free_port, until
 
 DEMO = [sys.executable, "-m", "gpuscale.cli", "demo"]
 DECISION = re.compile(r"^(\d\d:\d\d:\d\d) replicas (\d+) -> (\d+): (KEDA|HPA): ")
@@ -95,16 +95,15 @@ def test_demo_loop_follows_load_over_grpc_and_summarizes() -> None:
             "podSelector": "app=vllm-demo", "profile": "vllm-inference"})
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
             stub = pb_grpc.ExternalScalerStub(channel)
-            for _ in range(100):
-                try:
-                    got = await stub.GetMetrics(pb.GetMetricsRequest(
-                        scaledObjectRef=ref, metricName="gpuscale-vllm-requests"), timeout=2)
-                    if got.metricValues[0].metricValueFloat > 0:
-                        return float(got.metricValues[0].metricValueFloat)
-                except grpc.aio.AioRpcError:
-                    pass  # the first scrape has not landed yet
-                await asyncio.sleep(0.1)
-        raise AssertionError("the demo's scaler never reported requests")
+
+            async def requests() -> float:
+                got = await stub.GetMetrics(pb.GetMetricsRequest(
+                    scaledObjectRef=ref, metricName="gpuscale-vllm-requests"), timeout=2)
+                return max(float(got.metricValues[0].metricValueFloat), 0.0)
+
+            # An RPC error: the first scrape has not landed yet.
+            return float(await until(requests, 10.0, "the demo's scaler reporting requests",
+                                     every=0.1, tolerate=(grpc.aio.AioRpcError,)))
 
     assert asyncio.run(ask()) > 0
     out, err = proc.communicate(timeout=120)

@@ -7,7 +7,6 @@ import asyncio
 import json
 import os
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
@@ -18,12 +17,13 @@ from kubernetes_asyncio import client
 from gpuscale.agent.app import Agent, AgentConfig
 from gpuscale.attribution.cgroup import PidResolver
 from gpuscale.attribution.kubelet import PodResourcesClient
-from gpuscale.attribution.model import AttributionState
+from gpuscale.attribution.model import AttributionState, NodeAttribution
 from gpuscale.attribution.pods import NodePodCache
 from gpuscale.attribution.sources import ClusterSources, ScenarioSources, attribute_tick
 from gpuscale.telemetry.model import Absent
 from gpuscale.telemetry.scenario import gpu_uuid, load_scenario
 from gpuscale.telemetry.simulated import SimulatedBackend
+from tests.conftest import until
 from tests.peers.fakenvml import DRIVER, build, gpu_line, proc_line
 from tests.peers.kubeapi import KubeApiPeer, api_client, make_pod
 from tests.peers.kubelet import KubeletPeer, pod
@@ -40,11 +40,9 @@ def cid(i: int) -> str:
 
 
 @pytest.fixture
-async def cluster(tmp_path: Path) -> AsyncIterator[tuple[KubeletPeer, KubeApiPeer, Path]]:
-    kubelet = KubeletPeer(Path(f"/tmp/gs-e2e-{os.getpid()}-{id(tmp_path)}.sock"))
-    await kubelet.start()
-    api = KubeApiPeer()
-    await api.start()
+def cluster(kubelet: KubeletPeer, kubeapi: KubeApiPeer,
+            tmp_path: Path) -> tuple[KubeletPeer, KubeApiPeer, Path]:
+    api = kubeapi
     g0 = gpu_uuid(NODE.name, 0)
     # The four time-slicing pods of GPU 0 (pids 7001-7004 in the scenario).
     kubelet.pods = [pod("dev", f"ts-{c}", ("app", "nvidia.com/gpu.shared", [f"{g0}::{i}"]))
@@ -59,9 +57,7 @@ async def cluster(tmp_path: Path) -> AsyncIterator[tuple[KubeletPeer, KubeApiPee
                       7101: "0::/system.slice/stray.service\n"}.items():
         (proc / str(pid)).mkdir(parents=True)
         (proc / str(pid) / "cgroup").write_text(text)
-    yield kubelet, api, proc
-    await kubelet.stop()
-    await api.stop()
+    return kubelet, api, proc
 
 
 async def sources_for(kubelet: KubeletPeer, api: KubeApiPeer, proc: Path
@@ -71,10 +67,7 @@ async def sources_for(kubelet: KubeletPeer, api: KubeApiPeer, proc: Path
     src = ClusterSources(PodResourcesClient(kubelet.socket_path, timeout=1.0), cache,
                          PidResolver(proc), api=apic)
     task = asyncio.create_task(src.run())
-    for _ in range(200):
-        if not isinstance(cache.pods(), Absent):
-            break
-        await asyncio.sleep(0.02)
+    await until(lambda: not isinstance(cache.pods(), Absent), 4.0, "the first pod list")
     return src, task, apic
 
 
@@ -117,11 +110,12 @@ async def test_kubelet_restart_and_api_outage_degrade_then_recover(
         assert (await attribute_tick(src, snap)).state is AttributionState.OK
         api.token = "rotated"  # the agent's token is now refused
         await api.drop_watches()
-        for _ in range(200):
+
+        async def degraded() -> NodeAttribution | None:
             result = await attribute_tick(src, snap)
-            if result.state is not AttributionState.OK:
-                break
-            await asyncio.sleep(0.02)
+            return None if result.state is AttributionState.OK else result
+
+        result = await until(degraded, 4.0, "attribution degraded by the refused token")
         assert any("forbidden (403)" in r for r in result.reasons)
         assert len(result.pods) == 4  # still attributed from the last known pods
     finally:

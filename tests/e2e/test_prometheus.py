@@ -42,8 +42,6 @@ def _binary(name: str) -> str:
     return path
 
 
-
-
 def _until(what: str, fn: Callable[[], Any]) -> Any:
     """Prometheus evaluates every few seconds and refuses connections while starting."""
     return until_sync(fn, 45.0, what, every=0.5, tolerate=(OSError,))
@@ -52,8 +50,6 @@ def _until(what: str, fn: Callable[[], Any]) -> Any:
 def _get(url: str) -> Any:
     with urllib.request.urlopen(url, timeout=5) as resp:
         return json.loads(resp.read())
-
-
 
 
 @pytest.fixture(scope="module")
