@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from gpuscale.control.hpa import Metric, MetricSource, TargetType
 from gpuscale.control.keda import Keda, ScaledObjectLoop, ScaledObjectSpec
 
@@ -29,11 +31,15 @@ def test_initial_cooldown_holds_new_workloads() -> None:
     assert k.poll(600.0, 1, False) == 0
 
 
-def test_fallback_after_the_failure_threshold() -> None:
-    k = Keda(ScaledObjectSpec(fallback_replicas=4, failure_threshold=3))
-    assert k.poll(0.0, 2, None) is None
-    assert k.poll(30.0, 2, None) is None
-    assert k.poll(60.0, 2, None) == 4
+@pytest.mark.parametrize("threshold", [0, 1, 3])
+def test_fallback_once_failures_exceed_the_threshold(threshold: int) -> None:
+    """KEDA counts the failure, then falls back when the count is ABOVE failureThreshold
+    (pkg/fallback/fallback.go: ``*healthStatus.NumberOfFailures > FailureThreshold``): with
+    3, the fourth failing poll in a row is the first at the fallback count."""
+    k = Keda(ScaledObjectSpec(fallback_replicas=4, failure_threshold=threshold))
+    for i in range(threshold):
+        assert k.poll(30.0 * i, 2, None) is None, f"failure {i + 1} of {threshold}"
+    assert k.poll(30.0 * threshold, 2, None) == 4
     assert k.poll(90.0, 4, True) is None  # the scaler answers again: back to the HPA
     assert k.failures == 0
     no_fallback = Keda(ScaledObjectSpec())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -10,22 +11,27 @@ import aiohttp
 import grpc
 import pytest
 from aiohttp import web
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from gpuscale.common.errors import ConfigError
+from gpuscale.common.errors import ConfigError, DataUnavailable, PeerError
 from gpuscale.proto import externalscaler_pb2 as pb
 from gpuscale.proto import externalscaler_pb2_grpc as pb_grpc
-from gpuscale.scaler.demand import DemandSources, parse_config
+from gpuscale.scaler.demand import DemandSources, parse_config, query_result
 from gpuscale.scaler.fleet import FleetView
 from gpuscale.scaler.service import ScalerServer, ScalerService
+from tests.conftest import until
 
 
 class Gateway:
-    """A real HTTP server: a gateway's /metrics and a Prometheus-style query API."""
+    """A real HTTP server: a gateway's /metrics and a Prometheus-style query API. ``raw``
+    replaces the query API's JSON answer with any body (hostile replies)."""
 
     def __init__(self) -> None:
         self.pending = 0.0
         self.prom_value: str | None = "0"
         self.status = 200
+        self.raw: bytes | None = None
 
     async def metrics(self, _: web.Request) -> web.Response:
         text = ("# TYPE gateway_pending_requests gauge\n"
@@ -35,6 +41,8 @@ class Gateway:
 
     async def query(self, request: web.Request) -> web.Response:
         assert request.query["query"] == "sum(queue_depth)"
+        if self.raw is not None:
+            return web.Response(body=self.raw, content_type="application/json")
         result: list[dict[str, Any]] = ([] if self.prom_value is None else
                                         [{"metric": {}, "value": [0, self.prom_value]}])
         return web.json_response({"status": "success",
@@ -63,6 +71,14 @@ def config(port: int) -> dict[str, Any]:
          "query": "sum(queue_depth)"}]}
 
 
+async def answer(stub: pb_grpc.ExternalScalerStub, ref: pb.ScaledObjectRef) -> bool | str:
+    """IsActive's result, or the status code's name when it failed."""
+    try:
+        return bool((await stub.IsActive(ref)).result)
+    except grpc.aio.AioRpcError as exc:
+        return f"{exc.code().name}: {exc.details()}"
+
+
 async def test_scale_from_zero_with_pending_work(gateway: tuple[Gateway, int]) -> None:
     gw, port = gateway
     sources = DemandSources(parse_config(config(port)))
@@ -75,38 +91,120 @@ async def test_scale_from_zero_with_pending_work(gateway: tuple[Gateway, int]) -
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as ch:
             stub = pb_grpc.ExternalScalerStub(ch)
-            await asyncio.sleep(0.3)
-            assert (await stub.IsActive(ref)).result is False  # no pods, nothing waiting
+            # no pods, nothing waiting (once the source has answered)
+            assert await until(lambda: _is(answer(stub, ref), False), what="inactive")
             gw.pending = 3
-            await asyncio.sleep(0.3)
-            assert (await stub.IsActive(ref)).result is True  # wakes from zero
+            assert await until(lambda: _is(answer(stub, ref), True), what="wakes from zero")
             other = pb.ScaledObjectRef(name="so", namespace="llm", scalerMetadata={
                 "podSelector": "app=vllm", "demandSource": "undeclared"})
-            with pytest.raises(grpc.aio.AioRpcError) as err:
-                await stub.IsActive(other)
-            assert err.value.code() is grpc.StatusCode.INVALID_ARGUMENT
-            assert "'undeclared' is not declared" in (err.value.details() or "")
+            got = await answer(stub, other)
+            assert isinstance(got, str)
+            assert got.startswith("INVALID_ARGUMENT")
+            assert "'undeclared' is not declared" in got
             gw.prom_value = "7"
-            await asyncio.sleep(0.3)
-            assert sources.pending("queue") is True
+            await until(lambda: _pending(sources, "queue"), what="queue shows work")
     finally:
         task.cancel()
         await server.stop(0.2)
 
 
-async def test_failing_source_cannot_wake_and_says_why(gateway: tuple[Gateway, int]) -> None:
+async def _is(result: Any, want: bool | str) -> bool:
+    got = await result
+    return got is want if isinstance(want, bool) else str(got).startswith(want)
+
+
+def _pending(sources: DemandSources, name: str) -> bool:
+    try:
+        return sources.pending(name)
+    except DataUnavailable:
+        return False
+
+
+async def test_failing_source_is_unavailable_and_says_why(gateway: tuple[Gateway, int]) -> None:
     gw, port = gateway
     gw.pending = 5
     gw.status = 503
     gw.prom_value = None
     sources = DemandSources(parse_config(config(port)))
+    with pytest.raises(DataUnavailable, match="gateway: no answer yet"):
+        sources.pending("gateway")
     async with aiohttp.ClientSession() as http:
         for s in sources.config.demand_sources:
             await sources._poll(http, s)
-    assert sources.pending("gateway") is False
+    with pytest.raises(DataUnavailable, match="HTTP 503"):
+        sources.pending("gateway")  # cannot tell: not "no work"
     assert sources.state()["gateway"] == "ValueError: HTTP 503"
     assert "no series" in sources.state()["queue"]
-    assert sources.pending("nope") is None
+    with pytest.raises(ConfigError, match="not declared"):
+        sources.pending("nope")
+
+
+HOSTILE = [b"null", b"[]", b"{}", b'"success"', b"7", b'{"status": "success"}',
+           b'{"status": "success", "data": null}',
+           b'{"status": "success", "data": {"resultType": "vector", "result": null}}',
+           b'{"status": "success", "data": {"resultType": "vector", "result": [null]}}',
+           b'{"status": "success", "data": {"resultType": "vector", "result": [{}]}}',
+           b'{"status": "success", "data": {"resultType": "vector", '
+           b'"result": [{"value": [0, "-3"]}]}}',
+           b'{"status": "success", "data": {"resultType": "vector", '
+           b'"result": [{"value": [0, "NaN"]}]}}',
+           b'{"status": "success", "data": {"resultType": "scalar", "result": [0, 5]}}',
+           b'{"status": "success", "data": {"resultType": "matrix", "result": []}}',
+           b'{"status": "error", "error": "bad query"}', b"not json", b"\xff\xfe"]
+
+
+@pytest.mark.parametrize("body", HOSTILE)
+async def test_hostile_query_replies_make_only_dependent_workloads_unavailable(
+        gateway: tuple[Gateway, int], body: bytes) -> None:
+    """A reply that is not a count keeps the poller alive (it is retried), makes the
+    workload that depends on the source UNAVAILABLE with the reason, and leaves a workload
+    on another source answering; a good reply brings it back."""
+    gw, port = gateway
+    gw.raw = body
+    gw.pending = 0
+    sources = DemandSources(parse_config(config(port)))
+    task = asyncio.create_task(sources.run())
+    server = ScalerServer(ScalerService(FleetView(), demand=sources.pending),
+                          host="127.0.0.1", port=0)
+    await server.start()
+    on_queue = pb.ScaledObjectRef(name="a", namespace="llm", scalerMetadata={
+        "podSelector": "app=a", "demandSource": "queue"})
+    on_gateway = pb.ScaledObjectRef(name="b", namespace="llm", scalerMetadata={
+        "podSelector": "app=b", "demandSource": "gateway"})
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as ch:
+            stub = pb_grpc.ExternalScalerStub(ch)
+            assert await until(lambda: _is(answer(stub, on_gateway), False),
+                               what="the other source's workload answers")
+            await until(lambda: _is(answer(stub, on_queue), "UNAVAILABLE"),
+                        what="unavailable")
+            got = await answer(stub, on_queue)
+            assert "llm/a: demand source queue" in str(got)
+            assert not task.done()  # the poller lives on
+            gw.raw = None
+            gw.prom_value = "2"
+            assert await until(lambda: _is(answer(stub, on_queue), True), what="recovers")
+    finally:
+        task.cancel()
+        await server.stop(0.2)
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
+        st.sampled_from(["status", "data", "resultType", "result", "value", "error"]),
+        inner, max_size=4), max_leaves=12)
+
+
+@given(json_values)
+@settings(max_examples=300, deadline=None)
+def test_query_result_raises_only_peer_error(body: object) -> None:
+    try:
+        value = query_result(body)
+    except PeerError:
+        return
+    assert math.isfinite(value)
+    assert value >= 0
 
 
 @pytest.mark.parametrize(("doc", "message"), [

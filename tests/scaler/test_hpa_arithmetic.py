@@ -2,7 +2,9 @@
 
 A load of L GPU-percent (L/100 GPUs' worth of kernels) spread over r pods, each capped at
 100 %; target T per pod. AverageValue: desired = ceil(value / T) (KEDA's default); Value:
-desired = ceil(r * value / T). Within 10 % of the current ratio the HPA keeps r. The cap is
+desired = ceil(ready * value / T), with the HPA's count of Ready pods (replica_calculator's
+getUsageRatioReplicaCount), not the replica count. Within 10 % of the current ratio the HPA
+keeps r. The cap is
 why scale-out from one pod takes several steps: a saturated pod reads 100, so each step can
 grow the count by at most 100/T.
 """
@@ -21,23 +23,27 @@ from gpuscale.stream.records import PodRecord
 TOLERANCE = 0.1
 
 
-def fleet_with(load: float, replicas: int) -> tuple[FleetView, list[PodRecord]]:
+def fleet_with(load: float, replicas: int,
+               unready: int = 0) -> tuple[FleetView, list[PodRecord]]:
+    """``replicas`` pods sharing ``load``; the last ``unready`` of them are not Ready (a
+    readiness probe failing under load) but still report and carry their share."""
     fleet = FleetView(monotonic=lambda: 0.0)
     per_pod = min(100.0, load / replicas)
-    pods = [PodRecord("ns", f"p{i}", "n", {"app": "x"}, None, True,
+    pods = [PodRecord("ns", f"p{i}", "n", {"app": "x"}, None, i < replicas - unready,
                       {"gpu-utilization": per_pod}, 0.0) for i in range(replicas)]
     fleet.update_node("n", pods)
     return fleet, pods
 
 
-def hpa(replicas: int, value: float, target: float, metric_type: str) -> int:
-    """The HPA's external-metric step (k8s podautoscaler replica_calculator)."""
+def hpa(replicas: int, ready: int, value: float, target: float, metric_type: str) -> int:
+    """The HPA's external-metric step (k8s podautoscaler replica_calculator:
+    GetExternalMetricReplicas / GetExternalPerPodMetricReplicas)."""
     if metric_type == "AverageValue":
         usage_ratio = value / (target * replicas)
         desired = math.ceil(value / target)
     else:
         usage_ratio = value / target
-        desired = math.ceil(replicas * usage_ratio)
+        desired = math.ceil(ready * usage_ratio)
     if abs(usage_ratio - 1.0) <= TOLERANCE:
         return replicas
     return max(desired, 1)
@@ -52,13 +58,14 @@ def settled_at_target(history: list[int], load: float, target: float) -> bool:
 
 
 def run_loop(load: float, target: float, mode: str, metric_type: str,
-             start: int = 1, steps: int = 24) -> list[int]:
+             start: int = 1, steps: int = 24, unready: int = 0) -> list[int]:
     replicas, history = start, []
     for _ in range(steps):
-        fleet, pods = fleet_with(load, replicas)
+        down = min(unready, replicas - 1)
+        fleet, pods = fleet_with(load, replicas, down)
         value = evaluate(fleet, pods, Target("gpu-utilization", target, 0.0),
                          ValueMode(mode)).value
-        replicas = hpa(replicas, value, target, metric_type)
+        replicas = hpa(replicas, replicas - down, value, target, metric_type)
         history.append(replicas)
     return history
 
@@ -75,6 +82,21 @@ def test_sum_under_average_value_reaches_ceil_load_over_target_and_stays(
 def test_average_under_value_reaches_the_same_count(load: float, target: float) -> None:
     history = run_loop(load, target, "average", "Value")
     assert settled_at_target(history, load, target)
+
+
+@pytest.mark.parametrize("unready", [1, 2])
+def test_value_mode_divides_by_ready_pods_so_unready_load_still_counts(unready: int) -> None:
+    """Pods that report but are not Ready: the HPA multiplies by its Ready count, so the
+    value is the whole load over the Ready pods. Averaging over every reporting pod would
+    hand the HPA ready x (L / r) < L and hold the fleet short of ceil(L / T)."""
+    load, target = 350.0, 70.0
+    fleet, pods = fleet_with(load, 5, unready)
+    value = evaluate(fleet, pods, Target("gpu-utilization", target, 0.0),
+                     ValueMode.AVERAGE).value
+    assert value == pytest.approx(load / (5 - unready))
+    assert math.ceil((5 - unready) * value / target) == math.ceil(load / target)
+    history = run_loop(load, target, "average", "Value", start=3, unready=unready)
+    assert min(history[-6:]) >= math.ceil(load / target)
 
 
 @pytest.mark.parametrize(("load", "target"), [(1000.0, 70.0), (2400.0, 80.0)])

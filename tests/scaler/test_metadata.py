@@ -59,11 +59,21 @@ def test_value_mode(md: dict[str, str], mode: str) -> None:
     ({"profile": "vllm-inference", "targetValue": "5"},
      "targetValue: profile 'vllm-inference' has 2 signals"),
     ({"targetValue": "abc"}, "targetValue: 'abc' is not a number"),
-    ({"targetValue": "0"}, "targetValue: must be a finite number > 0"),
-    ({"targetValue": "-3"}, "targetValue: must be a finite number > 0"),
-    ({"targetValue": "nan"}, "targetValue: must be a finite number > 0"),
-    ({"targetValue": "inf"}, "targetValue: must be a finite number > 0"),
-    ({"activationThreshold": "-1"}, "activationThreshold: must be a finite number >= 0"),
+    ({"targetValue": "0"}, "targetValue: must be at least 0.001 (KEDA passes targets"),
+    ({"targetValue": "0.0009"}, "targetValue: must be at least 0.001"),
+    ({"targetValue": "-3"}, "targetValue: must be between 0.001 and 1e+15, got '-3'"),
+    ({"targetValue": "1e16"}, "targetValue: must be between 0.001 and 1e+15"),
+    ({"targetValue": "9223372036854775808"}, "targetValue: must be between 0.001 and 1e+15"),
+    ({"targetValue": "nan"}, "targetValue: 'nan' is not a number (digits 0-9"),
+    ({"targetValue": "inf"}, "targetValue: 'inf' is not a number"),
+    ({"targetValue": "\u096d\u0966"}, "targetValue: '\u096d\u0966' is not a number"),
+    ({"targetValue": "1_000"}, "targetValue: '1_000' is not a number"),
+    ({"targetValue": " 5"}, "targetValue: ' 5' is not a number"),
+    ({"targetValue": "0x10"}, "targetValue: '0x10' is not a number"),
+    ({"activationThreshold": "-1"}, "activationThreshold: must be between 0 and 1e+15"),
+    ({"targetValue": "5", "targetValueFromEnv": "6"},
+     "targetValueFromEnv: give targetValue or targetValueFromEnv, not both"),
+    ({"hostFromEnv": "x"}, "hostFromEnv: gpuscale does not fetch addresses"),
     ({"valueMode": "max"}, "valueMode: 'max' is not one of average, sum"),
     ({"metricType": "Utilization"}, "metricType: 'Utilization' is not one of AverageValue"),
     ({"metricType": "Value", "valueMode": "sum"}, "valueMode: 'sum' contradicts metricType"),
@@ -82,11 +92,30 @@ def test_bad_metadata_names_the_key(md: dict[str, str], message: str) -> None:
     assert message in str(err.value)
 
 
+@pytest.mark.parametrize(("text", "value"), [
+    ("0.001", 0.001), ("1", 1.0), ("+2.5", 2.5), (".5", 0.5), ("5.", 5.0), ("1e3", 1000.0),
+    ("1E-2", 0.01), ("1e15", 1e15)])
+def test_numbers_keda_accepts(text: str, value: float) -> None:
+    assert parse_metadata({"targetValue": text}).targets[0].target == value
+
+
+def test_from_env_keys_carry_the_value_keda_resolved() -> None:
+    """KEDA replaces a ``...FromEnv`` key's value with the container's variable before the
+    call (pkg/scalers/external_scaler.go, parseExternalScalerMetadata), keeping the key."""
+    cfg = parse_metadata({"profileFromEnv": "vllm-inference", "signal": "vllm-waiting",
+                          "targetValueFromEnv": "4", "podSelectorFromEnv": "app=vllm"})
+    assert (cfg.profile, cfg.targets[0].target) == ("vllm-inference", 4.0)
+    assert cfg.selector is not None
+    assert cfg.selector.text == "app=vllm"
+
+
 def test_oversized_metadata() -> None:
     with pytest.raises(MetadataError, match="more than 64 metadata keys"):
         parse_metadata({f"k{i}": "v" for i in range(100)})
     with pytest.raises(MetadataError, match="longer than 4096"):
         parse_metadata({"podSelector": "a=" + "b" * 5000})
+    with pytest.raises(MetadataError, match="longer than 16384 characters in all"):
+        parse_metadata({f"k{i}": "v" * 4000 for i in range(5)})
 
 
 @settings(max_examples=400, deadline=None)
@@ -103,7 +132,8 @@ def test_any_metadata_gives_a_config_or_metadata_error(md: dict[str, str]) -> No
         assert message, "an error must say what is wrong"
         return
     assert cfg.targets
-    assert all(t.target > 0 and t.activation >= 0 for t in cfg.targets)
+    assert all(0.001 <= t.target <= 1e15 and 0 <= t.activation <= 1e15
+               for t in cfg.targets)
 
 
 @pytest.mark.parametrize(("text", "labels", "match"), [

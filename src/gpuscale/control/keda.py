@@ -4,8 +4,8 @@ KEDA polls its scalers every ``pollingInterval``. With replicas at zero only act
 matters: any trigger active -> scale to max(minReplicaCount, 1). Above zero the HPA decides
 (its minimum is max(minReplicaCount, 1)), except that KEDA scales to zero once no trigger
 has been active for ``cooldownPeriod`` (and not before ``initialCooldownPeriod`` after
-creation) when minReplicaCount is 0. When a scaler keeps failing for ``failureThreshold``
-polls and a fallback is set, the workload runs ``fallback.replicas``. An ``external-push``
+creation) when minReplicaCount is 0. When a scaler has failed more than ``failureThreshold``
+polls in a row and a fallback is set, the workload runs ``fallback.replicas``. An ``external-push``
 trigger that pushes ``true`` activates at once; a pushed ``false`` does nothing.
 """
 
@@ -49,7 +49,10 @@ class Keda:
         s = self.spec
         if active is None:
             self.failures += 1
-            if s.fallback_replicas is not None and self.failures >= s.failure_threshold:
+            # KEDA counts this failure first, then falls back when the count is above the
+            # threshold (pkg/fallback/fallback.go, GetMetricsWithFallback:
+            # `*healthStatus.NumberOfFailures > scaledObject.Spec.Fallback.FailureThreshold`).
+            if s.fallback_replicas is not None and self.failures > s.failure_threshold:
                 self.reason = f"scaler failing {self.failures} polls: fallback"
                 return s.fallback_replicas
             self.reason = f"scaler failed ({self.failures}/{s.failure_threshold})"

@@ -63,9 +63,11 @@ class PodSignals(_message.Message):
     def __init__(self, namespace: _Optional[str] = ..., name: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., owner_kind: _Optional[str] = ..., owner_name: _Optional[str] = ..., ready: _Optional[bool] = ..., signals: _Optional[_Mapping[str, Reading]] = ...) -> None: ...
 
 class Reading(_message.Message):
-    __slots__ = ("value", "absent")
+    __slots__ = ("value", "absent", "detail")
     VALUE_FIELD_NUMBER: _ClassVar[int]
     ABSENT_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
     value: float
     absent: str
-    def __init__(self, value: _Optional[float] = ..., absent: _Optional[str] = ...) -> None: ...
+    detail: str
+    def __init__(self, value: _Optional[float] = ..., absent: _Optional[str] = ..., detail: _Optional[str] = ...) -> None: ...

@@ -18,9 +18,12 @@ source shows pending work. Declared in the scaler's YAML configuration::
     interval_s: 2                          # optional, for every source (default 2)
     timeout_s: 1                           # optional (default 1)
 
-Each source is polled in the background; a source that fails or has not answered for
-three intervals counts as "no pending work" (it cannot wake a workload) and is reported
-in the log and in ``state()``.
+Each source is polled in the background. A source that fails, answers something that is
+not a count (JSON ``null``, ``[]``, an error, a negative or non-finite number) or has not
+answered for three intervals cannot tell: a workload that depends on it and whose pods show
+no load then answers UNAVAILABLE naming the source (KEDA's fallback holds its replicas)
+rather than "inactive", which would leave it at zero while work waits. The failure is
+logged and shown in ``state()``; other sources and workloads are untouched.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ import aiohttp
 import yaml
 
 from gpuscale.common.bounded import read_bounded
-from gpuscale.common.errors import ConfigError, PeerError
+from gpuscale.common.errors import ConfigError, DataUnavailable, PeerError
 
 log = logging.getLogger(__name__)
 
@@ -150,15 +153,20 @@ class DemandSources:
         self._readings: dict[str, _Reading] = {}
         self._monotonic = monotonic
 
-    def pending(self, name: str) -> bool | None:
-        """Whether ``name`` shows pending work now; None when no such source is declared."""
+    def pending(self, name: str) -> bool:
+        """Whether ``name`` shows pending work now. ConfigError when no such source is
+        declared; DataUnavailable (with the source's error) when it cannot tell now."""
         if name not in self._by_name:
-            return None
+            raise ConfigError(f"demandSource: {name!r} is not declared in the scaler's "
+                              f"configuration")
         r = self._readings.get(name)
-        if r is None or r.value is None:
-            return False
-        if self._monotonic() - r.at > 3 * self.config.interval_s:
-            return False
+        if r is None:
+            raise DataUnavailable(f"demand source {name}: no answer yet")
+        if r.value is None:
+            raise DataUnavailable(f"demand source {name}: {r.error}")
+        age = self._monotonic() - r.at
+        if age > 3 * self.config.interval_s:
+            raise DataUnavailable(f"demand source {name}: last answer {age:.0f}s old")
         return r.value > 0
 
     def state(self) -> Mapping[str, str]:
@@ -178,7 +186,7 @@ class DemandSources:
             value = await (self._metrics(http, s) if s.kind == "metrics"
                            else self._prometheus(http, s))
             error = ""
-        except (aiohttp.ClientError, TimeoutError, PeerError, ValueError, KeyError,
+        except (aiohttp.ClientError, TimeoutError, PeerError, ValueError,
                 UnicodeDecodeError) as exc:
             value, error = None, f"{type(exc).__name__}: {str(exc)[:160]}"
         previous = self._readings.get(s.name)
@@ -206,20 +214,52 @@ class DemandSources:
                         seen = True
         except (TypeError, IndexError) as exc:
             raise PeerError(f"not Prometheus text exposition: {exc}") from None
-        if not seen or not math.isfinite(total):
+        if not seen:
             raise ValueError(f"no sample of {s.metric} matching {want}")
-        return total
+        return count(total, s.metric)
 
     async def _prometheus(self, http: aiohttp.ClientSession, s: DemandSource) -> float:
         url = s.url.rstrip("/") + "/api/v1/query?" + urlencode({"query": s.query})
         async with http.get(url, allow_redirects=False) as resp:
             body: Any = json.loads(await read_bounded(resp, MAX_BODY))
-        if body.get("status") != "success":
-            raise ValueError(f"query failed: {str(body.get('error'))[:120]}")
-        data = body["data"]
-        if data["resultType"] == "scalar":
-            return float(data["result"][1])
-        values = [float(r["value"][1]) for r in data["result"]]
-        if not values:
-            raise ValueError("the query returned no series")
-        return sum(values)
+        return query_result(body)
+
+
+def count(value: float, what: str) -> float:
+    """A pending-work count: finite and not negative (PeerError otherwise)."""
+    if not math.isfinite(value) or value < 0:
+        raise PeerError(f"{what} = {value!r} is not a count of pending work")
+    return value
+
+
+def query_result(body: object) -> float:
+    """The sum of a Prometheus instant query's answer (its JSON, already decoded): a scalar
+    or a vector. Anything else - ``null``, a list, an error, a matrix, a missing or
+    non-numeric field - is a PeerError saying what was wrong."""
+    if not isinstance(body, dict):
+        raise PeerError(f"the query API answered {type(body).__name__}, not a JSON object")
+    if body.get("status") != "success":
+        raise PeerError(f"query failed: {str(body.get('error'))[:120]}")
+    data = body.get("data")
+    if not isinstance(data, dict) or not isinstance(data.get("result"), list):
+        raise PeerError("the answer has no data.result list")
+    kind, result = data.get("resultType"), data["result"]
+    if kind == "scalar":
+        return count(_sample_value(result), "the scalar")
+    if kind != "vector":
+        raise PeerError(f"resultType {str(kind)[:20]!r}: the query must give a scalar or "
+                        f"an instant vector")
+    if not result:
+        raise PeerError("the query returned no series")
+    return count(sum(_sample_value(r.get("value") if isinstance(r, dict) else None)
+                     for r in result), "the sum of the series")
+
+
+def _sample_value(pair: object) -> float:
+    """The value of a ``[timestamp, "value"]`` pair."""
+    if not isinstance(pair, list) or len(pair) != 2 or not isinstance(pair[1], str):
+        raise PeerError(f"a sample is {str(pair)[:60]}, not [timestamp, \"value\"]")
+    try:
+        return float(pair[1])
+    except ValueError:
+        raise PeerError(f"sample value {pair[1][:30]!r} is not a number") from None

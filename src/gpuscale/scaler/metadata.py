@@ -16,6 +16,13 @@ podSelector        label selector (``app=vllm,tier in (a,b)``)   the scale targe
 demandSource       name of a demand source in the scaler's config   none
 ================== ============================= ===================================
 
+Numbers are what KEDA's own scalers accept (ASCII decimal, optional sign and exponent; no
+``७०``, ``1_000`` or spaces). Targets are at least 0.001: KEDA writes a target as a quantity
+with three decimals, so a smaller one would reach the HPA as 0. ``<key>FromEnv`` is accepted
+for every key above: KEDA replaces its value with the named variable of the scale target's
+container before calling the scaler (and drops the key when the variable is unset), so it
+arrives holding the value itself.
+
 ``scalerAddress`` (KEDA's own key) and the TLS keys KEDA passes through are accepted and
 ignored. Keys naming endpoints or URLs (``vllmEndpoint``, ``tritonEndpoint``, ...) are
 refused: gpuscale never fetches an address taken from a ScaledObject.
@@ -27,6 +34,7 @@ the key and the valid choices (the service answers INVALID_ARGUMENT with it).
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
@@ -37,6 +45,13 @@ from gpuscale.scaler.selector import Selector, SelectorError, parse_selector
 
 MAX_KEYS = 64
 MAX_VALUE = 4096
+MAX_TOTAL = 16 * 1024  # all keys and values together: bounds the parse cache's memory
+MIN_TARGET = 0.001  # KEDA formats targets with "%.3f": smaller ones reach the HPA as 0
+MAX_NUMBER = 1e15  # KEDA's quantities stay exact below this; no real target is near it
+FROM_ENV = "FromEnv"
+# strconv.ParseFloat's decimal form, ASCII only (Python's float() also takes other digits,
+# underscores and surrounding spaces); KEDA's scalers parse numbers with ParseFloat.
+_NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?", re.ASCII)
 
 PASSTHROUGH = frozenset({"scalerAddress", "caCert", "tlsClientCert", "tlsClientKey",
                          "tlsCertFile", "unsafeSsl", "enableTLS", "cert", "key"})
@@ -73,25 +88,37 @@ def parse_metadata(metadata: Mapping[str, str]) -> TriggerConfig:
     """Validate trigger metadata (cached per distinct map). Raises MetadataError."""
     if len(metadata) > MAX_KEYS:
         raise MetadataError(f"more than {MAX_KEYS} metadata keys")
+    if sum(len(k) + len(v) for k, v in metadata.items()) > MAX_TOTAL:
+        raise MetadataError(f"metadata longer than {MAX_TOTAL} characters in all")
     return _parse(frozenset(metadata.items()))
 
 
-@lru_cache(maxsize=4096)
+@lru_cache(maxsize=1024)
 def _parse(items: frozenset[tuple[str, str]]) -> TriggerConfig:
-    md = dict(items)
-    for key, value in md.items():
+    md: dict[str, str] = {}
+    given = {k for k, _ in items}
+    for key, value in sorted(items):
         if len(value) > MAX_VALUE or len(key) > 256:
             raise MetadataError(f"{key[:64]}: longer than {MAX_VALUE} characters")
+        if key.endswith(FROM_ENV) and key[:-len(FROM_ENV)] in KNOWN:
+            plain = key[:-len(FROM_ENV)]
+            if plain in given:
+                raise MetadataError(f"{key}: give {plain} or {key}, not both")
+            md[plain] = value  # KEDA has already put the variable's value here
+            continue
+        md[key] = value
+    for key in md:
         if key in PASSTHROUGH or key in KNOWN:
             continue
-        if key.lower().endswith(_URL_KEYS):
+        if key.lower().removesuffix(FROM_ENV.lower()).endswith(_URL_KEYS):
             raise MetadataError(
                 f"{key}: gpuscale does not fetch addresses from ScaledObject metadata (anyone "
                 f"who can create a ScaledObject could make the scaler call any host). Engine "
                 f"metrics are scraped by the agent from pods that opt in with the "
                 f"gpuscale.io/engine annotation; demand sources are declared in the scaler's "
                 f"configuration and named with demandSource.")
-        raise MetadataError(f"{key}: unknown key; valid keys: {', '.join(sorted(KNOWN))}")
+        raise MetadataError(f"{key}: unknown key; valid keys: {', '.join(sorted(KNOWN))} "
+                            f"(each also as <key>FromEnv)")
 
     profile_name = md.get("profile", ProfileName.GPU_UTILIZATION.value)
     if profile_name not in ProfileName.__members__.values():
@@ -150,11 +177,15 @@ def _parse(items: frozenset[tuple[str, str]]) -> TriggerConfig:
 
 
 def _number(md: Mapping[str, str], key: str, positive: bool) -> float:
-    try:
-        value = float(md[key])
-    except ValueError:
-        raise MetadataError(f"{key}: {md[key][:40]!r} is not a number") from None
-    if not math.isfinite(value) or value < 0 or (positive and value == 0):
-        raise MetadataError(f"{key}: must be a finite number {'> 0' if positive else '>= 0'},"
-                            f" got {md[key][:40]!r}")
+    text = md[key]
+    if not _NUMBER.fullmatch(text):
+        raise MetadataError(f"{key}: {text[:40]!r} is not a number (digits 0-9, an optional "
+                            f"sign, point and exponent, as KEDA's scalers read numbers)")
+    value = float(text)
+    low = MIN_TARGET if positive else 0.0
+    if not math.isfinite(value) or not low <= value <= MAX_NUMBER:
+        why = (f"at least {MIN_TARGET} (KEDA passes targets to the HPA with three "
+               f"decimals: a smaller one becomes 0)" if positive and 0 <= value < low
+               else f"between {low:g} and {MAX_NUMBER:g}")
+        raise MetadataError(f"{key}: must be {why}, got {text[:40]!r}")
     return value

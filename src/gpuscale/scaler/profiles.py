@@ -18,6 +18,18 @@ class Signal:
     help: str
     engine: str = ""  # "" for GPU signals, else the engine that must be scraped
 
+    @property
+    def limit(self) -> float:
+        """The largest per-pod value that can be true; a reading above it (or negative, or
+        not finite) is a broken peer, not load, and makes the pod's value unusable."""
+        return PLAUSIBLE[self.unit]
+
+
+#: Per-pod plausibility bounds by unit: far above any real reading (a percentage is at most
+#: 100; time-sliced process sums can overshoot a little), far below what overflows a sum
+#: over a fleet or KEDA's 3-decimal quantities.
+PLAUSIBLE: dict[str, float] = {"%": 1_000.0, "requests": 10_000_000.0, "ms": 1e9}
+
 
 SIGNALS: dict[str, Signal] = {s.name: s for s in (
     Signal("gpu-utilization", "%", "attributed GPU kernel duty cycle, mean over the pod's "

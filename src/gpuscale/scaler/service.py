@@ -1,22 +1,30 @@
 """KEDA's ExternalScaler over gRPC, answered from the fleet view in memory.
 
 Status codes: INVALID_ARGUMENT for metadata that cannot be used (the message names the key
-and the choices) and for a metric name this trigger does not have; UNAVAILABLE when the
-workload's value cannot be given honestly (KEDA then applies its fallback). Nothing here
-does I/O: no NVML, no scrape, no Kubernetes API call on the request path.
+and the choices), for a namespace or name that cannot be a Kubernetes object's, and for a
+metric name this trigger does not have; UNAVAILABLE when the workload's value cannot be
+given honestly (KEDA then applies its fallback); RESOURCE_EXHAUSTED for a peer holding more
+streams than its share; INTERNAL (logged with its traceback, counted as such) for a bug.
+Nothing here does I/O: no NVML, no scrape, no Kubernetes API call on the request path.
+
+Reflection is served as ``grpc.reflection.v1`` (what grpcurl asks first) and
+``v1alpha``: the two protocols have the same messages on the wire, so one implementation
+answers both.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable
+import re
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import contextmanager, suppress
 from typing import TYPE_CHECKING, Any
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
-from grpc_reflection.v1alpha import reflection
+from grpc_reflection.v1alpha import reflection, reflection_pb2, reflection_pb2_grpc
 
 from gpuscale.common.errors import ConfigError, DataUnavailable, GpuscaleError
 from gpuscale.common.grpc_bind import bind
@@ -35,10 +43,38 @@ log = logging.getLogger(__name__)
 
 DEFAULT_PORT = 6000
 STREAM_RESEND_S = 30.0  # StreamIsActive re-sends the current state at least this often
+UNAVAILABLE_GRACE_S = 3.0  # StreamIsActive ends with UNAVAILABLE after this long unknown
 SERVICE = "externalscaler.ExternalScaler"
+REFLECTION_V1 = "grpc.reflection.v1.ServerReflection"
+MAX_CONCURRENT_STREAMS = 1000  # per HTTP/2 connection (gRPC's setting)
+MAX_STREAMS_PER_PEER = 400  # long-lived streams one peer may hold: unary calls keep room
+MAX_VALUE = 9.2e15  # KEDA's quantities are exact below this; nothing real is near it
+_NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", re.ASCII)  # DNS-1123 label
+_OBJECT_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?", re.ASCII)  # DNS-1123 subdomain
 
 Context = grpc.aio.ServicerContext[Any, Any]
-DemandCheck = Callable[[str], bool | None]  # demand source name -> pending work? (None: unknown)
+# demand source name -> pending work? Raises DataUnavailable when the source cannot tell
+# now, ConfigError when no such source is declared.
+DemandCheck = Callable[[str], bool]
+
+
+class TooManyStreams(GpuscaleError):
+    """A peer holds its share of streams already."""
+
+    grpc_code = "RESOURCE_EXHAUSTED"
+    http_status = 429
+
+
+def check_ref(ref: pb.ScaledObjectRef) -> None:
+    """The ScaledObject's namespace and name must be ones Kubernetes allows (a DNS-1123
+    label and subdomain): anything else is not from KEDA, and must not become a cache key
+    or part of an API path. Raises ConfigError."""
+    if len(ref.namespace) > 63 or not _NAMESPACE.fullmatch(ref.namespace):
+        raise ConfigError(f"namespace: {ref.namespace[:64]!r} is not a Kubernetes namespace "
+                          f"(lowercase letters, digits and '-', at most 63)")
+    if len(ref.name) > 253 or not _OBJECT_NAME.fullmatch(ref.name):
+        raise ConfigError(f"name: {ref.name[:64]!r} is not a Kubernetes object name "
+                          f"(lowercase letters, digits, '-' and '.', at most 253)")
 
 
 Count = Callable[[str, str], None]  # (method, status code name) -> record one answer
@@ -66,21 +102,48 @@ class ScalerService(pb_grpc.ExternalScalerServicer):
         self._demand = demand
         self._workloads = workloads
         self._resend_s = resend_s
+        self.unavailable_grace_s = UNAVAILABLE_GRACE_S
+        self.max_streams_per_peer = MAX_STREAMS_PER_PEER
+        self._streams: dict[str, int] = {}  # peer -> open streams
         self.stopping = asyncio.Event()
 
     # -- helpers: pure, raising GpuscaleError; the methods below map it to a status -----
 
     def _config(self, ref: pb.ScaledObjectRef) -> TriggerConfig:
+        check_ref(ref)
         cfg = parse_metadata(ref.scalerMetadata)  # MetadataError
         if cfg.selector is None and self._workloads is None:
             raise ConfigError("podSelector: required (label selector of the workload's pods, "
                               "e.g. app=vllm); resolving scaleTargetRef through the API is "
                               "not enabled in this scaler")
-        if cfg.demand_source and self._demand is not None and \
-                self._demand(cfg.demand_source) is None:
-            raise ConfigError(f"demandSource: {cfg.demand_source!r} is not declared in the "
-                              f"scaler's configuration")
+        if cfg.demand_source:
+            if self._demand is None:
+                raise ConfigError("demandSource: this scaler has no demand sources configured")
+            with suppress(DataUnavailable):  # declared; it just cannot tell now
+                self._demand(cfg.demand_source)
         return cfg
+
+    @contextmanager
+    def _stream_slot(self, context: Context) -> Iterator[None]:
+        """Hold one of the peer's stream slots (RESOURCE_EXHAUSTED when it has none):
+        streams share one connection's MAX_CONCURRENT_STREAMS with unary calls, and a peer
+        that opens thousands would starve its own GetMetrics."""
+        peer = context.peer() or "unknown"
+        held = self._streams.get(peer, 0)
+        if held >= self.max_streams_per_peer:
+            raise TooManyStreams(
+                f"this client already holds {held} streams on one connection (limit "
+                f"{self.max_streams_per_peer} of the connection's {MAX_CONCURRENT_STREAMS}, "
+                f"so unary calls keep room); close some or use another connection")
+        self._streams[peer] = held + 1
+        try:
+            yield
+        finally:
+            left = self._streams[peer] - 1
+            if left:
+                self._streams[peer] = left
+            else:
+                del self._streams[peer]
 
     def _pods(self, ref: pb.ScaledObjectRef, cfg: TriggerConfig) -> list[PodRecord]:
         """The workload's pods: podSelector, else the ScaledObject's scale target's
@@ -99,12 +162,17 @@ class ScalerService(pb_grpc.ExternalScalerServicer):
 
     def _active(self, ref: pb.ScaledObjectRef, cfg: TriggerConfig) -> bool:
         """Active when any target's value is strictly above its activation threshold, or
-        the demand source shows pending work. Raises WorkloadUnavailable."""
-        if cfg.demand_source and self._demand is not None and self._demand(cfg.demand_source):
-            return True
+        the demand source shows pending work. Depends on this trigger's own configuration
+        only. When the pods say inactive and the demand source cannot tell (unreachable,
+        stale, a reply that is not a number), the answer is UNAVAILABLE, not "inactive": a
+        workload at zero replicas has no pods to show its load. Raises DataUnavailable."""
         pods = self._pods(ref, cfg)
-        return any(evaluate(self.fleet, pods, t, cfg.value_mode).value > t.activation
-                   for t in cfg.targets)
+        if any(evaluate(self.fleet, pods, t, cfg.value_mode).value > t.activation
+               for t in cfg.targets):
+            return True
+        if cfg.demand_source and self._demand is not None:
+            return self._demand(cfg.demand_source)
+        return False
 
     def _spec(self, cfg: TriggerConfig) -> pb.GetMetricSpecResponse:
         return pb.GetMetricSpecResponse(metricSpecs=[
@@ -118,7 +186,7 @@ class ScalerService(pb_grpc.ExternalScalerServicer):
         if target is None:
             raise ConfigError(f"metricName: {request.metricName[:100]!r} is not one of "
                               f"{', '.join(cfg.metric_name(t) for t in cfg.targets)}")
-        value = self._value(ref, cfg, target)
+        value = min(self._value(ref, cfg, target), MAX_VALUE)  # beyond: maxReplicas anyway
         return pb.GetMetricsResponse(metricValues=[pb.MetricValue(
             metricName=request.metricName, metricValue=round(value),
             metricValueFloat=value)])
@@ -131,33 +199,50 @@ class ScalerService(pb_grpc.ExternalScalerServicer):
             return pb.IsActiveResponse(result=self._active(request, self._config(request)))
         except GpuscaleError as exc:
             await abort(context, exc, request)
-            raise AssertionError("unreachable") from None
+        except Exception as exc:  # a bug: INTERNAL, logged, never counted as OK
+            await internal(context, "IsActive", exc)
         finally:
             self._answered("IsActive", context)
+        raise AssertionError("unreachable")
 
     async def StreamIsActive(self, request: pb.ScaledObjectRef,
                              context: Context) -> AsyncIterator[pb.IsActiveResponse]:
         """Push the state when it changes (driven by fleet updates) and at least every
-        ``resend_s``; KEDA acts on pushed ``true`` at once."""
+        ``resend_s``; KEDA acts on pushed ``true`` at once. When the state cannot be known
+        for ``unavailable_grace_s``, the stream ends with UNAVAILABLE and the reason, so
+        the last pushed answer does not stand for a state nobody knows (KEDA reopens the
+        stream with backoff; its polling path meanwhile gets UNAVAILABLE too)."""
         try:
             cfg = self._config(request)
+            with self._stream_slot(context):
+                async for answer in self._active_stream(request, cfg):
+                    yield answer
         except GpuscaleError as exc:
             await abort(context, exc, request)
-            return
+
+    async def _active_stream(self, request: pb.ScaledObjectRef,
+                             cfg: TriggerConfig) -> AsyncIterator[pb.IsActiveResponse]:
         last: bool | None = None
         since = 0.0
+        unknown_since: float | None = None
         loop = asyncio.get_running_loop()
         while not self.stopping.is_set():
-            try:
-                active: bool | None = self._active(request, cfg)
-            except WorkloadUnavailable:
-                active = None  # unknown: push nothing rather than a guess
             now = loop.time()
+            try:
+                active = self._active(request, cfg)
+                unknown_since = None
+            except DataUnavailable:
+                if unknown_since is None:
+                    unknown_since = now
+                if now - unknown_since >= self.unavailable_grace_s:
+                    raise
+                active = None
             if active is not None and (active != last or now - since >= self._resend_s):
                 yield pb.IsActiveResponse(result=active)
                 last, since = active, now
+            within = self._resend_s if unknown_since is None else self.unavailable_grace_s
             stop = asyncio.ensure_future(self.stopping.wait())
-            change = asyncio.ensure_future(self.fleet.wait_changed(self._resend_s))
+            change = asyncio.ensure_future(self.fleet.wait_changed(within))
             _, pending = await asyncio.wait({stop, change},
                                             return_when=asyncio.FIRST_COMPLETED)
             for task in pending:
@@ -169,9 +254,11 @@ class ScalerService(pb_grpc.ExternalScalerServicer):
             return self._spec(self._config(request))
         except GpuscaleError as exc:
             await abort(context, exc, request)
-            raise AssertionError("unreachable") from None
+        except Exception as exc:  # a bug: INTERNAL, logged, never counted as OK
+            await internal(context, "GetMetricSpec", exc)
         finally:
             self._answered("GetMetricSpec", context)
+        raise AssertionError("unreachable")
 
     async def StreamMetricSpec(self, request: pb.ScaledObjectRef,
                                context: Context) -> AsyncIterator[pb.GetMetricSpecResponse]:
@@ -179,11 +266,11 @@ class ScalerService(pb_grpc.ExternalScalerServicer):
         (nothing to re-send) until the scaler shuts down."""
         try:
             spec = self._spec(self._config(request))
+            with self._stream_slot(context):
+                yield spec
+                await self.stopping.wait()
         except GpuscaleError as exc:
             await abort(context, exc, request)
-            return
-        yield spec
-        await self.stopping.wait()
 
     async def GetMetrics(self, request: pb.GetMetricsRequest,
                          context: Context) -> pb.GetMetricsResponse:
@@ -191,9 +278,11 @@ class ScalerService(pb_grpc.ExternalScalerServicer):
             return self._metrics(request)
         except GpuscaleError as exc:
             await abort(context, exc, request.scaledObjectRef)
-            raise AssertionError("unreachable") from None
+        except Exception as exc:  # a bug: INTERNAL, logged, never counted as OK
+            await internal(context, "GetMetrics", exc)
         finally:
             self._answered("GetMetrics", context)
+        raise AssertionError("unreachable")
 
 
 async def abort(context: Context, exc: GpuscaleError, ref: pb.ScaledObjectRef) -> None:
@@ -206,6 +295,28 @@ async def abort(context: Context, exc: GpuscaleError, ref: pb.ScaledObjectRef) -
     await context.abort(grpc.StatusCode[exc.grpc_code], message)
 
 
+async def internal(context: Context, method: str, exc: Exception) -> None:
+    """A bug reached the edge: log it with its traceback, answer INTERNAL (KEDA counts a
+    failure and, past its threshold, applies the fallback)."""
+    log.error("%s failed: %s", method, exc, exc_info=exc)
+    await context.abort(grpc.StatusCode.INTERNAL,
+                        f"internal error in gpuscale ({type(exc).__name__}); see the "
+                        f"scaler's log")
+
+
+def enable_reflection(server: grpc.aio.Server, services: tuple[str, ...]) -> None:
+    """Server reflection v1alpha and v1 (same messages on the wire, one implementation)."""
+    servicer = reflection.aio.ReflectionServicer(
+        (*services, reflection.SERVICE_NAME, REFLECTION_V1))
+    reflection_pb2_grpc.add_ServerReflectionServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(REFLECTION_V1, {
+        "ServerReflectionInfo": grpc.stream_stream_rpc_method_handler(
+            servicer.ServerReflectionInfo,
+            request_deserializer=reflection_pb2.ServerReflectionRequest.FromString,
+            response_serializer=reflection_pb2.ServerReflectionResponse.SerializeToString),
+    }),))
+
+
 class ScalerServer:
     """The gRPC server: ExternalScaler, health checking and reflection, one port."""
 
@@ -216,12 +327,11 @@ class ScalerServer:
         self.health = HealthServicer()
         self._server = grpc.aio.server(options=[
             ("grpc.max_receive_message_length", 1024 * 1024),
-            ("grpc.max_concurrent_streams", 1000)])
+            ("grpc.max_concurrent_streams", MAX_CONCURRENT_STREAMS)])
         pb_grpc.add_ExternalScalerServicer_to_server(service, self._server)  # type: ignore[no-untyped-call]
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)
-        reflection.enable_server_reflection(
-            (SERVICE, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
-             reflection.SERVICE_NAME), self._server)
+        enable_reflection(self._server,
+                          (SERVICE, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name))
         address = host if host.startswith("unix:") else f"{host}:{port}"
         self.port = bind(self._server, address, credentials)
 

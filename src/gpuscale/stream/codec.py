@@ -12,6 +12,7 @@ from gpuscale.telemetry.model import Absent, Reading
 
 MAX_PODS_PER_NODE = 2048
 MAX_SIGNALS = 32
+MAX_DETAIL = 200
 _ABSENT = {a.value: a for a in Absent}
 
 
@@ -29,6 +30,7 @@ def encode(node: str, agent_id: str, seq: int, sampled_at: float, interval: floa
         for name, value in r.signals.items():
             if isinstance(value, Absent):
                 pod.signals[name].absent = value.value
+                pod.signals[name].detail = r.reasons.get(name, "")[:MAX_DETAIL]
             else:
                 pod.signals[name].value = float(value)
     return msg
@@ -47,9 +49,12 @@ def decode(msg: pb.NodeUpdate, received_at: float, stale_after: float) -> list[P
         if len(p.signals) > MAX_SIGNALS:
             raise DecodeError(f"{len(p.signals)} signals on one pod (bound {MAX_SIGNALS})")
         signals: dict[str, Reading] = {}
+        reasons: dict[str, str] = {}
         for name, r in p.signals.items():
             signals[name] = _ABSENT.get(r.absent, Absent.UNAVAILABLE) if r.absent else r.value
+            if r.absent and r.detail:
+                reasons[name] = r.detail[:MAX_DETAIL]
         owner = OwnerRef(p.owner_kind, p.owner_name) if p.owner_kind else None
         out.append(PodRecord(p.namespace, p.name, msg.node, dict(p.labels), owner, p.ready,
-                             signals, received_at, stale_after))
+                             signals, received_at, stale_after, reasons))
     return out

@@ -9,7 +9,7 @@ sink. Both ends import these types from here, below both of them.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from gpuscale.attribution.model import OwnerRef
@@ -30,6 +30,7 @@ class PodRecord:
     signals: Mapping[str, Reading]
     sampled_at: float
     stale_after: float = 0.0  # this pod's staleness bound; 0: the receiver's default
+    reasons: Mapping[str, str] = field(default_factory=dict)  # signal -> why it is Absent
 
 
 class NodeSink(Protocol):
