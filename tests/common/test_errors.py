@@ -8,9 +8,15 @@ import inspect
 import pkgutil
 
 import gpuscale
-from gpuscale.common.errors import ConfigError, DataUnavailable, GpuscaleError, PeerError
+from gpuscale.common.errors import (
+    ConfigError,
+    DataUnavailable,
+    GpuscaleError,
+    Overloaded,
+    PeerError,
+)
 
-KINDS = (ConfigError, DataUnavailable, PeerError)
+KINDS = (ConfigError, DataUnavailable, PeerError, Overloaded)
 
 
 def defined_errors() -> list[type[BaseException]]:
@@ -41,4 +47,5 @@ def test_the_kinds_map_to_statuses() -> None:
         "INVALID_ARGUMENT", 400, 2)
     assert (DataUnavailable.grpc_code, DataUnavailable.http_status) == ("UNAVAILABLE", 503)
     assert (PeerError.grpc_code, PeerError.http_status) == ("UNAVAILABLE", 502)
+    assert (Overloaded.grpc_code, Overloaded.http_status) == ("RESOURCE_EXHAUSTED", 429)
     assert issubclass(ConfigError, ValueError)  # callers catching ValueError still work

@@ -271,15 +271,20 @@ def make_scaledobject(ns: str, name: str, target: str, kind: str = "Deployment",
 
 
 def make_endpointslice(service: str, name: str, endpoints: list[tuple[str, bool]],
-                       port: int | None = None) -> dict[str, Any]:
-    """An EndpointSlice of ``service`` with (ip, ready) endpoints."""
+                       port: int | None = None,
+                       nodes: list[str] | None = None) -> dict[str, Any]:
+    """An EndpointSlice of ``service`` with (ip, ready) endpoints; ``nodes``: each
+    endpoint's nodeName (the EndpointSlice controller sets it from the pod)."""
+    eps: list[dict[str, Any]] = [{"addresses": [ip], "conditions": {"ready": ready}}
+                                 for ip, ready in endpoints]
+    for ep, node in zip(eps, nodes or [], strict=False):
+        ep["nodeName"] = node
     return {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
             "addressType": "IPv4",
             "metadata": {"namespace": "gpuscale", "name": name, "uid": f"uid-eps-{name}",
                          "labels": {"kubernetes.io/service-name": service}},
             "ports": [{"name": "telemetry", "port": port, "protocol": "TCP"}] if port else [],
-            "endpoints": [{"addresses": [ip], "conditions": {"ready": ready}}
-                          for ip, ready in endpoints]}
+            "endpoints": eps}
 
 
 def api_client(peer: KubeApiPeer, token: str | None = None) -> Any:

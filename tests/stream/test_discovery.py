@@ -76,10 +76,11 @@ async def test_endpointslices_drive_the_subscriptions(agents: list[Agent]) -> No
 
 
 def test_addresses_from_slices() -> None:
-    slices = [make_endpointslice("s", "a", [("10.0.0.1", True), ("10.0.0.2", False)], 9401),
+    slices = [make_endpointslice("s", "a", [("10.0.0.1", True), ("10.0.0.2", False)], 9401,
+                                 nodes=["gpu-1", "gpu-2"]),
               make_endpointslice("s", "b", [("10.0.0.3", True)], None)]
     slices[1]["endpoints"][0]["conditions"] = {}  # unknown readiness counts as ready
-    v6 = make_endpointslice("s", "c", [("fd00::1", True)], 9401)
+    v6 = make_endpointslice("s", "c", [("fd00::1", True)], 9401, nodes=["gpu-6"])
     v6["addressType"] = "IPv6"
     assert addresses([*slices, v6], "telemetry", 7777) == {
-        "10.0.0.1:9401", "10.0.0.3:7777", "[fd00::1]:9401"}
+        "10.0.0.1:9401": "gpu-1", "10.0.0.3:7777": "", "[fd00::1]:9401": "gpu-6"}

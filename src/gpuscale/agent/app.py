@@ -82,7 +82,8 @@ class Agent:
             self.publisher = TelemetryPublisher(hostname, config.interval)
             publisher = self.publisher
             self.sampler.add_listener(
-                lambda snap, att: publisher.publish(self.pod_records(snap, att)))
+                lambda snap, att: publisher.publish(self.pod_records(snap, att),
+                                                    snap.node or hostname))
 
     async def run(self, on_listening: Callable[[int], None] | None = None) -> None:
         """Run until cancelled. ``on_listening(port)`` is called once the port is bound."""
@@ -124,19 +125,29 @@ class Agent:
 
         def on_tick(snap: NodeSnapshot, att: NodeAttribution | None) -> None:
             records = self.pod_records(snap, att)
-            if records is not None:
+            if not isinstance(records, str):
                 sink.update_node(snap.node, records)
 
         self.sampler.add_listener(on_tick)
 
     def pod_records(self, snap: NodeSnapshot,
-                    att: NodeAttribution | None) -> list[PodRecord] | None:
-        """This tick's per-pod signals, or None when there are none to trust (GPU backend or
-        attribution unavailable): consumers then keep the last ones, which age."""
-        if snap.state is not BackendState.OK or att is None:
-            return None
+                    att: NodeAttribution | None) -> list[PodRecord] | str:
+        """This tick's per-pod signals, or why there are none to trust: the GPU backend or
+        attribution unavailable, or a pod holding GPUs whose metadata (labels, readiness,
+        owner) is not known yet - before the pod cache has synced, or a pod the watch has
+        not delivered. Published without labels, such a pod would match no workload and
+        drop out of its sum; consumers keep the last complete records instead, which age."""
+        if snap.state is not BackendState.OK:
+            return f"GPU backend {snap.state.value}"
+        if att is None:
+            return "no attribution yet"
         if att.state is AttributionState.UNAVAILABLE:
-            return None
+            return "; ".join(att.reasons)[:200] or "attribution unavailable"
+        unknown = sorted({f"{u.namespace}/{u.pod}" for u in att.pods if u.pod_info is None})
+        if unknown:
+            more = f" and {len(unknown) - 3} more" if len(unknown) > 3 else ""
+            return (f"pod metadata not known yet for {', '.join(unknown[:3])}{more} "
+                    f"({'; '.join(att.reasons)[:120]})")
         return pod_records(snap, att, sampled_at=snap.monotonic,
                            engines=self.engine_signals())
 

@@ -1,6 +1,6 @@
 """The errors gpuscale raises on purpose, as one small hierarchy.
 
-Every error a caller may want to handle derives from ``GpuscaleError`` and from one of three
+Every error a caller may want to handle derives from ``GpuscaleError`` and from one of four
 kinds, each of which the edges answer the same way wherever it comes from:
 
 ===================== ================================== ===== ================ ========
@@ -14,6 +14,8 @@ kind                  meaning                            gRPC  HTTP             
 ``PeerError``         a peer (kubelet, NVML, the API     UNAVAILABLE      502   1
                       server, an agent, an engine) failed
                       or answered something unusable
+``Overloaded``        a caller holds more than its share RESOURCE_EXHAUSTED 429 1
+                      (streams per connection)
 ===================== ================================== ===== ================ ========
 
 The mapping is data (``grpc_code``, ``http_status``, ``exit_code`` on each class), read by
@@ -55,3 +57,10 @@ class PeerError(GpuscaleError):
 
     grpc_code = "UNAVAILABLE"
     http_status = 502
+
+
+class Overloaded(GpuscaleError):
+    """A caller asks for more than its share; the message says the limit and what to do."""
+
+    grpc_code = "RESOURCE_EXHAUSTED"
+    http_status = 429

@@ -41,8 +41,9 @@ class Gone(PeerError):
 
 
 class ListWatch:
-    """``items``: uid -> the object's JSON, for one collection (``list_fn`` and its
-    arguments, e.g. CoreV1Api.list_pod_for_all_namespaces with a field selector)."""
+    """``items``: uid -> the object (its JSON, or what ``keep`` makes of it), for one
+    collection (``list_fn`` and its arguments, e.g. CoreV1Api.list_pod_for_all_namespaces
+    with a field selector)."""
 
     def __init__(self, list_fn: Callable[..., Awaitable[Any]], what: str,
                  list_args: tuple[Any, ...] = (),
@@ -51,7 +52,11 @@ class ListWatch:
                  monotonic: Callable[[], float] = time.monotonic,
                  inactivity_s: float = INACTIVITY_S,
                  backoff_s: tuple[float, ...] = BACKOFF_S,
-                 max_items: int = MAX_ITEMS) -> None:
+                 max_items: int = MAX_ITEMS,
+                 keep: Callable[[dict[str, Any]], Any] | None = None) -> None:
+        """``keep``: what to hold of each object (default: all of its JSON); a watch of
+        many objects keeps only the fields it reads."""
+        self._keep = keep or (lambda obj: obj)
         self._list_fn = list_fn
         self.what = what
         self._args = list_args
@@ -61,7 +66,7 @@ class ListWatch:
         self._inactivity_s = inactivity_s
         self._backoff_s = backoff_s
         self._max_items = max_items
-        self.items: dict[str, dict[str, Any]] = {}
+        self.items: dict[str, Any] = {}
         self.synced_at: float | None = None
         self.error = ""
         self.events = 0
@@ -121,7 +126,7 @@ class ListWatch:
         items = body.get("items") or []
         if len(items) > self._max_items:
             raise ValueError(f"more than {self._max_items} items")
-        self.items = {str(p["metadata"]["uid"]): p for p in items}
+        self.items = {str(p["metadata"]["uid"]): self._keep(p) for p in items}
         self.synced_at = self._monotonic()
         if self._on_change is not None:
             await self._on_change()
@@ -149,7 +154,7 @@ class ListWatch:
                 elif kind in ("ADDED", "MODIFIED"):
                     if uid not in self.items and len(self.items) >= self._max_items:
                         raise ValueError(f"more than {self._max_items} items")
-                    self.items[uid] = obj
+                    self.items[uid] = self._keep(obj)
                 else:
                     continue
                 self.events += 1

@@ -13,7 +13,7 @@ class SubscribeRequest(_message.Message):
     def __init__(self, subscriber: _Optional[str] = ...) -> None: ...
 
 class NodeUpdate(_message.Message):
-    __slots__ = ("node", "agent_id", "seq", "sampled_at", "interval", "pods", "attribution_ok")
+    __slots__ = ("node", "agent_id", "seq", "sampled_at", "interval", "pods", "attribution_ok", "attribution_detail")
     NODE_FIELD_NUMBER: _ClassVar[int]
     AGENT_ID_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
@@ -21,6 +21,7 @@ class NodeUpdate(_message.Message):
     INTERVAL_FIELD_NUMBER: _ClassVar[int]
     PODS_FIELD_NUMBER: _ClassVar[int]
     ATTRIBUTION_OK_FIELD_NUMBER: _ClassVar[int]
+    ATTRIBUTION_DETAIL_FIELD_NUMBER: _ClassVar[int]
     node: str
     agent_id: str
     seq: int
@@ -28,7 +29,8 @@ class NodeUpdate(_message.Message):
     interval: float
     pods: _containers.RepeatedCompositeFieldContainer[PodSignals]
     attribution_ok: bool
-    def __init__(self, node: _Optional[str] = ..., agent_id: _Optional[str] = ..., seq: _Optional[int] = ..., sampled_at: _Optional[float] = ..., interval: _Optional[float] = ..., pods: _Optional[_Iterable[_Union[PodSignals, _Mapping]]] = ..., attribution_ok: _Optional[bool] = ...) -> None: ...
+    attribution_detail: str
+    def __init__(self, node: _Optional[str] = ..., agent_id: _Optional[str] = ..., seq: _Optional[int] = ..., sampled_at: _Optional[float] = ..., interval: _Optional[float] = ..., pods: _Optional[_Iterable[_Union[PodSignals, _Mapping]]] = ..., attribution_ok: _Optional[bool] = ..., attribution_detail: _Optional[str] = ...) -> None: ...
 
 class PodSignals(_message.Message):
     __slots__ = ("namespace", "name", "labels", "owner_kind", "owner_name", "ready", "signals")

@@ -20,6 +20,7 @@ the pod is unusable (UNAVAILABLE), never summed.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gpuscale.common.errors import DataUnavailable
@@ -45,7 +46,9 @@ class Evaluation:
 
 
 def evaluate(fleet: FleetView, pods: list[PodRecord], target: Target,
-             mode: ValueMode) -> Evaluation:
+             mode: ValueMode, missing: Sequence[str] = ()) -> Evaluation:
+    """``missing``: gaps a roster found (pods or agents that have not reported); any
+    makes the answer UNAVAILABLE, named after the pods' own problems."""
     problems: list[str] = []
     total = 0.0
     counted = starting = ready = 0
@@ -81,11 +84,19 @@ def evaluate(fleet: FleetView, pods: list[PodRecord], target: Target,
         total += float(value)
         counted += 1
         ready += p.ready
+    parts = []
     if problems:
-        named = ", ".join(problems[:MAX_NAMED])
-        more = f" and {len(problems) - MAX_NAMED} more" if len(problems) > MAX_NAMED else ""
-        raise WorkloadUnavailable(f"{len(problems)} of {len(pods)} pods have no usable "
-                                  f"{target.signal}: {named}{more}")
+        parts.append(f"{len(problems)} of {len(pods)} pods have no usable {target.signal}: "
+                     f"{_named(problems)}")
+    if missing:
+        parts.append(f"not every pod of the workload has reported: {_named(missing)}")
+    if parts:
+        raise WorkloadUnavailable("; ".join(parts))
     if mode is ValueMode.AVERAGE:
         return Evaluation(total / max(ready, 1), counted, starting, ready)
     return Evaluation(total, counted, starting, ready)
+
+
+def _named(problems: Sequence[str]) -> str:
+    more = f" and {len(problems) - MAX_NAMED} more" if len(problems) > MAX_NAMED else ""
+    return ", ".join(problems[:MAX_NAMED]) + more

@@ -23,6 +23,7 @@ from gpuscale.common.errors import ConfigError
 from gpuscale.common.shutdown import cancel_on_signals
 from gpuscale.scaler.demand import DemandSources, ScalerConfig, load_config
 from gpuscale.scaler.fleet import FleetView
+from gpuscale.scaler.roster import AgentRoster, PodRoster, Roster
 from gpuscale.scaler.service import ScalerServer, ScalerService
 from gpuscale.stream.subscriber import AgentSubscriber
 from gpuscale.stream.tls import channel_credentials, server_credentials
@@ -52,12 +53,11 @@ class ScalerCollector(Collector):
                                 labels=["address", "node"])
         reconnects = CounterMetricFamily("gpuscale_scaler_agent_reconnects",
                                          "Stream reconnections per agent.", labels=["address"])
-        nodes = self._fleet.nodes()
-        for link, _ in self._sub.links.values():
-            s = link.state
-            up.add_metric([s.address, s.node], 1.0 if s.connected else 0.0)
-            if s.node in nodes:
-                age.add_metric([s.address, s.node], nodes[s.node])
+        sources = self._fleet.nodes()  # keyed by the address each stream was dialled at
+        for s in self._sub.states():
+            up.add_metric([s.address, s.identity], 1.0 if s.connected else 0.0)
+            if s.address in sources:
+                age.add_metric([s.address, s.identity], sources[s.address])
             reconnects.add_metric([s.address], float(s.reconnects))
         pods = GaugeMetricFamily("gpuscale_scaler_fleet_pods", "Pods in the fleet view.")
         pods.add_metric([], float(self._fleet.pod_count()))
@@ -98,13 +98,17 @@ async def serve(args: argparse.Namespace) -> None:
                                            default_port=args.agent_port)
     else:
         subscriber.set_addresses(args.agents)
+    agents = AgentRoster(subscriber)
+    pod_roster = PodRoster(api, agents) if api is not None else None
+    roster: Roster = pod_roster if pod_roster is not None else agents
 
     registry.register(ScalerCollector(subscriber, fleet))
     requests = Counter("gpuscale_scaler_requests", "KEDA calls answered, by method and gRPC "
                        "status (UNAVAILABLE: missing or stale data).",
                        ["method", "code"], registry=registry)
     server = ScalerServer(ScalerService(fleet, demand=demand.pending, workloads=workloads,
-                                        count=lambda m, c: requests.labels(m, c).inc()),
+                                        count=lambda m, c: requests.labels(m, c).inc(),
+                                        roster=roster),
                           host=args.host, port=args.port,
                           credentials=server_credentials(args.tls) if args.tls else None)
 
@@ -117,18 +121,16 @@ async def serve(args: argparse.Namespace) -> None:
     started = loop_time()
 
     async def readyz(_: web.Request) -> web.Response:
-        """Ready once every discovered agent has delivered an update (or after a warm-up of
-        WARMUP_S, so one dead agent cannot keep every replica out of the Service): a
-        restarted replica does not answer KEDA from a half-filled fleet view."""
-        links = [link.state for link, _ in subscriber.links.values()]
-        waiting = [s.address for s in links if s.updates == 0]
-        if not links:
-            return web.Response(text="no agents discovered yet\n", status=503)
-        if waiting and loop_time() - started < WARMUP_S:
-            return web.Response(text=f"waiting for {len(waiting)} of {len(links)} agents\n",
-                                status=503)
-        return web.Response(text=f"ok: {len(links) - len(waiting)} of {len(links)} agents "
-                                 f"reporting, {fleet.pod_count()} pods\n")
+        """Static agents: ready once every configured agent has delivered a complete
+        update (before that no answer could be OK). With the API: once the running pods
+        are listed, and every discovered agent has reported or a warm-up of WARMUP_S has
+        passed (the pod roster then names the silent ones per workload, so one dead agent
+        does not keep every replica out of the Service)."""
+        ok, line = roster.ready()
+        if ok and pod_roster is not None and loop_time() - started < WARMUP_S:
+            ok, line = agents.ready()
+        return web.Response(text=f"{'ok' if ok else 'not ready'}: {line}, "
+                                 f"{fleet.pod_count()} pods\n", status=200 if ok else 503)
 
     app = web.Application()
     app.router.add_get("/metrics", metrics)
@@ -153,6 +155,8 @@ async def serve(args: argparse.Namespace) -> None:
             tg.create_task(sweep())
             if workloads is not None:
                 tg.create_task(workloads.run())
+            if pod_roster is not None:
+                tg.create_task(pod_roster.run())
             if discovery is not None:
                 tg.create_task(discovery.run())
     except asyncio.CancelledError:

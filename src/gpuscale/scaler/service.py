@@ -26,7 +26,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection, reflection_pb2, reflection_pb2_grpc
 
-from gpuscale.common.errors import ConfigError, DataUnavailable, GpuscaleError
+from gpuscale.common.errors import ConfigError, DataUnavailable, GpuscaleError, Overloaded
 from gpuscale.common.grpc_bind import bind
 from gpuscale.proto import externalscaler_pb2 as pb
 from gpuscale.proto import externalscaler_pb2_grpc as pb_grpc
@@ -37,6 +37,7 @@ from gpuscale.scaler.profiles import Target
 from gpuscale.stream.records import PodRecord
 
 if TYPE_CHECKING:  # the Kubernetes client is imported only where the resolver is built
+    from gpuscale.scaler.roster import Roster
     from gpuscale.scaler.workloads import WorkloadResolver
 
 log = logging.getLogger(__name__)
@@ -58,11 +59,8 @@ Context = grpc.aio.ServicerContext[Any, Any]
 DemandCheck = Callable[[str], bool]
 
 
-class TooManyStreams(GpuscaleError):
+class TooManyStreams(Overloaded):
     """A peer holds its share of streams already."""
-
-    grpc_code = "RESOURCE_EXHAUSTED"
-    http_status = 429
 
 
 def check_ref(ref: pb.ScaledObjectRef) -> None:
@@ -96,8 +94,11 @@ class ScalerService(pb_grpc.ExternalScalerServicer):
     def __init__(self, fleet: FleetView, demand: DemandCheck | None = None,
                  resend_s: float = STREAM_RESEND_S,
                  workloads: WorkloadResolver | None = None,
-                 count: Count | None = None) -> None:
+                 count: Count | None = None, roster: Roster | None = None) -> None:
+        """``roster``: which pods must have reported (scaler.roster); None only where the
+        fleet view is fed in-process and complete by construction (the demo, tests)."""
         self.fleet = fleet
+        self._roster = roster
         self._answered = _Answered(count)
         self._demand = demand
         self._workloads = workloads
@@ -145,9 +146,11 @@ class ScalerService(pb_grpc.ExternalScalerServicer):
             else:
                 del self._streams[peer]
 
-    def _pods(self, ref: pb.ScaledObjectRef, cfg: TriggerConfig) -> list[PodRecord]:
-        """The workload's pods: podSelector, else the ScaledObject's scale target's
-        selector (from the watches). Raises WorkloadUnavailable."""
+    def _pods(self, ref: pb.ScaledObjectRef,
+              cfg: TriggerConfig) -> tuple[list[PodRecord], list[str]]:
+        """The workload's pods' records (podSelector, else the ScaledObject's scale
+        target's selector, from the watches) and the roster's gaps. Raises
+        WorkloadUnavailable."""
         selector = cfg.selector
         if selector is None:
             assert self._workloads is not None
@@ -155,10 +158,14 @@ class ScalerService(pb_grpc.ExternalScalerServicer):
             if isinstance(resolved, str):
                 raise WorkloadUnavailable(f"scale target: {resolved}")
             selector = resolved
-        return self.fleet.select(ref.namespace, selector)
+        records = self.fleet.select(ref.namespace, selector)
+        gaps = ([] if self._roster is None else
+                self._roster.problems(ref.namespace, selector, records))
+        return records, gaps
 
     def _value(self, ref: pb.ScaledObjectRef, cfg: TriggerConfig, target: Target) -> float:
-        return evaluate(self.fleet, self._pods(ref, cfg), target, cfg.value_mode).value
+        records, gaps = self._pods(ref, cfg)
+        return evaluate(self.fleet, records, target, cfg.value_mode, gaps).value
 
     def _active(self, ref: pb.ScaledObjectRef, cfg: TriggerConfig) -> bool:
         """Active when any target's value is strictly above its activation threshold, or
@@ -166,8 +173,8 @@ class ScalerService(pb_grpc.ExternalScalerServicer):
         only. When the pods say inactive and the demand source cannot tell (unreachable,
         stale, a reply that is not a number), the answer is UNAVAILABLE, not "inactive": a
         workload at zero replicas has no pods to show its load. Raises DataUnavailable."""
-        pods = self._pods(ref, cfg)
-        if any(evaluate(self.fleet, pods, t, cfg.value_mode).value > t.activation
+        records, gaps = self._pods(ref, cfg)
+        if any(evaluate(self.fleet, records, t, cfg.value_mode, gaps).value > t.activation
                for t in cfg.targets):
             return True
         if cfg.demand_source and self._demand is not None:

@@ -1,4 +1,8 @@
-"""Agent discovery through the EndpointSlices of the agents' headless Service (watched)."""
+"""Agent discovery through the EndpointSlices of the agents' headless Service (watched).
+
+Each endpoint gives an address to dial and the node it runs on (``nodeName``, set by the
+EndpointSlice controller from the pod's scheduling, not by the agent): the subscriber
+places the agent's pods on that node, whatever name the agent claims."""
 
 from __future__ import annotations
 
@@ -9,9 +13,11 @@ from gpuscale.kube.api import Collection, KubeApi
 from gpuscale.kube.listwatch import BACKOFF_S
 
 
-def addresses(slices: Iterable[dict[str, Any]], port_name: str, default_port: int) -> set[str]:
-    """``ip:port`` of every endpoint that is not known to be unready."""
-    out = set()
+def addresses(slices: Iterable[dict[str, Any]], port_name: str,
+              default_port: int) -> dict[str, str]:
+    """``ip:port`` -> node name ("" when the endpoint has none) of every endpoint that is
+    not known to be unready."""
+    out: dict[str, str] = {}
     for s in slices:
         port = next((p.get("port") for p in s.get("ports") or []
                      if p.get("name") == port_name and p.get("port")), default_port)
@@ -20,13 +26,13 @@ def addresses(slices: Iterable[dict[str, Any]], port_name: str, default_port: in
             if (ep.get("conditions") or {}).get("ready") is False:
                 continue
             for ip in (ep.get("addresses") or [])[:1]:
-                out.add(f"[{ip}]:{port}" if v6 else f"{ip}:{port}")
+                out[f"[{ip}]:{port}" if v6 else f"{ip}:{port}"] = str(ep.get("nodeName") or "")
     return out
 
 
 class EndpointSliceDiscovery:
     def __init__(self, api: KubeApi, namespace: str, service: str,
-                 on_change: Callable[[set[str]], None], port_name: str = "telemetry",
+                 on_change: Callable[[dict[str, str]], None], port_name: str = "telemetry",
                  default_port: int = 9401, backoff_s: tuple[float, ...] = BACKOFF_S) -> None:
         self._on_change = on_change
         self._port_name = port_name

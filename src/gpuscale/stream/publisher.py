@@ -57,13 +57,16 @@ class TelemetryPublisher(pb_grpc.AgentTelemetryServicer):
     def subscribers(self) -> int:
         return len(self._boxes)
 
-    def publish(self, records: list[PodRecord] | None) -> None:
-        """Called once per tick (None: attribution unavailable this tick)."""
+    def publish(self, records: list[PodRecord] | str, node: str = "") -> None:
+        """Called once per tick with the node's pods, or why there are none to trust this
+        tick (a reason string). ``node``: the node the readings are from (the backend's;
+        default: the name this publisher was given). A subscriber that connects later gets
+        this latest update - an incomplete one too, never an older complete one that would
+        look fresh on arrival."""
         self._seq += 1
-        update = encode(self.node, self.agent_id, self._seq, time.time(), self.interval,
-                        records)
-        if records is not None or self._latest is None:
-            self._latest = update
+        update = encode(node or self.node, self.agent_id, self._seq, time.time(),
+                        self.interval, records)
+        self._latest = update
         for box in self._boxes:
             box.put(update)
 

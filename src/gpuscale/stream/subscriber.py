@@ -8,6 +8,14 @@ an inactivity timeout; meanwhile its pods' data ages past the staleness bound an
 workloads answer UNAVAILABLE, never a smaller sum. A node whose agent has left discovery
 is forgotten only after ``forget_after`` seconds (its pods have gone too, or they will
 show up with their new node).
+
+Identity: a stream is keyed in the sink by the address it was dialled at, and its pods are
+placed on the node that discovery says the endpoint runs on (the EndpointSlice endpoint's
+``nodeName``), not the node the agent claims; with static addresses (no discovery) the
+claim is all there is. ``conflicts`` names every node that two current links stand for:
+the scaler answers UNAVAILABLE for workloads there rather than merge two agents' pods.
+An agent counts as reported once it has delivered one complete update (attribution
+known); until then ``waiting`` says why not.
 """
 
 from __future__ import annotations
@@ -16,7 +24,7 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 import grpc
@@ -40,14 +48,32 @@ Credentials = Callable[[], grpc.ChannelCredentials | None]  # None: plaintext
 @dataclass
 class LinkState:
     address: str
+    expected_node: str = ""  # from discovery (EndpointSlice nodeName); "" when unknown
     connected: bool = False
-    node: str = ""
+    node: str = ""  # what the agent claims
     agent_id: str = ""
     seq: int = 0
     last_update: float | None = None  # monotonic receipt time
     error: str = ""
     reconnects: int = 0
     updates: int = 0
+    reported: bool = False  # delivered a complete update at least once
+    incomplete: str = ""  # why the last update carried no pods ("" when it did)
+
+    @property
+    def identity(self) -> str:
+        """The node this link stands for: discovery's word, else the agent's claim."""
+        return self.expected_node or self.node
+
+    def waiting(self) -> str:
+        """Why this agent has not reported yet ("" once it has)."""
+        if self.reported:
+            return ""
+        if self.incomplete:
+            return f"its attribution is not complete: {self.incomplete}"
+        if self.error:
+            return f"not connected: {self.error}"
+        return "not connected yet"
 
 
 class AgentLink:
@@ -56,8 +82,9 @@ class AgentLink:
                  backoff_s: tuple[float, ...] = BACKOFF_S,
                  monotonic: Callable[[], float] = time.monotonic,
                  server_name: str = DEFAULT_SERVER_NAME,
-                 on_delay: Callable[[float], None] | None = None) -> None:
-        self.state = LinkState(address)
+                 on_delay: Callable[[float], None] | None = None,
+                 expected_node: str = "") -> None:
+        self.state = LinkState(address, expected_node)
         self._server_name = server_name
         self._on_delay = on_delay  # seconds from the agent's sample to the update's arrival
         self._sink = sink
@@ -126,13 +153,21 @@ class AgentLink:
             return  # a repeat of what we have
         if s.error:
             log.info("agent %s (%s): receiving again", s.address, msg.node)
+        if s.expected_node and msg.node not in (s.expected_node, s.node):
+            log.warning("agent %s says it is node %r, but its endpoint runs on node %r; "
+                        "its pods are placed on %r", s.address, msg.node[:64],
+                        s.expected_node, s.expected_node)
         s.seq, s.node, s.last_update, s.error, s.connected = msg.seq, msg.node, now, "", True
         s.updates += 1
         if self._on_delay is not None:
             self._on_delay(max(0.0, time.time() - msg.sampled_at))
         if msg.attribution_ok:
             bound = max(3.0 * msg.interval, MIN_STALE_S)
-            self._sink.update_node(msg.node, decode(msg, now, bound))
+            records = decode(msg, now, bound, node=s.identity)
+            s.reported, s.incomplete = True, ""
+            self._sink.update_node(s.address, records)
+        else:
+            s.incomplete = msg.attribution_detail[:200] or "attribution unavailable"
 
 
 class AgentSubscriber:
@@ -153,34 +188,45 @@ class AgentSubscriber:
         self._backoff_s = backoff_s
         self._monotonic = monotonic
         self.links: dict[str, tuple[AgentLink, asyncio.Task[None]]] = {}
-        self._departed: dict[str, float] = {}  # node -> when its agent left discovery
+        self._departed: dict[str, float] = {}  # address -> when its agent left discovery
 
-    def set_addresses(self, addresses: Iterable[str]) -> None:
-        """Reconcile links with the discovered agent addresses."""
-        wanted = set(addresses)
+    def set_addresses(self, addresses: Iterable[str] | Mapping[str, str]) -> None:
+        """Reconcile links with the agent addresses: a mapping address -> the node its
+        endpoint runs on (discovery), or plain addresses (static: no node known)."""
+        wanted = dict(addresses) if isinstance(addresses, Mapping) else dict.fromkeys(
+            addresses, "")
         for addr in list(self.links):
-            if addr not in wanted:
-                link, task = self.links.pop(addr)
+            link = self.links[addr][0]
+            if addr not in wanted or wanted[addr] != link.state.expected_node:
+                _, task = self.links.pop(addr)
                 task.cancel()
-                if link.state.node:
-                    self._departed[link.state.node] = self._monotonic()
+                self._departed[addr] = self._monotonic()
                 log.info("agent %s left discovery", addr)
-        for addr in wanted - self.links.keys():
+        for addr in wanted.keys() - self.links.keys():
             link = AgentLink(addr, self.sink, self._name, self._credentials,
                              self._backoff_s, self._monotonic, self._server_name,
-                             self._on_delay)
+                             self._on_delay, expected_node=wanted[addr])
+            self._departed.pop(addr, None)
             self.links[addr] = (link, asyncio.create_task(link.run(), name=f"agent {addr}"))
 
+    def states(self) -> list[LinkState]:
+        return [link.state for link, _ in self.links.values()]
+
+    def conflicts(self) -> dict[str, list[str]]:
+        """Node -> the addresses of two or more current links that stand for it."""
+        by_node: dict[str, list[str]] = {}
+        for s in self.states():
+            if s.identity:
+                by_node.setdefault(s.identity, []).append(s.address)
+        return {n: sorted(a) for n, a in by_node.items() if len(a) > 1}
+
     def sweep(self) -> None:
-        """Forget nodes whose agent left discovery long ago and no link reports."""
-        live = {link.state.node for link, _ in self.links.values()}
+        """Forget what agents that left discovery long ago reported."""
         now = self._monotonic()
-        for node, since in list(self._departed.items()):
-            if node in live:
-                del self._departed[node]
-            elif now - since > self._forget_after:
-                self.sink.remove_node(node)
-                del self._departed[node]
+        for addr, since in list(self._departed.items()):
+            if now - since > self._forget_after:
+                self.sink.remove_node(addr)
+                del self._departed[addr]
 
     async def close(self) -> None:
         tasks = [t for _, t in self.links.values()]

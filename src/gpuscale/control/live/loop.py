@@ -60,6 +60,7 @@ from gpuscale.control.simulate import Slo, needed_replicas
 from gpuscale.proto import externalscaler_pb2 as pb
 from gpuscale.proto import externalscaler_pb2_grpc as pb_grpc
 from gpuscale.scaler.fleet import FleetView
+from gpuscale.scaler.roster import AgentRoster
 from gpuscale.scaler.service import ScalerServer, ScalerService
 from gpuscale.stream.subscriber import AgentSubscriber
 
@@ -162,7 +163,8 @@ async def run_live(cfg: LiveConfig, tty: bool | None = None,
               for b, s in zip(world.backends, world.sources, strict=True)]
     fleet = FleetView(stale_after=max(3.0 * interval, 2.0))
     subscriber = AgentSubscriber(fleet, name="demo")
-    server = ScalerServer(ScalerService(fleet), host=cfg.host, port=cfg.port)
+    server = ScalerServer(ScalerService(fleet, roster=AgentRoster(subscriber)), host=cfg.host,
+                          port=cfg.port)
     address = f"{'localhost' if cfg.host in ('0.0.0.0', '::', '[::]') else cfg.host}:" \
               f"{cfg.port}"
     status = Status()

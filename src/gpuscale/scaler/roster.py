@@ -1,0 +1,177 @@
+"""Which pods must have reported before the scaler may answer OK: the scaler knows which
+pods exist, so a pod that is silent is missing, never zero.
+
+The fleet view holds what agents said; it cannot see a pod whose agent never spoke - an
+agent still starting, one that was never reached, a node forgotten while its pods run.
+A roster names those gaps for one workload, and the service answers UNAVAILABLE while any
+is open:
+
+- ``AgentRoster`` (static agent addresses, no Kubernetes API): every configured agent must
+  have delivered one complete update; until then no workload can be answered, since any
+  of them may have pods there. Two agents standing for one node are a gap too.
+- ``PodRoster`` (with the API): a watch of the running pods, as the HPA controller keeps
+  one. Every Ready pod of the workload that holds GPUs (a container limit or request of an
+  ``nvidia.com/`` resource) must have a record; the gap names the pod, its node and what
+  that node's agent is doing. Pods that are not Ready and have no record are starting
+  and carry no load, as in ``evaluate``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from gpuscale.scaler.selector import Selector
+from gpuscale.stream.records import PodRecord
+from gpuscale.stream.subscriber import AgentSubscriber, LinkState
+
+if TYPE_CHECKING:  # the Kubernetes client is imported only where the pod watch is built
+    from gpuscale.kube.api import KubeApi
+
+GPU_RESOURCE_PREFIX = "nvidia.com/"
+MAX_RUNNING_PODS = 200_000
+_CACHE_ENTRIES = 10_000
+
+
+class Roster(Protocol):
+    def problems(self, namespace: str, selector: Selector,
+                 records: Sequence[PodRecord]) -> list[str]:
+        """Why the workload's records may not be all of its pods ([] when they are)."""
+        ...
+
+    def ready(self) -> tuple[bool, str]:
+        """Whether answers can be given at all yet, and a line for /readyz."""
+        ...
+
+
+class AgentRoster:
+    """Static addresses: every configured agent must have reported; no node twice."""
+
+    def __init__(self, subscriber: AgentSubscriber) -> None:
+        self._sub = subscriber
+
+    def problems(self, namespace: str, selector: Selector,
+                 records: Sequence[PodRecord]) -> list[str]:
+        out = [f"agent {s.address} has not reported ({s.waiting()}): its node's pods are "
+               f"unknown" for s in self._sub.states() if not s.reported]
+        return out + self.conflicts({r.node for r in records})
+
+    def conflicts(self, nodes: set[str]) -> list[str]:
+        """A gap for each of ``nodes`` that two current links stand for."""
+        claimed = self._sub.conflicts()
+        return [f"node {n} is claimed by agents {' and '.join(claimed[n])}: their pods "
+                f"cannot be told apart" for n in sorted(nodes & claimed.keys())]
+
+    def node_state(self, node: str) -> str:
+        """What the agent(s) standing for ``node`` are doing, for a gap's reason."""
+        links = [s for s in self._sub.states() if s.identity == node]
+        if not links:
+            return f"no agent reports for node {node}"
+        return "; ".join(f"agent {s.address}: {_doing(s)}" for s in links)
+
+    def ready(self) -> tuple[bool, str]:
+        states = self._sub.states()
+        waiting = [s.address for s in states if not s.reported]
+        if not states:
+            return False, "no agents configured or discovered yet"
+        if waiting:
+            return False, (f"waiting for {len(waiting)} of {len(states)} agents: "
+                           f"{', '.join(sorted(waiting)[:5])}")
+        return True, f"{len(states)} agents reporting"
+
+
+def _doing(s: LinkState) -> str:
+    if not s.reported:
+        return f"has not reported ({s.waiting()})"
+    if not s.connected:
+        return f"disconnected ({s.error or 'reconnecting'})"
+    return "connected, but this pod is not in its updates"
+
+
+@dataclass(frozen=True, slots=True)
+class RunningPod:
+    """What the roster keeps of a running pod (not its whole JSON)."""
+
+    namespace: str
+    name: str
+    node: str
+    labels: Mapping[str, str]
+    ready: bool
+    gpus: bool  # holds a GPU resource
+
+
+def running_pod(raw: dict[str, Any]) -> RunningPod:
+    """The fields the roster reads, from a pod as the API returns it (JSON)."""
+    meta, spec, status = (raw.get("metadata") or {}, raw.get("spec") or {},
+                          raw.get("status") or {})
+    gpus = False
+    for c in spec.get("containers") or []:
+        resources = (c or {}).get("resources") or {}
+        names = [*(resources.get("limits") or {}), *(resources.get("requests") or {})]
+        gpus = gpus or any(str(n).startswith(GPU_RESOURCE_PREFIX) for n in names)
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True"
+                for c in status.get("conditions") or [] if isinstance(c, dict))
+    labels = meta.get("labels") or {}
+    return RunningPod(str(meta.get("namespace", "")), str(meta.get("name", "")),
+                      str(spec.get("nodeName") or ""),
+                      {str(k): str(v) for k, v in labels.items()}, ready, gpus)
+
+
+class PodRoster:
+    """With the API: Ready running GPU pods of the workload must all have records."""
+
+    def __init__(self, api: KubeApi, agents: AgentRoster,
+                 backoff_s: tuple[float, ...] | None = None) -> None:
+        from gpuscale.kube.api import Collection
+        from gpuscale.kube.listwatch import BACKOFF_S
+
+        self._agents = agents
+        self._by_ns: dict[str, list[RunningPod]] = {}
+        self._version = 0
+        self._cache: dict[tuple[str, str], tuple[int, tuple[RunningPod, ...]]] = {}
+        self.watch = api.list_watch(
+            Collection("v1", "pods", field_selector="status.phase=Running"),
+            "running pod watch", on_change=self._index, backoff_s=backoff_s or BACKOFF_S,
+            max_items=MAX_RUNNING_PODS, keep=running_pod)
+
+    async def run(self) -> None:
+        await self.watch.run()
+
+    async def _index(self) -> None:
+        by_ns: dict[str, list[RunningPod]] = {}
+        for p in self.watch.items.values():
+            if p.gpus:
+                by_ns.setdefault(p.namespace, []).append(p)
+        self._by_ns = by_ns
+        self._version += 1
+
+    def expected(self, namespace: str, selector: Selector) -> tuple[RunningPod, ...]:
+        """The workload's Ready running GPU pods (cached until the pods change)."""
+        key = (namespace, selector.text)
+        hit = self._cache.get(key)
+        if hit is None or hit[0] != self._version:
+            if len(self._cache) > _CACHE_ENTRIES:
+                self._cache.clear()
+            pods = tuple(p for p in self._by_ns.get(namespace, ())
+                         if p.ready and selector.matches(p.labels))
+            hit = self._cache[key] = (self._version, pods)
+        return hit[1]
+
+    def problems(self, namespace: str, selector: Selector,
+                 records: Sequence[PodRecord]) -> list[str]:
+        if self.watch.synced_at is None:
+            return [f"the running pods are not listed yet ({self.watch.state()[1]})"]
+        have = {r.name for r in records}
+        out = [f"{namespace}/{p.name} on {p.node or 'no node'} (running and Ready, no data: "
+               f"{self._agents.node_state(p.node)})"
+               for p in self.expected(namespace, selector) if p.name not in have]
+        return out + self._agents.conflicts(
+            {r.node for r in records} | {p.node for p in self.expected(namespace, selector)})
+
+    def ready(self) -> tuple[bool, str]:
+        if self.watch.synced_at is None:
+            return False, f"running pods not listed yet ({self.watch.state()[1]})"
+        _, agents = self._agents.ready()
+        pods = sum(len(v) for v in self._by_ns.values())
+        return True, f"{pods} running GPU pods known; {agents}"

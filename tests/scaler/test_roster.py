@@ -1,0 +1,131 @@
+"""The scaler knows which agents and pods must have reported before it answers OK: real
+agents over real gRPC streams, the subscriber, the roster and the ExternalScaler."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+import pytest
+
+from gpuscale.proto import externalscaler_pb2 as pb
+from gpuscale.proto import externalscaler_pb2_grpc as pb_grpc
+from gpuscale.scaler.fleet import FleetView
+from gpuscale.scaler.roster import AgentRoster
+from gpuscale.scaler.selector import parse_selector
+from gpuscale.scaler.service import ScalerServer, ScalerService
+from gpuscale.stream.subscriber import AgentSubscriber
+from gpuscale.telemetry.scenario import NodeSpec, parse_scenario
+from tests.conftest import free_port, running_agents, until
+
+
+def node(name: str, pod: str, load: float) -> NodeSpec:
+    return parse_scenario({"nodes": [{"name": name, "gpus": [{"model": "L4"}], "processes": [
+        {"gpu": 0, "memory_mib": 100, "load": {"constant": load},
+         "pod": {"namespace": "llm", "name": pod, "container": "c"}}]}]}).nodes[0]
+
+
+def ref(app: str) -> pb.ScaledObjectRef:
+    return pb.ScaledObjectRef(name=app, namespace="llm",
+                              scalerMetadata={"podSelector": f"app={app}"})
+
+
+def metrics(app: str) -> pb.GetMetricsRequest:
+    return pb.GetMetricsRequest(scaledObjectRef=ref(app),
+                                metricName="s0-gpuscale-gpu-utilization")
+
+
+async def value(stub: pb_grpc.ExternalScalerStub, app: str) -> float | str:
+    """GetMetrics' value, or the failed status as 'CODE: details'."""
+    try:
+        return float((await stub.GetMetrics(metrics(app))).metricValues[0].metricValueFloat)
+    except grpc.aio.AioRpcError as exc:
+        return f"{exc.code().name}: {exc.details()}"
+
+
+@pytest.fixture
+async def scaler() -> AsyncIterator[tuple[AgentSubscriber, AgentRoster, Any]]:
+    fleet = FleetView()
+    sub = AgentSubscriber(fleet, "test", backoff_s=(0.05,))
+    roster = AgentRoster(sub)
+    server = ScalerServer(ScalerService(fleet, roster=roster), host="127.0.0.1", port=0)
+    await server.start()
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{server.port}")
+    yield sub, roster, pb_grpc.ExternalScalerStub(channel)
+    await channel.close()
+    await server.stop(0.2)
+    await sub.close()
+
+
+async def test_a_configured_agent_that_never_reported_holds_every_answer(
+        scaler: tuple[AgentSubscriber, AgentRoster, Any]) -> None:
+    """Static addresses: a workload that lives only on the silent agent's node would read
+    0 (and IsActive false) from a partial fleet view; it is UNAVAILABLE instead, and so is
+    every other workload, since any of them may have pods there."""
+    sub, roster, stub = scaler
+    late_port = free_port()
+    async with running_agents([node("n-a", "a-0", 40.0)]) as (a,):
+        sub.set_addresses([f"127.0.0.1:{a.stream_port}", f"127.0.0.1:{late_port}"])
+        await until(lambda: roster.ready()[1].startswith("waiting for 1 of 2"),
+                    what="the first agent reported")
+        got = await value(stub, "a")
+        assert isinstance(got, str)
+        assert got.startswith("UNAVAILABLE: llm/a: not every pod of the workload has "
+                              f"reported: agent 127.0.0.1:{late_port} has not reported (not "
+                              f"connected")
+        assert "its node's pods are unknown" in got
+        code, _ = await _code(stub.IsActive(ref("b")))
+        assert code is grpc.StatusCode.UNAVAILABLE
+        ready, line = roster.ready()
+        assert not ready
+        assert f"waiting for 1 of 2 agents: 127.0.0.1:{late_port}" == line
+        async with running_agents([node("n-b", "b-0", 30.0)], stream_ports=[late_port]):
+            assert await until(lambda: _equals(value(stub, "b"), 30.0), what="b's value")
+            assert await value(stub, "a") == 40.0
+            assert (await stub.IsActive(ref("b"))).result is True
+            assert roster.ready() == (True, "2 agents reporting")
+
+
+async def test_two_agents_claiming_one_node_are_not_merged(
+        scaler: tuple[AgentSubscriber, AgentRoster, Any]) -> None:
+    """Two simulated agents on one host both call themselves 'dup': their pods used to be
+    merged under one node, each update replacing the other's."""
+    sub, _, stub = scaler
+    async with running_agents([node("dup", "a-0", 40.0), node("dup", "a-1", 30.0)]) as ags:
+        addrs = sorted(f"127.0.0.1:{a.stream_port}" for a in ags)
+        sub.set_addresses(addrs)
+        claimed = f"node dup is claimed by agents {addrs[0]} and {addrs[1]}"
+        await until(lambda: _says(value(stub, "a"), claimed), what="the claim named")
+        # Discovery knows better: the endpoints run on two nodes, whatever the agents say.
+        sub.set_addresses({f"127.0.0.1:{ags[0].stream_port}": "gpu-1",
+                           f"127.0.0.1:{ags[1].stream_port}": "gpu-2"})
+        assert await until(lambda: _equals(value(stub, "a"), 70.0), what="both pods summed")
+        placed = {r.name: r.node for r in fleet_of(sub).select("llm", parse_selector("app=a"))}
+        assert placed == {"a-0": "gpu-1", "a-1": "gpu-2"}
+        # Two endpoints on one node (two agents there): UNAVAILABLE, naming both.
+        sub.set_addresses(dict.fromkeys(addrs, "gpu-1"))
+        claimed = f"node gpu-1 is claimed by agents {addrs[0]} and {addrs[1]}"
+        await until(lambda: _says(value(stub, "a"), claimed), what="both endpoints named")
+
+
+def fleet_of(sub: AgentSubscriber) -> FleetView:
+    assert isinstance(sub.sink, FleetView)
+    return sub.sink
+
+
+async def _code(call: Any) -> tuple[grpc.StatusCode, str]:
+    try:
+        await call
+    except grpc.aio.AioRpcError as exc:
+        return exc.code(), exc.details() or ""
+    return grpc.StatusCode.OK, ""
+
+
+async def _says(got: Any, text: str) -> bool:
+    answer = await got
+    return isinstance(answer, str) and answer.startswith("UNAVAILABLE") and text in answer
+
+
+async def _equals(got: Any, want: float) -> bool:
+    return bool(await got == want)
