@@ -1,5 +1,6 @@
 """The agent's root: one task group owns the sampler, attribution sources, the engine
-scraper, the HTTP server and the telemetry stream.
+scraper (which owns one task per GPU pod it scrapes, and follows the sampler's latest
+attribution for which pods those are), the HTTP server and the telemetry stream.
 
 Start order: backend, registry, sampler, HTTP server, stream server; the HTTP server
 listens at once (/healthz answers, /readyz says "no sample yet"). SIGTERM or SIGINT cancel
@@ -27,7 +28,7 @@ from gpuscale.attribution.model import AttributionState, NodeAttribution
 from gpuscale.attribution.sources import AttributionSources, attribute_tick
 from gpuscale.common.grpc_bind import bind
 from gpuscale.common.shutdown import cancel_on_signals
-from gpuscale.engines.scrape import EngineScraper
+from gpuscale.engines.scrape import MAX_BODY_BYTES, EngineScraper
 from gpuscale.proto import telemetry_pb2_grpc as pb_grpc
 from gpuscale.stream.publisher import TelemetryPublisher
 from gpuscale.stream.records import NodeSink, PodRecord
@@ -51,6 +52,7 @@ class AgentConfig:
     hostname: str = ""
     stream_port: int | None = None  # telemetry stream for scalers; None: not served
     stream_tls: TlsFiles | None = None  # mTLS for the stream; None: plaintext
+    engine_max_body: int = MAX_BODY_BYTES  # largest engine /metrics body read, in bytes
 
 
 class Agent:
@@ -69,7 +71,9 @@ class Agent:
                 return await attribute_tick(sources, snap)
         self.sampler = Sampler(backend, config.interval, self.registry,
                                attributor=attributor)
-        self.engines = (EngineScraper(sources.pod_infos, config.interval)
+        # Engines are scraped only for the pods the attribution says hold GPUs here.
+        self.engines = (EngineScraper(sources.pod_infos, lambda: self.sampler.attribution,
+                                      config.interval, max_body=config.engine_max_body)
                         if sources is not None else None)
         # In Kubernetes the downward API sets NODE_NAME; dcgm-exporter labels by node too.
         hostname = config.hostname or os.environ.get("NODE_NAME") or socket.gethostname()

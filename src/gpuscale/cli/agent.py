@@ -11,6 +11,12 @@ from gpuscale.agent.app import DEFAULT_METRICS_PORT, DEFAULT_STREAM_PORT
 from gpuscale.cli.backend import add_backend_args, make_backend, make_sources
 from gpuscale.cli.common import fail, tls_files
 from gpuscale.common.errors import ConfigError
+from gpuscale.engines.scrape import MAX_BODY_BYTES
+
+# Engine bodies: below 4 KiB not even a small vLLM answer fits; above 64 MiB a few pods
+# would exceed the agent's memory limit.
+MIN_ENGINE_BODY = 4096
+MAX_ENGINE_BODY = 64 * 1024 * 1024
 
 
 def add_parser(sub: Any) -> None:
@@ -33,6 +39,11 @@ def add_parser(sub: Any) -> None:
     agent.add_argument("--hostname", default="",
                        help="Hostname label on dcgm series (default: $NODE_NAME, else this "
                             "host's name)")
+    agent.add_argument("--engine-max-body-bytes", type=int, default=MAX_BODY_BYTES,
+                       metavar="BYTES",
+                       help="largest engine /metrics body the agent reads; a larger one "
+                            "makes that pod's engine signals UNAVAILABLE "
+                            f"({MIN_ENGINE_BODY}-{MAX_ENGINE_BODY}; default {MAX_BODY_BYTES})")
     agent.set_defaults(run=run)
 
 
@@ -43,6 +54,9 @@ def run(args: argparse.Namespace) -> int:
         tls = tls_files(args.stream_tls_cert, args.stream_tls_key, args.stream_tls_ca)
     except ValueError as exc:
         return fail(str(exc))
+    if not MIN_ENGINE_BODY <= args.engine_max_body_bytes <= MAX_ENGINE_BODY:
+        return fail(f"--engine-max-body-bytes must be between {MIN_ENGINE_BODY} and "
+                    f"{MAX_ENGINE_BODY}, got {args.engine_max_body_bytes}")
     if args.stream_port >= 0 and tls is None and not args.stream_insecure:
         return fail("the telemetry stream needs --stream-tls-cert, --stream-tls-key and "
                     "--stream-tls-ca (mutual TLS), or --stream-insecure, or --stream-port -1")
@@ -64,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
         sources = await make_sources(args, backend)
         agent = Agent(backend, AgentConfig(args.host, args.port, args.interval, args.hostname,
                                            None if args.stream_port < 0 else args.stream_port,
-                                           tls), sources)
+                                           tls, args.engine_max_body_bytes), sources)
         await run_until_signalled(agent, listening)
 
     try:

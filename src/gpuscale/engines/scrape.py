@@ -1,30 +1,51 @@
-"""The agent's engine scraper: /metrics of pods on this node that opt in by annotation.
+"""The agent's engine scraper: /metrics of the pods that hold GPUs on this node and opt in.
 
 A pod opts in with ``gpuscale.io/engine: vllm|triton|tgi``, and may set
 ``gpuscale.io/metrics-port`` (default 8000 for vLLM and Triton's 8002, 80 for TGI) and
 ``gpuscale.io/metrics-path`` (default ``/metrics``). The agent fetches
 ``http://<pod IP>:<port><path>`` - the pod IP from the API, an IP literal, never a name -
-only for pods on its own node. Each scrape has a timeout and a body limit; a pod whose
-scrape fails has its engine signals UNAVAILABLE (logged once per pod and reason) until the
-next success. Nothing here is driven by ScaledObject metadata.
+only for pods that hold GPUs on its own node (the latest attribution's pods): an annotated
+pod without GPUs is never fetched (logged once), so bodies in memory are bounded by the
+node's GPU pods, not by whoever annotates a pod. A GPU pod whose annotations cannot be used
+(an unknown engine, a bad port or path, no IP yet) is not fetched either; its reading says
+why. While attribution is unavailable the last known GPU pods keep being scraped; before
+the first attribution, none are.
+
+Each pod has its own task and cadence: its reading lands when its own scrape ends, so a
+slow engine never holds back another pod's update. One scrape - connect, headers and
+body - must finish within ``timeout`` (a body that drips a byte at a time is cut), a body
+over ``max_body`` bytes is refused as soon as it is seen, and at most ``MAX_CONCURRENT``
+scrapes are in flight (memory: that many bodies at most; more stalled pods than that would
+make the others wait for a slot). Bodies are parsed in one worker thread, one at a time,
+so a large body does not stall the event loop. A failed scrape makes all of the pod's
+engine signals UNAVAILABLE, and a scrape with unusable values (engines.signals) those
+signals, until the next success; ``EngineReading.error`` says why in words a person can
+act on, and the log says it once per pod and reason. Pods that leave (the node, or the
+attribution) are dropped at once and their tasks stopped. Nothing here is driven by
+ScaledObject metadata.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import errno
 import ipaddress
 import logging
+import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import aiohttp
 
-from gpuscale.attribution.model import PodInfo
+from gpuscale.attribution.model import AttributionState, NodeAttribution, PodInfo
 from gpuscale.common.bounded import BodyTooLarge, read_bounded
 from gpuscale.engines.signals import (
     ENGINES,
     EngineParseError,
+    EngineSignals,
     TritonWindow,
     engine_signals,
     unavailable,
@@ -37,9 +58,12 @@ ANNOTATION = "gpuscale.io/engine"
 PORT_ANNOTATION = "gpuscale.io/metrics-port"
 PATH_ANNOTATION = "gpuscale.io/metrics-path"
 DEFAULT_PORTS = {"vllm": 8000, "triton": 8002, "tgi": 80}
-MAX_BODY_BYTES = 8 * 1024 * 1024
+MAX_BODY_BYTES = 1024 * 1024  # a real vLLM /metrics is 50-200 KiB
 TIMEOUT_S = 2.0
 MAX_CONCURRENT = 16
+
+PodKey = tuple[str, str]  # (namespace, pod)
+_DIGITS = re.compile(r"\d+")
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,8 +76,12 @@ class Target:
 
 @dataclass(frozen=True, slots=True)
 class EngineReading:
+    """One pod's latest scrape. ``error`` is empty when every signal is a number or
+    NO_DATA; otherwise it says why the UNAVAILABLE ones are (the scrape failed, or which
+    metric had which unusable value)."""
+
     signals: Mapping[str, Reading]
-    scraped_at: float  # monotonic time of the scrape that produced these numbers
+    scraped_at: float  # monotonic time the scrape ended
     error: str = ""
 
 
@@ -83,89 +111,219 @@ def target_for(pod: PodInfo) -> Target | str | None:
     return Target(pod.namespace, pod.name, engine, f"http://{host}:{port}{path}")
 
 
-class EngineScraper:
-    """Scrapes every opted-in pod on its own cadence; ``readings()`` never blocks."""
+def describe(exc: aiohttp.ClientError) -> str:
+    """A failed request in words (not a class name) for the pod's reading."""
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        os_error = exc.os_error
+        if os_error.errno == errno.ECONNREFUSED:
+            return "connection refused"
+        return f"cannot connect: {os_error.strerror or os_error}"[:160]
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return "the engine closed the connection before a complete answer"
+    if isinstance(exc, aiohttp.ClientPayloadError):
+        return f"body cut short: {exc}"[:160]
+    if isinstance(exc, aiohttp.ClientResponseError):
+        return f"not an HTTP answer: {exc.message}"[:160]
+    return f"{type(exc).__name__}: {exc}"[:160]
 
-    def __init__(self, pods: Callable[[], Mapping[tuple[str, str], PodInfo] | Absent],
+
+class EngineScraper:
+    """Scrapes the opted-in GPU pods of this node, each on its own cadence;
+    ``readings()`` never blocks.
+
+    ``pods``: this node's pods (the pod cache). ``attribution``: the latest attribution
+    (None before the first); its ``pods`` are the ones holding GPUs."""
+
+    def __init__(self, pods: Callable[[], Mapping[PodKey, PodInfo] | Absent],
+                 attribution: Callable[[], NodeAttribution | None],
                  interval: float = 1.0, timeout: float = TIMEOUT_S,
                  max_body: int = MAX_BODY_BYTES,
                  monotonic: Callable[[], float] = time.monotonic) -> None:
+        if max_body < 1:
+            raise ValueError(f"engine body limit must be positive, got {max_body}")
         self._pods = pods
+        self._attribution = attribution
         self._interval = interval
         self._timeout = timeout
         self._max_body = max_body
         self._monotonic = monotonic
-        self._readings: dict[tuple[str, str], EngineReading] = {}
-        self._triton: dict[tuple[str, str], TritonWindow] = {}
-        self._logged: dict[tuple[str, str], str] = {}
+        self._readings: dict[PodKey, EngineReading] = {}
+        self._targets: dict[PodKey, Target] = {}
+        self._tasks: dict[PodKey, asyncio.Task[None]] = {}
+        self._starting: set[PodKey] = set()  # not Ready: failures are expected, not warned
+        self._gpu_pods: frozenset[PodKey] | None = None  # None: not known yet
+        self._skipped: dict[PodKey, str] = {}  # annotated pods not scraped: reason logged
+        self._triton: dict[PodKey, TritonWindow] = {}
+        self._logged: dict[PodKey, str] = {}
         self._limit = asyncio.Semaphore(MAX_CONCURRENT)
-        self._client_timeout = aiohttp.ClientTimeout(total=timeout, sock_connect=timeout)
+        self._parser = ThreadPoolExecutor(max_workers=1, thread_name_prefix="engine-parse")
 
-    def readings(self) -> dict[tuple[str, str], EngineReading]:
-        return self._readings
+    def readings(self) -> dict[PodKey, EngineReading]:
+        """The latest reading of each scraped pod (a copy); pods not scraped yet have
+        none."""
+        return dict(self._readings)
+
+    def targets(self) -> dict[PodKey, Target]:
+        """The pods being scraped now."""
+        return dict(self._targets)
 
     async def run(self) -> None:
+        """Follow the node's GPU pods until cancelled: a task per pod, stopped with it."""
+        try:
+            async with self.session() as http, asyncio.TaskGroup() as tg:
+                def start(key: PodKey, t: Target) -> asyncio.Task[None]:
+                    return tg.create_task(self._follow(http, key, t),
+                                          name=f"engine-scrape {key[0]}/{key[1]}")
+
+                while True:
+                    try:
+                        self.reconcile(start)
+                    except Exception:  # a bug: the running pods keep their tasks
+                        log.exception("engine scraper: cannot follow the node's pods")
+                    await asyncio.sleep(self._interval)
+        finally:
+            self._tasks.clear()
+            self._parser.shutdown(wait=False, cancel_futures=True)
+
+    @contextlib.asynccontextmanager
+    async def session(self) -> AsyncIterator[aiohttp.ClientSession]:
+        """The HTTP client the scrapes share: no proxies from the environment, no DNS."""
         connector = aiohttp.TCPConnector(limit=MAX_CONCURRENT, use_dns_cache=False)
         async with aiohttp.ClientSession(connector=connector, trust_env=False) as http:
-            while True:
-                started = self._monotonic()
-                await self.scrape_once(http)
-                await asyncio.sleep(max(0.0, self._interval - (self._monotonic() - started)))
+            yield http
 
-    async def scrape_once(self, http: aiohttp.ClientSession) -> None:
+    def reconcile(self, start: Callable[[PodKey, Target], asyncio.Task[None]]) -> None:
+        """Bring the per-pod tasks in line with the pods that hold GPUs here and opt in:
+        ``start`` the new ones, stop and forget the ones that left or changed target."""
         pods = self._pods()
-        if isinstance(pods, Absent):
-            return
-        jobs: dict[tuple[str, str], Target] = {}
-        starting = set()
+        att = self._attribution()
+        if att is not None and att.state is not AttributionState.UNAVAILABLE:
+            self._gpu_pods = frozenset((u.namespace, u.pod) for u in att.pods)
+        if isinstance(pods, Absent) or self._gpu_pods is None:
+            return  # nothing known to change: keep what runs
+        wanted: dict[PodKey, Target] = {}
+        skipped: dict[PodKey, tuple[str, int]] = {}  # reason, log level
+        invalid: dict[PodKey, str] = {}  # GPU pods whose annotations cannot be used
         for key, info in pods.items():
             t = target_for(info)
-            if isinstance(t, Target):
-                jobs[key] = t
-                if not info.ready:
-                    starting.add(key)
+            if t is None:
+                continue
+            if key not in self._gpu_pods:
+                skipped[key] = (f"annotated {ANNOTATION} but holds no GPU on this node; "
+                                "only pods with GPUs here are scraped", logging.INFO)
             elif isinstance(t, str):
-                self._fail(key, ANNOTATION, t, "")
-        results = await asyncio.gather(*(self._scrape(http, t, k in starting)
-                                         for k, t in jobs.items()))
-        readings = dict(zip(jobs, results, strict=True))
-        self._readings = readings  # pods that went away drop out
-        self._triton = {k: v for k, v in self._triton.items() if k in readings}
+                invalid[key] = t
+                skipped[key] = (t, logging.WARNING if info.ready else logging.INFO)
+            else:
+                wanted[key] = t
+                if info.ready:
+                    self._starting.discard(key)
+                else:
+                    self._starting.add(key)
+        for key, (why, level) in skipped.items():
+            if self._skipped.get(key) != why:
+                log.log(level, "%s/%s: engine metrics not scraped: %s", *key, why)
+        self._skipped = {key: why for key, (why, _) in skipped.items()}
+        for key in [k for k, t in self._targets.items() if wanted.get(k) != t]:
+            self._stop(key)
+        for key in [k for k in self._readings if k not in wanted]:
+            del self._readings[key]
+        for key, why in invalid.items():
+            # The pod's engine signals are unusable, and the reading says why (an unknown
+            # engine has no signals to mark).
+            engine = dict(pods[key].annotations)[ANNOTATION]
+            self._readings[key] = EngineReading(unavailable(engine), self._monotonic(), why)
+        for key, t in wanted.items():
+            if key not in self._targets:
+                self._readings.pop(key, None)  # an earlier annotation problem's reading
+                self._targets[key] = t
+                self._tasks[key] = start(key, t)
 
-    async def _scrape(self, http: aiohttp.ClientSession, t: Target,
-                      starting: bool = False) -> EngineReading:
-        """``starting``: the pod is not Ready; an engine that does not answer yet is still
-        loading its model, which is logged at debug level, not as a warning."""
+    def _stop(self, key: PodKey) -> None:
+        task = self._tasks.pop(key, None)
+        if task is not None:
+            task.cancel()
+        self._targets.pop(key, None)
+        self._readings.pop(key, None)
+        self._triton.pop(key, None)
+        self._logged.pop(key, None)
+        self._starting.discard(key)
+
+    async def _follow(self, http: aiohttp.ClientSession, key: PodKey, t: Target) -> None:
+        """Scrape one pod every interval until stopped; each reading lands on its own."""
+        while True:
+            began = self._monotonic()
+            try:
+                reading = await self.scrape(http, t)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a bug: say so, keep the pod UNAVAILABLE, keep going
+                log.exception("%s/%s: engine scrape failed", *key)
+                reading = EngineReading(unavailable(t.engine), self._monotonic(),
+                                        "engine scrape failed (a gpuscale bug; see the "
+                                        "agent log)")
+            if self._targets.get(key) is not t:
+                return  # stopped meanwhile: leave no reading behind
+            self._readings[key] = reading
+            await asyncio.sleep(max(0.0, began + self._interval - self._monotonic()))
+
+    async def scrape(self, http: aiohttp.ClientSession, t: Target) -> EngineReading:
+        """One scrape of ``t``: its signals, or all UNAVAILABLE with the reason."""
         key = (t.namespace, t.pod)
         async with self._limit:
             try:
-                async with http.get(t.url, allow_redirects=False, timeout=self._client_timeout,
-                                    headers={"Accept": "text/plain"}) as resp:
-                    if resp.status != 200:
-                        return self._fail(key, t.url, f"HTTP {resp.status}", t.engine)
-                    body = await read_bounded(resp, self._max_body)
+                async with asyncio.timeout(self._timeout):
+                    async with http.get(t.url, allow_redirects=False,
+                                        headers={"Accept": "text/plain"}) as resp:
+                        if resp.status != 200:
+                            why = f"HTTP {resp.status}"
+                            if 300 <= resp.status < 400:
+                                why += " (redirects are not followed)"
+                            return self._fail(key, t, why)
+                        body = await read_bounded(resp, self._max_body)
             except BodyTooLarge as exc:
-                return self._fail(key, t.url, str(exc), t.engine)
+                return self._fail(key, t, f"{exc} (the limit is --engine-max-body-bytes)")
             except TimeoutError:
-                return self._fail(key, t.url, f"no answer in {self._timeout}s", t.engine)
+                return self._fail(key, t, f"no complete answer in {float(self._timeout)}s")
             except aiohttp.ClientError as exc:
-                return self._fail(key, t.url, type(exc).__name__, t.engine, starting)
-        scraped = self._monotonic()
-        try:
-            text = body.decode("utf-8")
+                return self._fail(key, t, describe(exc))
             window = self._triton.setdefault(key, TritonWindow())
-            signals = engine_signals(t.engine, text, scraped, window)
-        except (UnicodeDecodeError, EngineParseError) as exc:
-            return self._fail(key, t.url, str(exc)[:160], t.engine)
-        if self._logged.pop(key, None):
+            loop = asyncio.get_running_loop()
+            try:
+                got = await loop.run_in_executor(self._parser, _parse, t.engine, body,
+                                                 self._monotonic(), window)
+            except EngineParseError as exc:
+                return self._fail(key, t, str(exc)[:200])
+        scraped = self._monotonic()
+        error = "; ".join(got.problems)
+        if error:
+            self._note(key, t, error)
+        elif self._logged.pop(key, None):
             log.info("%s/%s: engine metrics readable again", *key)
-        return EngineReading(signals, scraped)
+        return EngineReading(got.signals, scraped, error)
 
-    def _fail(self, key: tuple[str, str], where: str, why: str, engine: str,
-              starting: bool = False) -> EngineReading:
-        if starting:
+    def _fail(self, key: PodKey, t: Target, why: str) -> EngineReading:
+        self._note(key, t, why)
+        return EngineReading(unavailable(t.engine), self._monotonic(), why)
+
+    def _note(self, key: PodKey, t: Target, why: str) -> None:
+        if key in self._starting:
             log.debug("%s/%s: not Ready, engine not answering yet: %s", *key, why)
-        elif self._logged.get(key) != why:
-            self._logged[key] = why
-            log.warning("%s/%s: cannot read engine metrics from %s: %s", *key, where, why)
-        return EngineReading(unavailable(engine), self._monotonic(), why)
+            return
+        # Once per pod and kind of reason: an engine whose bad value changes every scrape
+        # (-43, then -44) is said once, not every interval.
+        shape = _DIGITS.sub("#", why)
+        if self._logged.get(key) != shape:
+            self._logged[key] = shape
+            log.warning("%s/%s: cannot use engine metrics from %s: %s", *key, t.url, why)
+
+
+def _parse(engine: str, body: bytes, scraped_at: float,
+           window: TritonWindow) -> EngineSignals:
+    """Decode and parse one body (in the parser thread). Raises EngineParseError."""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise EngineParseError(f"body is not UTF-8 (byte 0x{body[exc.start]:02x} at offset "
+                               f"{exc.start})") from None
+    return engine_signals(engine, text, scraped_at, window)

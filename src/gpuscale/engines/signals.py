@@ -15,16 +15,29 @@ Parsed with prometheus_client's text parser. Each engine's signals, per pod:
 - TGI: ``tgi-queue`` = ``tgi_queue_size``, ``tgi-batch`` = ``tgi_batch_current_size``.
 
 A metric the engine does not expose is ``Absent.NO_DATA`` for that signal, never 0.
+
+Every sample a signal is made of is checked before it counts, because the workload's sum
+must never shrink (or overflow) on one engine's nonsense: a value that is not finite, is
+negative, or is above its metric's plausible bound (``BOUNDS``: requests in one engine
+pod up to 1,000,000; cache use a fraction up to 1; counters up to 2**53, where float64
+still counts in ones), and a sum over label sets above that bound, make the signal
+``Absent.UNAVAILABLE`` - the whole signal, never a sum of the other label sets - and
+``EngineSignals.problems`` names the metric and the value. Signals that do not use that
+metric keep their numbers (``vllm-requests`` uses both waiting and running). Whatever the
+text, a signal is Absent or a finite number between 0 and its bound
+(``SIGNAL_BOUNDS``).
 """
 
 from __future__ import annotations
 
+import io
 import math
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import TextIO, cast
 
-from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.parser import text_fd_to_metric_families
 
 from gpuscale.common.errors import PeerError
 from gpuscale.telemetry.model import Absent, Reading
@@ -38,57 +51,169 @@ class EngineParseError(PeerError, ValueError):
     """A body that is not Prometheus text exposition (the message says where)."""
 
 
+@dataclass(frozen=True, slots=True)
+class Bound:
+    """The largest plausible value of one metric, and why (for the message)."""
+
+    limit: float
+    why: str
+
+
+REQUESTS = Bound(1_000_000, "not plausible for one engine pod")
+FRACTION = Bound(1.0, "a fraction")
+COUNTER = Bound(2.0 ** 53, "float64 no longer counts in ones")
+MAX_QUEUE_MS = 3_600_000.0  # a mean wait over an hour: no client waits that long
+
+#: Plausible range of every metric a signal is made of: [0, limit].
+BOUNDS: Mapping[str, Bound] = {
+    "vllm:num_requests_waiting": REQUESTS,
+    "vllm:num_requests_running": REQUESTS,
+    "vllm:kv_cache_usage_perc": FRACTION,
+    "vllm:gpu_cache_usage_perc": FRACTION,
+    "nv_inference_pending_request_count": REQUESTS,
+    "nv_inference_queue_duration_us_total": COUNTER,
+    "nv_inference_queue_duration_us": COUNTER,
+    "nv_inference_request_success_total": COUNTER,
+    "nv_inference_request_success": COUNTER,
+    "tgi_queue_size": REQUESTS,
+    "tgi_batch_current_size": REQUESTS,
+}
+
+#: The largest value each signal can take (what the checks above imply).
+SIGNAL_BOUNDS: Mapping[str, float] = {
+    "vllm-waiting": REQUESTS.limit, "vllm-running": REQUESTS.limit,
+    "vllm-requests": 2 * REQUESTS.limit, "vllm-kv-cache": 100.0,
+    "triton-pending": REQUESTS.limit, "triton-queue-time": MAX_QUEUE_MS,
+    "tgi-queue": REQUESTS.limit, "tgi-batch": REQUESTS.limit,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class EngineSignals:
+    """One scrape's signals, and why any of them is UNAVAILABLE (for a person)."""
+
+    signals: Mapping[str, Reading]
+    problems: tuple[str, ...] = ()
+
+
+class _Lines:
+    """The body's lines as the parser splits them (on ``\n`` only, as StringIO does),
+    remembering which one it is on, for the message."""
+
+    def __init__(self, text: str) -> None:
+        self._lines = io.StringIO(text)
+        self.number = 0
+        self.line = ""
+
+    def __iter__(self) -> _Lines:
+        return self
+
+    def __next__(self) -> str:
+        self.line = next(self._lines)
+        self.number += 1
+        return self.line
+
+
+def _printable(s: str, limit: int = 100) -> str:
+    return "".join(c if c.isprintable() else "?" for c in s[:limit])
+
+
 def samples(text: str) -> dict[str, list[float]]:
-    """Metric name -> the values of its samples (counters keep their ``_total`` name).
-    Raises EngineParseError for text that is not exposition format."""
+    """Metric name -> the values of its samples, as sent: negative and non-finite values
+    included (counters keep their ``_total`` name; integers too large for a float read as
+    infinite). Raises EngineParseError, naming the line, for text that is not exposition
+    format."""
     out: dict[str, list[float]] = {}
     count = 0
+    lines = _Lines(text)
     try:
-        for family in text_string_to_metric_families(text):
+        # The parser only iterates its file: the counting iterator stands in for one.
+        for family in text_fd_to_metric_families(cast("TextIO", lines)):
             for s in family.samples:
                 count += 1
                 if count > MAX_SERIES:
-                    raise EngineParseError(f"more than {MAX_SERIES} samples")
-                if math.isfinite(s.value):
-                    out.setdefault(s.name, []).append(float(s.value))
+                    raise EngineParseError(f"line {lines.number}: more than {MAX_SERIES} "
+                                           "samples")
+                try:
+                    value = float(s.value)
+                except OverflowError:  # an integer literal beyond float range
+                    value = math.inf if s.value > 0 else -math.inf
+                out.setdefault(s.name, []).append(value)
     except EngineParseError:
         raise
-    except (ValueError, TypeError, IndexError, KeyError) as exc:
-        raise EngineParseError(f"not Prometheus text format: {str(exc)[:120]}") from None
+    except (ValueError, TypeError, IndexError, KeyError, ArithmeticError) as exc:
+        detail = _printable(str(exc)) or _printable(repr(lines.line.strip()), 60)
+        raise EngineParseError(f"line {lines.number}: not Prometheus text format "
+                               f"({detail})") from None
     return out
 
 
-def _sum(values: Mapping[str, list[float]], *names: str) -> Reading:
-    for name in names:
-        if name in values:
-            return sum(values[name])
-    return Absent.NO_DATA
+def _problem(name: str, values: list[float]) -> str | None:
+    """Why ``values`` of metric ``name`` cannot be used, or None."""
+    bound = BOUNDS[name]
+    for x in values:
+        if math.isnan(x):
+            return f"{name} = NaN (not a number)"
+        if math.isinf(x):
+            return f"{name} = {'+Inf' if x > 0 else '-Inf'} (infinite, or too large)"
+        if x < 0:
+            return f"{name} = {x:g} (negative)"
+        if x > bound.limit:
+            return f"{name} = {x:g} (above {bound.limit:.15g}: {bound.why})"
+    total = math.fsum(values)
+    if total > bound.limit:
+        return (f"{name} sums to {total:g} over {len(values)} series (above "
+                f"{bound.limit:.15g}: {bound.why})")
+    return None
 
 
-def _max(values: Mapping[str, list[float]], *names: str) -> Reading:
-    for name in names:
-        if values.get(name):
-            return max(values[name])
-    return Absent.NO_DATA
+class _Checked:
+    """Reads metrics of one body for the signals, collecting what is unusable."""
+
+    def __init__(self, values: Mapping[str, list[float]]) -> None:
+        self.values = values
+        self.problems: list[str] = []
+
+    def _first(self, names: tuple[str, ...]) -> tuple[str, list[float]] | Absent:
+        """The first of ``names`` the body has, checked (UNAVAILABLE when unusable)."""
+        for name in names:
+            if self.values.get(name):
+                why = _problem(name, self.values[name])
+                if why is not None:
+                    self.problems.append(why)
+                    return Absent.UNAVAILABLE
+                return name, self.values[name]
+        return Absent.NO_DATA
+
+    def sum(self, *names: str) -> Reading:
+        got = self._first(names)
+        return got if isinstance(got, Absent) else math.fsum(got[1])
+
+    def max(self, *names: str) -> Reading:
+        got = self._first(names)
+        return got if isinstance(got, Absent) else max(got[1])
 
 
-def vllm_signals(values: Mapping[str, list[float]]) -> dict[str, Reading]:
-    kv = _max(values, "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
-    waiting = _sum(values, "vllm:num_requests_waiting")
-    running = _sum(values, "vllm:num_requests_running")
+def vllm_signals(values: Mapping[str, list[float]]) -> EngineSignals:
+    read = _Checked(values)
+    kv = read.max("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
+    waiting = read.sum("vllm:num_requests_waiting")
+    running = read.sum("vllm:num_requests_running")
     requests: Reading = (waiting if isinstance(waiting, Absent) else
                          running if isinstance(running, Absent) else waiting + running)
-    return {
+    return EngineSignals({
         "vllm-waiting": waiting,
         "vllm-running": running,
         "vllm-requests": requests,
         "vllm-kv-cache": kv if isinstance(kv, Absent) else 100.0 * kv,
-    }
+    }, tuple(read.problems))
 
 
-def tgi_signals(values: Mapping[str, list[float]]) -> dict[str, Reading]:
-    return {"tgi-queue": _sum(values, "tgi_queue_size"),
-            "tgi-batch": _sum(values, "tgi_batch_current_size")}
+def tgi_signals(values: Mapping[str, list[float]]) -> EngineSignals:
+    read = _Checked(values)
+    return EngineSignals({"tgi-queue": read.sum("tgi_queue_size"),
+                          "tgi-batch": read.sum("tgi_batch_current_size")},
+                         tuple(read.problems))
 
 
 @dataclass
@@ -99,14 +224,17 @@ class TritonWindow:
     history: deque[tuple[float, float, float]] = field(default_factory=deque)  # t, us, n
 
     def signals(self, values: Mapping[str, list[float]], scraped_at: float,
-                ) -> dict[str, Reading]:
-        pending = _sum(values, "nv_inference_pending_request_count")
-        queue_us = _sum(values, "nv_inference_queue_duration_us_total",
-                        "nv_inference_queue_duration_us")
-        success = _sum(values, "nv_inference_request_success_total",
-                       "nv_inference_request_success")
+                ) -> EngineSignals:
+        read = _Checked(values)
+        pending = read.sum("nv_inference_pending_request_count")
+        queue_us = read.sum("nv_inference_queue_duration_us_total",
+                            "nv_inference_queue_duration_us")
+        success = read.sum("nv_inference_request_success_total",
+                           "nv_inference_request_success")
         queue_ms: Reading = Absent.NO_DATA
-        if not isinstance(queue_us, Absent) and not isinstance(success, Absent):
+        if Absent.UNAVAILABLE in (queue_us, success):
+            queue_ms = Absent.UNAVAILABLE  # the counters are unusable this scrape
+        elif not isinstance(queue_us, Absent) and not isinstance(success, Absent):
             if self.history and (queue_us < self.history[-1][1] or
                                  success < self.history[-1][2]):
                 self.history.clear()  # counters went back: the server restarted
@@ -117,20 +245,26 @@ class TritonWindow:
                 _, us0, n0 = self.history[0]
                 done = success - n0
                 queue_ms = (queue_us - us0) / done / 1000.0 if done > 0 else 0.0
-        return {"triton-pending": pending, "triton-queue-time": queue_ms}
+                if queue_ms > MAX_QUEUE_MS:
+                    read.problems.append(f"Triton's mean queue time over the window is "
+                                         f"{queue_ms:g} ms (above {MAX_QUEUE_MS:.15g} ms: "
+                                         "not plausible)")
+                    queue_ms = Absent.UNAVAILABLE
+        return EngineSignals({"triton-pending": pending, "triton-queue-time": queue_ms},
+                             tuple(read.problems))
 
 
 def engine_signals(engine: str, text: str, scraped_at: float,
-                   triton: TritonWindow | None = None) -> dict[str, Reading]:
+                   triton: TritonWindow | None = None) -> EngineSignals:
     """Signals of one scrape. Raises EngineParseError; ValueError for an unknown engine."""
+    if engine not in ENGINES:
+        raise ValueError(f"unknown engine {engine!r}; known: {', '.join(ENGINES)}")
     values = samples(text)
     if engine == "vllm":
         return vllm_signals(values)
     if engine == "tgi":
         return tgi_signals(values)
-    if engine == "triton":
-        return (triton or TritonWindow()).signals(values, scraped_at)
-    raise ValueError(f"unknown engine {engine!r}; known: {', '.join(ENGINES)}")
+    return (triton or TritonWindow()).signals(values, scraped_at)
 
 
 def unavailable(engine: str) -> dict[str, Reading]:

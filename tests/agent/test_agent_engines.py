@@ -1,0 +1,136 @@
+"""The agent's engine wiring end to end in-process: simulated GPUs, attribution from a
+fixed allocation, and real HTTP engine servers on loopback, one per pod."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Iterable, Mapping
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+
+from gpuscale.agent.app import Agent, AgentConfig
+from gpuscale.attribution.devices import parse_device_id
+from gpuscale.attribution.model import Allocation, PodInfo, PodPhase
+from gpuscale.attribution.sources import Inputs
+from gpuscale.cli import main
+from gpuscale.stream.records import PodRecord
+from gpuscale.telemetry.model import Absent, NodeSnapshot
+from gpuscale.telemetry.scenario import gpu_uuid, load_scenario
+from gpuscale.telemetry.simulated import SimulatedBackend
+from tests.conftest import until
+
+VLLM = (Path(__file__).parents[1] / "engines" / "data" / "vllm_metrics.txt").read_bytes()
+
+
+class CountingEngine:
+    """A pod's /metrics: ``body`` on every request, counted."""
+
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+        self.requests = 0
+
+    async def handle(self, _: web.Request) -> web.Response:
+        self.requests += 1
+        return web.Response(body=self.body, content_type="text/plain")
+
+
+class FixedSources:
+    """Attribution inputs of one node: ``gpu_pods`` hold GPU 0, 1, ...; every pod in
+    ``pods`` is on the node."""
+
+    def __init__(self, node: str, pods: Mapping[tuple[str, str], PodInfo],
+                 gpu_pods: Iterable[str]) -> None:
+        self._pods = dict(pods)
+        self._allocations = tuple(
+            Allocation("llm", name, "engine", "nvidia.com/gpu",
+                       (parse_device_id(gpu_uuid(node, i)),))
+            for i, name in enumerate(gpu_pods))
+
+    async def gather(self, snapshot: NodeSnapshot) -> Inputs:
+        return Inputs(self._allocations, time.time(), self._pods, {}, ())
+
+    async def run(self) -> None:
+        await asyncio.Event().wait()
+
+    async def close(self) -> None:
+        pass
+
+    def pod_infos(self) -> Mapping[tuple[str, str], PodInfo] | Absent:
+        return self._pods
+
+
+class Records:
+    def __init__(self) -> None:
+        self.latest: dict[str, PodRecord] = {}
+
+    def update_node(self, node: str, records: Iterable[PodRecord]) -> None:
+        self.latest = {r.name: r for r in records}
+
+    def remove_node(self, node: str) -> None:
+        self.latest = {}
+
+
+@pytest.fixture
+async def engines() -> AsyncIterator[dict[str, tuple[CountingEngine, int]]]:
+    """Three engine pods: 'small' and 'large' (8 KiB) hold GPUs, 'cpu' holds none."""
+    out: dict[str, tuple[CountingEngine, int]] = {}
+    runners = []
+    for name, body in (("small", VLLM), ("large", VLLM + b"#" * 8192), ("cpu", VLLM)):
+        engine = CountingEngine(body)
+        app = web.Application()
+        app.router.add_get("/metrics", engine.handle)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        runners.append(runner)
+        out[name] = (engine, int(runner.addresses[0][1]))
+    yield out
+    for r in runners:
+        await r.cleanup()
+
+
+async def test_agent_scrapes_only_its_gpu_pods_within_the_body_limit(
+        engines: dict[str, tuple[CountingEngine, int]]) -> None:
+    node = load_scenario("h100-vllm").nodes[0]
+    pods = {("llm", name): PodInfo(
+        "llm", name, f"uid-{name}", phase=PodPhase.RUNNING, ready=True, ip="127.0.0.1",
+        annotations=(("gpuscale.io/engine", "vllm"), ("gpuscale.io/metrics-port", str(port))))
+        for name, (_, port) in engines.items()}
+    agent = Agent(SimulatedBackend(node), AgentConfig(host="127.0.0.1", port=0, interval=0.2,
+                                                      engine_max_body=4096),
+                  FixedSources(node.name, pods, ["small", "large"]))
+    records = Records()
+    agent.add_sink(records)
+    task = asyncio.create_task(agent.run())
+    try:
+        def small_read() -> bool:
+            r = records.latest.get("small")
+            return r is not None and r.signals.get("vllm-waiting") == 7.0
+
+        await until(small_read, what="the GPU pod's engine signals in its record")
+        small, _ = engines["small"]
+        seen = small.requests
+        await until(lambda: small.requests >= seen + 3, what="three more scrapes")
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    assert engines["cpu"][0].requests == 0  # annotated, but holds no GPU here
+    assert set(records.latest) == {"small", "large"}
+    large = records.latest["large"].signals
+    assert {large[s] for s in ("vllm-waiting", "vllm-kv-cache")} == {Absent.UNAVAILABLE}
+    assert agent.engines is not None
+    assert agent.engines.readings()["llm", "large"].error.startswith("body over 4096 bytes")
+
+
+@pytest.mark.parametrize("value", ["10", "100000000"])
+def test_engine_body_limit_flag_is_checked(value: str,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["agent", "--gpu-backend", "sim", "--stream-port", "-1",
+                 "--engine-max-body-bytes", value])
+    assert code == 2
+    assert (f"--engine-max-body-bytes must be between 4096 and 67108864, got {value}"
+            in capsys.readouterr().err)
