@@ -16,6 +16,7 @@ from gpuscale.attribution.devices import parse_device_id
 from gpuscale.attribution.model import Allocation, PodInfo, PodPhase
 from gpuscale.attribution.sources import Inputs
 from gpuscale.cli import main
+from gpuscale.stream.codec import decode, encode
 from gpuscale.stream.records import PodRecord
 from gpuscale.telemetry.model import Absent, NodeSnapshot
 from gpuscale.telemetry.scenario import gpu_uuid, load_scenario
@@ -124,6 +125,14 @@ async def test_agent_scrapes_only_its_gpu_pods_within_the_body_limit(
     assert {large[s] for s in ("vllm-waiting", "vllm-kv-cache")} == {Absent.UNAVAILABLE}
     assert agent.engines is not None
     assert agent.engines.readings()["llm", "large"].error.startswith("body over 4096 bytes")
+    # ... and the reason travels with the record (to the scaler's UNAVAILABLE message).
+    assert records.latest["large"].reasons["vllm-waiting"].startswith("body over 4096 bytes")
+    assert "vllm-waiting" not in records.latest["small"].reasons
+    update = encode("n", "id", 1, 0.0, 1.0, list(records.latest.values()))
+    back = {r.name: r for r in decode(update, 5.0, 3.0)}
+    assert back["large"].reasons == {k: v[:200] for k, v in
+                                     records.latest["large"].reasons.items()}
+    assert back["large"].signals["vllm-waiting"] is Absent.UNAVAILABLE
 
 
 @pytest.mark.parametrize("value", ["10", "100000000"])

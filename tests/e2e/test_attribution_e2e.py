@@ -20,6 +20,10 @@ from gpuscale.attribution.kubelet import PodResourcesClient
 from gpuscale.attribution.model import AttributionState, NodeAttribution
 from gpuscale.attribution.pods import NodePodCache
 from gpuscale.attribution.sources import ClusterSources, ScenarioSources, attribute_tick
+from gpuscale.scaler.fleet import FleetView
+from gpuscale.scaler.roster import AgentRoster
+from gpuscale.scaler.selector import parse_selector
+from gpuscale.stream.subscriber import AgentSubscriber
 from gpuscale.telemetry.model import Absent
 from gpuscale.telemetry.scenario import gpu_uuid, load_scenario
 from gpuscale.telemetry.simulated import SimulatedBackend
@@ -138,6 +142,46 @@ async def test_pod_known_to_the_kubelet_but_not_yet_to_the_api(
     finally:
         task.cancel()
         await src.close()
+
+
+async def test_agent_publishes_not_yet_known_until_the_pod_cache_has_synced(
+        cluster: tuple[KubeletPeer, KubeApiPeer, Path]) -> None:
+    """Before the pod list, the kubelet's pods have no labels or readiness: published as
+    they were, they matched no workload and the workload's sum dropped to 0. The agent
+    says 'not yet known' with the reason instead; the scaler keeps waiting for it."""
+    kubelet, api, proc = cluster
+    apic = api_client(api)
+    good, api.token = api.token, "rotated"  # the agent's list is refused: no sync
+    cache = NodePodCache(apic, NODE.name, backoff_s=(0.05,))
+    src = ClusterSources(PodResourcesClient(kubelet.socket_path, timeout=1.0), cache,
+                         PidResolver(proc), api=apic)
+    backend = SimulatedBackend(NODE)
+    agent = Agent(backend, AgentConfig("127.0.0.1", 0, 0.2, NODE.name, stream_port=0), src)
+    fleet = FleetView()
+    sub = AgentSubscriber(fleet, "test", backoff_s=(0.05,))
+    roster = AgentRoster(sub)
+    bound: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+    task = asyncio.create_task(agent.run(bound.set_result))
+    try:
+        await bound
+        sub.set_addresses([f"127.0.0.1:{agent.stream_port}"])
+        await until(lambda: sub.states()[0].incomplete, what="an incomplete update")
+        state = sub.states()[0]
+        assert not state.reported
+        assert state.incomplete.startswith("pod metadata not known yet for dev/ts-a, "
+                                           "dev/ts-b, dev/ts-c and 1 more")
+        gaps = roster.problems("dev", parse_selector("app=x"), [])
+        assert gaps[0].startswith(f"agent 127.0.0.1:{agent.stream_port} has not reported "
+                                  f"(its attribution is not complete: pod metadata not known")
+        assert fleet.pod_count() == 0  # nothing unlabelled got in
+        api.token = good  # the agent's token is accepted again: the cache syncs
+        await until(lambda: roster.ready()[0], what="the agent reported")
+        assert {r.name for r in fleet.select("dev", parse_selector("app"))} >= {
+            "ts-a", "ts-b", "ts-c", "ts-d"}
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await sub.close()
 
 
 async def test_agent_exposes_pods_the_dcgm_way() -> None:

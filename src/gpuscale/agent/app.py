@@ -22,7 +22,7 @@ from prometheus_client import CollectorRegistry, disable_created_metrics
 
 from gpuscale.agent.exporter import SnapshotCollector
 from gpuscale.agent.http import make_app, start_http
-from gpuscale.agent.records import pod_records
+from gpuscale.agent.records import EngineSignals, pod_records
 from gpuscale.agent.sampler import Sampler
 from gpuscale.attribution.model import AttributionState, NodeAttribution
 from gpuscale.attribution.sources import AttributionSources, attribute_tick
@@ -34,7 +34,7 @@ from gpuscale.stream.publisher import TelemetryPublisher
 from gpuscale.stream.records import NodeSink, PodRecord
 from gpuscale.stream.tls import TlsFiles, server_credentials
 from gpuscale.telemetry.backend import GpuBackend
-from gpuscale.telemetry.model import Absent, BackendState, NodeSnapshot, Reading
+from gpuscale.telemetry.model import Absent, BackendState, NodeSnapshot
 
 log = logging.getLogger(__name__)
 
@@ -155,16 +155,23 @@ class Agent:
         return pod_records(snap, att, sampled_at=snap.monotonic,
                            engines=self.engine_signals())
 
-    def engine_signals(self) -> dict[tuple[str, str], dict[str, Reading]]:
-        """Per-pod engine signals; older than the staleness bound -> UNAVAILABLE."""
+    def engine_signals(self) -> dict[tuple[str, str], EngineSignals]:
+        """Per-pod engine signals, and why the unusable ones are: the scrape's reason, or
+        "stale" when the last good scrape is older than the staleness bound."""
         if self.engines is None:
             return {}
         now = time.monotonic()
-        out: dict[tuple[str, str], dict[str, Reading]] = {}
+        out: dict[tuple[str, str], EngineSignals] = {}
         for key, r in self.engines.readings().items():
-            stale = now - r.scraped_at > self.sampler.stale_after
-            out[key] = {name: Absent.UNAVAILABLE if stale else value
-                        for name, value in r.signals.items()}
+            age = now - r.scraped_at
+            if age > self.sampler.stale_after:
+                why = f"last engine scrape {age:.1f}s ago ({r.error or 'no answer since'})"
+                out[key] = EngineSignals(dict.fromkeys(r.signals, Absent.UNAVAILABLE),
+                                         dict.fromkeys(r.signals, why))
+                continue
+            reasons = {name: r.error for name, value in r.signals.items()
+                       if isinstance(value, Absent) and r.error}
+            out[key] = EngineSignals(r.signals, reasons)
         return out
 
 

@@ -8,15 +8,24 @@ signal that Absent, never a partial mean.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from gpuscale.attribution.model import NodeAttribution, PodUsage
 from gpuscale.stream.records import PodRecord
 from gpuscale.telemetry.model import Absent, NodeSnapshot, Reading
 
 
+@dataclass(frozen=True, slots=True)
+class EngineSignals:
+    """One pod's engine signals and, for the Absent ones, why (for the scaler's reason)."""
+
+    signals: Mapping[str, Reading]
+    reasons: Mapping[str, str] = field(default_factory=dict)
+
+
 def pod_records(snapshot: NodeSnapshot, attribution: NodeAttribution,
                 sampled_at: float,
-                engines: Mapping[tuple[str, str], Mapping[str, Reading]] | None = None,
+                engines: Mapping[tuple[str, str], EngineSignals] | None = None,
                 ) -> list[PodRecord]:
     """One record per pod that holds GPUs: its GPU signals (and engine signals, if any)."""
     by_pod: dict[tuple[str, str], list[PodUsage]] = {}
@@ -32,13 +41,16 @@ def pod_records(snapshot: NodeSnapshot, attribution: NodeAttribution,
             "gpu-utilization": _mean(utils) if devices else Absent.NO_DATA,
             "gpu-memory": _ratio(used, total) if devices else Absent.NO_DATA,
         }
+        reasons: Mapping[str, str] = {}
         if engines and (ns, name) in engines:
-            signals.update(engines[(ns, name)])
+            signals.update(engines[(ns, name)].signals)
+            reasons = engines[(ns, name)].reasons
         info = usages[0].pod_info
         out.append(PodRecord(ns, name, snapshot.node,
                              dict(info.labels) if info else {},
                              info.owner if info else None,
-                             info.ready if info else False, signals, sampled_at))
+                             info.ready if info else False, signals, sampled_at,
+                             reasons=reasons))
     return out
 
 
