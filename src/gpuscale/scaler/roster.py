@@ -53,8 +53,8 @@ class AgentRoster:
 
     def problems(self, namespace: str, selector: Selector,
                  records: Sequence[PodRecord]) -> list[str]:
-        out = [f"agent {s.address} has not reported ({s.waiting()}): its node's pods are "
-               f"unknown" for s in self._sub.states() if not s.reported]
+        out = [f"agent {s.address} has not reported ({why}): its node's pods are unknown"
+               for s in self._sub.states() if (why := s.waiting())]
         return out + self.conflicts({r.node for r in records})
 
     def conflicts(self, nodes: set[str]) -> list[str]:
@@ -72,7 +72,7 @@ class AgentRoster:
 
     def ready(self) -> tuple[bool, str]:
         states = self._sub.states()
-        waiting = [s.address for s in states if not s.reported]
+        waiting = [s.address for s in states if s.waiting()]
         if not states:
             return False, "no agents configured or discovered yet"
         if waiting:
@@ -82,7 +82,7 @@ class AgentRoster:
 
 
 def _doing(s: LinkState) -> str:
-    if not s.reported:
+    if s.waiting():
         return f"has not reported ({s.waiting()})"
     if not s.connected:
         return f"disconnected ({s.error or 'reconnecting'})"

@@ -14,8 +14,8 @@ placed on the node that discovery says the endpoint runs on (the EndpointSlice e
 ``nodeName``), not the node the agent claims; with static addresses (no discovery) the
 claim is all there is. ``conflicts`` names every node that two current links stand for:
 the scaler answers UNAVAILABLE for workloads there rather than merge two agents' pods.
-An agent counts as reported once it has delivered one complete update (attribution
-known); until then ``waiting`` says why not.
+An agent counts as reporting once it has delivered one complete update (attribution
+known) and while its latest update is complete; otherwise ``waiting`` says why not.
 """
 
 from __future__ import annotations
@@ -66,11 +66,13 @@ class LinkState:
         return self.expected_node or self.node
 
     def waiting(self) -> str:
-        """Why this agent has not reported yet ("" once it has)."""
-        if self.reported:
-            return ""
+        """Why this agent's node cannot be vouched for: it has never delivered a complete
+        update, or its latest update says its attribution is not complete ("" when it is
+        reporting complete updates)."""
         if self.incomplete:
             return f"its attribution is not complete: {self.incomplete}"
+        if self.reported:
+            return ""
         if self.error:
             return f"not connected: {self.error}"
         return "not connected yet"

@@ -1,0 +1,501 @@
+"""The fault matrix: several agents over real gRPC, one fault at a time, every answer the
+scaler gives checked against the truth it was given.
+
+Three simulated GPU nodes, each agent reached through a loopback path that can be frozen or
+cut (tests/peers/netcut.py); a real vLLM-format /metrics server for one pod's engine; a
+Prometheus-style query API as a demand source; the scaler's roster, subscriber and gRPC
+ExternalScaler as `gpuscale scaler --agents ...` wires them. A client polls GetMetrics for
+four workloads and IsActive for a scale-to-zero one every 50 ms. The truth never changes
+(the pods keep running whatever happens to their agents): a..c are sums of constant GPU
+loads, e is the engine's queue, z has pending work.
+
+Checked for every answer: an OK value is never below the truth (an OK IsActive=false never
+while work is pending). Reported per fault: answers, OK answers, too-small OK answers, time
+from the fault to the first UNAVAILABLE of a workload it affects, and from the fault's end
+until every workload answers OK again; and the scaler process's memory around the hostile
+inputs.
+
+Usage: .venv/bin/python bench/fault_matrix.py [--hold 3] [--interval 0.2] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import platform
+import resource
+import socket
+import sys
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+from aiohttp import web
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from gpuscale.agent.app import Agent, AgentConfig
+from gpuscale.attribution.model import PodInfo
+from gpuscale.attribution.sources import SIM_ENGINE_PORT, Inputs, ScenarioSources
+from gpuscale.proto import externalscaler_pb2 as pb
+from gpuscale.proto import externalscaler_pb2_grpc as pb_grpc
+from gpuscale.scaler.demand import DemandSources, parse_config
+from gpuscale.scaler.fleet import FleetView
+from gpuscale.scaler.roster import AgentRoster
+from gpuscale.scaler.service import ScalerServer, ScalerService
+from gpuscale.stream.subscriber import AgentSubscriber
+from gpuscale.telemetry.model import Absent, NodeSnapshot
+from gpuscale.telemetry.scenario import NodeSpec, parse_scenario
+from gpuscale.telemetry.simulated import SimulatedBackend
+from tests.peers.netcut import NetPath
+
+ENGINE_IP = "127.1.9.11"
+LOADS = {"n0": {"a-0": 30.0, "e-0": 20.0}, "n1": {"a-1": 40.0, "b-0": 25.0},
+         "n2": {"b-1": 35.0, "c-0": 15.0}}
+WAITING = 7.0
+TRUTH = {"a": 70.0, "b": 60.0, "c": 15.0, "e": WAITING}
+WORKLOADS: dict[str, dict[str, str]] = {
+    "a": {"podSelector": "app=a"}, "b": {"podSelector": "app=b"},
+    "c": {"podSelector": "app=c"},
+    "e": {"podSelector": "app=e", "signal": "vllm-waiting", "targetValue": "5"},
+    "z": {"podSelector": "app=z", "demandSource": "queue"}}
+POLL_S = 0.05
+
+
+def node_spec(name: str, loads: Mapping[str, float]) -> NodeSpec:
+    procs = []
+    for i, (pod, load) in enumerate(loads.items()):
+        spec: dict[str, Any] = {"namespace": "llm", "name": pod, "container": "c"}
+        if pod.startswith("e-"):
+            spec["engine"] = "vllm"  # at 127.1.9.11: the second pod of n0 (ip_base .10+k)
+        procs.append({"gpu": i, "memory_mib": 1000, "load": {"constant": load}, "pod": spec})
+    return parse_scenario({"nodes": [{"name": name, "gpus": [{"model": "L4", "count": 2}],
+                                      "processes": procs}]}).nodes[0]
+
+
+class HiddenPods(ScenarioSources):
+    """A node whose pod cache has not synced yet: the kubelet's allocations are there,
+    the pods' metadata not (as after an agent's start, before its first pod list)."""
+
+    def __init__(self, node: NodeSpec) -> None:
+        super().__init__(node, ip_base="127.1.9")
+        self.synced = False
+
+    async def gather(self, snapshot: NodeSnapshot) -> Inputs:
+        inputs = await super().gather(snapshot)
+        if self.synced:
+            return inputs
+        return Inputs(inputs.allocations, inputs.allocated_at, Absent.UNAVAILABLE,
+                      inputs.owners, ("pod watch: not listed yet",))
+
+    def pod_infos(self) -> Mapping[tuple[str, str], PodInfo] | Absent:
+        return super().pod_infos() if self.synced else Absent.UNAVAILABLE
+
+
+class Engine:
+    """A vLLM /metrics at the e-0 pod's IP: ok, dripping, or hostile."""
+
+    def __init__(self) -> None:
+        self.mode = "ok"
+        self.runner: web.AppRunner | None = None
+
+    def text(self, waiting: str) -> bytes:
+        return (f"# TYPE vllm:num_requests_waiting gauge\n"
+                f'vllm:num_requests_waiting{{model_name="m"}} {waiting}\n'
+                f"# TYPE vllm:num_requests_running gauge\n"
+                f'vllm:num_requests_running{{model_name="m"}} 3\n').encode()
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        if self.mode == "drip":
+            resp = web.StreamResponse()
+            await resp.prepare(request)
+            with contextlib.suppress(ConnectionError):  # the agent gives up: expected
+                for byte in self.text("7"):
+                    await resp.write(bytes([byte]))
+                    await asyncio.sleep(0.5)
+            return resp
+        value = {"ok": str(WAITING), "negative": "-43", "nan": "NaN", "huge": "1e300"}
+        return web.Response(body=self.text(value[self.mode]), content_type="text/plain")
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_get("/metrics", self.handle)
+        self.runner = web.AppRunner(app, access_log=None)
+        await self.runner.setup()
+        await web.TCPSite(self.runner, ENGINE_IP, SIM_ENGINE_PORT).start()
+
+
+class Queue:
+    """A Prometheus query API with pending work, or a hostile reply."""
+
+    def __init__(self) -> None:
+        self.mode = "ok"
+        self.runner: web.AppRunner | None = None
+        self.port = 0
+
+    async def handle(self, _: web.Request) -> web.Response:
+        bodies = {"null": b"null", "list": b"[]", "error": b'{"status": "error"}',
+                  "negative": b'{"status": "success", "data": {"resultType": "scalar", '
+                              b'"result": [0, "-5"]}}'}
+        if self.mode in bodies:
+            return web.Response(body=bodies[self.mode], content_type="application/json")
+        return web.json_response({"status": "success", "data": {
+            "resultType": "vector", "result": [{"metric": {}, "value": [0, "3"]}]}})
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_get("/api/v1/query", self.handle)
+        self.runner = web.AppRunner(app, access_log=None)
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, "127.0.0.1", 0)
+        await site.start()
+        self.port = int(self.runner.addresses[0][1])
+
+
+@dataclass
+class Answer:
+    at: float
+    fault: str
+    workload: str
+    ok: bool
+    value: float  # GetMetrics' value, or IsActive as 1/0
+    detail: str = ""
+
+
+@dataclass
+class FaultResult:
+    name: str
+    affects: tuple[str, ...]
+    answers: int = 0
+    ok: int = 0
+    too_small: list[str] = field(default_factory=list)
+    to_unavailable_s: float | None = None
+    to_recovery_s: float | None = None
+    reasons: set[str] = field(default_factory=set)
+
+
+class Cluster:
+    def __init__(self, interval: float) -> None:
+        self.interval = interval
+        self.tasks: dict[str, asyncio.Task[None]] = {}
+        self.agents: dict[str, Agent] = {}
+        self.paths: dict[str, NetPath] = {}
+        self.stream_ports: dict[str, int] = {}
+        self.extra: dict[str, str] = {}  # address -> why it is configured (a fault)
+        self.fleet = FleetView()
+        self.sub = AgentSubscriber(self.fleet, "matrix", backoff_s=(0.05, 0.1))
+        self.engine = Engine()
+        self.queue = Queue()
+        self.hidden: HiddenPods | None = None
+
+    async def start_agent(self, key: str, spec: NodeSpec,
+                          sources: ScenarioSources | None = None) -> None:
+        port = self.stream_ports.setdefault(key, free_port())
+        agent = Agent(SimulatedBackend(spec),
+                      AgentConfig("127.0.0.1", 0, self.interval, spec.name, port),
+                      sources or ScenarioSources(spec, ip_base="127.1.9"))
+        bound: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self.tasks[key] = asyncio.create_task(agent.run(bound.set_result))
+        await bound
+        self.agents[key] = agent
+
+    async def stop_agent(self, key: str) -> None:
+        task = self.tasks.pop(key)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    def addresses(self) -> list[str]:
+        return [f"127.0.0.1:{p.port}" for p in self.paths.values()] + list(self.extra)
+
+    async def start(self) -> None:
+        await self.engine.start()
+        await self.queue.start()
+        for name, loads in LOADS.items():
+            await self.start_agent(name, node_spec(name, loads))
+            path = NetPath(self.stream_ports[name])
+            await path.start()
+            self.paths[name] = path
+        self.sub.set_addresses(self.addresses())
+
+    async def stop(self) -> None:
+        await self.sub.close()
+        for key in list(self.tasks):
+            await self.stop_agent(key)
+        for p in self.paths.values():
+            await p.stop()
+        for r in (self.engine.runner, self.queue.runner):
+            if r is not None:
+                await r.cleanup()
+
+
+Step = Callable[[Cluster], Awaitable[None]]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def _kill(c: Cluster) -> None:
+    await c.stop_agent("n1")
+
+
+async def _start_n1(c: Cluster) -> None:
+    await c.start_agent("n1", node_spec("n1", LOADS["n1"]))
+
+
+async def _restart(c: Cluster) -> None:
+    await c.stop_agent("n1")
+    await _start_n1(c)
+
+
+async def _startup(c: Cluster) -> None:
+    await c.stop_agent("n2")
+    spec = node_spec("n2", LOADS["n2"])
+    c.hidden = HiddenPods(spec)
+    await c.start_agent("n2", spec, c.hidden)
+
+
+async def _synced(c: Cluster) -> None:
+    assert c.hidden is not None
+    c.hidden.synced = True
+
+
+async def _duplicate(c: Cluster) -> None:
+    await c.start_agent("dup", node_spec("n0", {"x-0": 10.0}))
+    c.extra[f"127.0.0.1:{c.stream_ports['dup']}"] = "duplicate"
+    c.sub.set_addresses(c.addresses())
+
+
+async def _no_duplicate(c: Cluster) -> None:
+    c.extra.pop(f"127.0.0.1:{c.stream_ports['dup']}")
+    c.sub.set_addresses(c.addresses())
+    await c.stop_agent("dup")
+
+
+async def _never(c: Cluster) -> None:
+    c.extra[f"127.0.0.1:{free_port()}"] = "never"
+    c.sub.set_addresses(c.addresses())
+
+
+async def _no_never(c: Cluster) -> None:
+    for addr, why in list(c.extra.items()):
+        if why == "never":
+            del c.extra[addr]
+    c.sub.set_addresses(c.addresses())
+
+
+def _engine(mode: str) -> Step:
+    async def set_mode(c: Cluster) -> None:
+        c.engine.mode = mode
+    return set_mode
+
+
+def _queue(mode: str) -> Step:
+    async def set_mode(c: Cluster) -> None:
+        c.queue.mode = mode
+    return set_mode
+
+
+async def _freeze(c: Cluster) -> None:
+    c.paths["n0"].freeze()
+
+
+async def _cut(c: Cluster) -> None:
+    c.paths["n2"].cut()
+
+
+async def _heal_all(c: Cluster) -> None:
+    for p in c.paths.values():
+        p.heal()
+
+
+FAULTS: list[tuple[str, tuple[str, ...], Step, Step]] = [
+    ("agent killed (n1)", ("a", "b"), _kill, _start_n1),
+    ("agent frozen (n0 path)", ("a", "e"), _freeze, _heal_all),
+    ("network partition (n2 cut)", ("b", "c"), _cut, _heal_all),
+    ("agent restarted (n1)", (), _restart, _heal_all),
+    ("agent starting, pods not synced (n2)", ("a", "b", "c", "e"), _startup, _synced),
+    ("duplicate node name (second 'n0')", ("a", "e"), _duplicate, _no_duplicate),
+    ("configured agent never reported", ("a", "b", "c", "e"), _never, _no_never),
+    ("slow engine (drips a byte / 0.5 s)", ("e",), _engine("drip"), _engine("ok")),
+    ("engine reports -43", ("e",), _engine("negative"), _engine("ok")),
+    ("engine reports NaN", ("e",), _engine("nan"), _engine("ok")),
+    ("engine reports 1e300", ("e",), _engine("huge"), _engine("ok")),
+    ("demand source answers null", ("z",), _queue("null"), _queue("ok")),
+    ("demand source answers []", ("z",), _queue("list"), _queue("ok")),
+    ("demand source answers a negative count", ("z",), _queue("negative"), _queue("ok")),
+]
+
+
+async def poll(stub: pb_grpc.ExternalScalerStub, fault: str, out: list[Answer]) -> None:
+    now = time.monotonic()
+    for name, md in WORKLOADS.items():
+        ref = pb.ScaledObjectRef(name=name, namespace="llm", scalerMetadata=md)
+        try:
+            if name == "z":
+                active = (await stub.IsActive(ref, timeout=2)).result
+                out.append(Answer(now, fault, name, True, 1.0 if active else 0.0))
+            else:
+                metric = f"s0-gpuscale-{md.get('signal', 'gpu-utilization')}"
+                got = await stub.GetMetrics(pb.GetMetricsRequest(
+                    scaledObjectRef=ref, metricName=metric), timeout=2)
+                out.append(Answer(now, fault, name, True,
+                                  got.metricValues[0].metricValueFloat))
+        except grpc.aio.AioRpcError as exc:
+            out.append(Answer(now, fault, name, False, 0.0,
+                              f"{exc.code().name}: {exc.details()}"))
+
+
+def too_small(a: Answer) -> bool:
+    if not a.ok:
+        return False
+    if a.workload == "z":
+        return a.value < 1.0  # work is pending: "inactive" would be too small
+    return a.value < TRUTH[a.workload] - 1e-6
+
+
+async def all_ok(stub: pb_grpc.ExternalScalerStub, out: list[Answer], fault: str) -> bool:
+    before = len(out)
+    await poll(stub, fault, out)
+    return all(a.ok for a in out[before:])
+
+
+async def run_matrix(hold_s: float = 3.0, interval: float = 0.2,
+                     recover_within_s: float = 20.0) -> dict[str, Any]:
+    cluster = Cluster(interval)
+    await cluster.start()
+    demand = DemandSources(parse_config({"interval_s": 0.1, "timeout_s": 0.5, "demandSources": [
+        {"name": "queue", "kind": "prometheus", "url": f"http://127.0.0.1:{cluster.queue.port}",
+         "query": "sum(pending)"}]}))
+    demand_task = asyncio.create_task(demand.run())
+    server = ScalerServer(ScalerService(cluster.fleet, demand=demand.pending,
+                                        roster=AgentRoster(cluster.sub)),
+                          host="127.0.0.1", port=0)
+    await server.start()
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{server.port}")
+    stub = pb_grpc.ExternalScalerStub(channel)
+    answers: list[Answer] = []
+    results: list[FaultResult] = []
+    try:
+        deadline = time.monotonic() + 20
+        while not await all_ok(stub, answers, "start-up"):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the cluster never answered OK: {answers[-5:]}")
+            await asyncio.sleep(POLL_S)
+        for name, affects, inject, heal in FAULTS:
+            res = FaultResult(name, affects)
+            first = len(answers)
+            began = time.monotonic()
+            await inject(cluster)
+            while time.monotonic() - began < hold_s:
+                await poll(stub, name, answers)
+                await asyncio.sleep(POLL_S)
+            healed = time.monotonic()
+            await heal(cluster)
+            while not await all_ok(stub, answers, name):
+                if time.monotonic() - healed > recover_within_s:
+                    break
+                await asyncio.sleep(POLL_S)
+            else:
+                res.to_recovery_s = time.monotonic() - healed
+            mine = answers[first:]
+            res.answers, res.ok = len(mine), sum(a.ok for a in mine)
+            res.too_small = [f"{a.workload}={a.value:g} at +{a.at - began:.2f}s"
+                             for a in mine if too_small(a)]
+            down = [a.at for a in mine if not a.ok and a.workload in affects]
+            res.to_unavailable_s = (min(down) - began) if down else None
+            res.reasons = {a.detail.split(": ", 2)[-1][:140] for a in mine if not a.ok}
+            results.append(res)
+        memory = await hostile_memory(stub)
+    finally:
+        await channel.close()
+        await server.stop(0.2)
+        demand_task.cancel()
+        await cluster.stop()
+    start_too_small = [a for a in answers if a.fault == "start-up" and too_small(a)]
+    return {"results": results, "answers": len(answers),
+            "too_small": sum(len(r.too_small) for r in results) + len(start_too_small),
+            "memory": memory, "interval": interval, "hold_s": hold_s}
+
+
+def rss_mib() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+async def hostile_memory(stub: pb_grpc.ExternalScalerStub) -> dict[str, float]:
+    """RSS before and after two rounds of 300 calls with 1 MB namespaces and 300 distinct
+    16 KiB metadata maps (refused at the edge now): growth in the first round that stops
+    in the second is the allocator's high-water mark, not data held."""
+    before = rss_mib()
+    codes: dict[str, int] = {}
+    await _hostile_round(stub, codes)
+    first = rss_mib()
+    await _hostile_round(stub, codes)
+    return {"rss_before_mib": before, "rss_round1_mib": first, "rss_after_mib": rss_mib(),
+            **{f"answers_{k}": float(v) for k, v in codes.items()}}
+
+
+async def _hostile_round(stub: pb_grpc.ExternalScalerStub, codes: dict[str, int]) -> None:
+    for i in range(300):
+        refs = [pb.ScaledObjectRef(name="so", namespace=f"{i}" + "x" * 1_000_000,
+                                   scalerMetadata={"podSelector": "app=a"}),
+                pb.ScaledObjectRef(name="so", namespace="llm", scalerMetadata={
+                    "podSelector": f"app=a{i}", **{f"k{j}": "v" * 4000 for j in range(4)}})]
+        for ref in refs:
+            try:
+                await stub.IsActive(ref, timeout=5)
+                codes["OK"] = codes.get("OK", 0) + 1
+            except grpc.aio.AioRpcError as exc:
+                codes[exc.code().name] = codes.get(exc.code().name, 0) + 1
+
+
+def report(out: dict[str, Any]) -> str:
+    rows = ["| fault | answers | OK | too-small OK | to UNAVAILABLE | to recovery | "
+            "a reason given |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    for r in out["results"]:
+        down = f"{r.to_unavailable_s:.2f} s" if r.to_unavailable_s is not None else "-"
+        up = f"{r.to_recovery_s:.2f} s" if r.to_recovery_s is not None else "NOT RECOVERED"
+        reason = sorted(r.reasons)[0].replace("|", "/") if r.reasons else "-"
+        rows.append(f"| {r.name} | {r.answers} | {r.ok} | {len(r.too_small)} | {down} | "
+                    f"{up} | {reason[:110]} |")
+    m = out["memory"]
+    rows.append("")
+    rows.append(f"answers checked: {out['answers']}; too-small OK answers: "
+                f"{out['too_small']}; sample interval {out['interval']} s, each fault held "
+                f"{out['hold_s']} s")
+    rows.append(f"hostile inputs, two rounds of 300 x 1 MB namespace + 300 x 16 KiB "
+                f"metadata maps: RSS {m['rss_before_mib']:.1f} -> {m['rss_round1_mib']:.1f} "
+                f"-> {m['rss_after_mib']:.1f} MiB; answers "
+                + ", ".join(f"{k[8:]}={int(v)}" for k, v in m.items()
+                            if k.startswith("answers_")))
+    return "\n".join(rows)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--hold", type=float, default=3.0, help="seconds each fault lasts")
+    p.add_argument("--interval", type=float, default=0.2, help="agent sample interval")
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args()
+    out = asyncio.run(run_matrix(args.hold, args.interval))
+    print(f"# {platform.machine()} {platform.python_version()} "
+          f"{time.strftime('%Y-%m-%d')}")
+    if args.json:
+        print(json.dumps({**out, "results": [vars(r) | {"reasons": sorted(r.reasons)}
+                                             for r in out["results"]]}, indent=1))
+    else:
+        print(report(out))
+
+
+if __name__ == "__main__":
+    main()
