@@ -12,16 +12,29 @@
  *   gpu idx=0 uuid=GPU-.. name="NVIDIA H100 80GB HBM3" pci=00000000:18:00.0 minor=0
  *       mem_total=<B> mem_used=<B> mem_reserved=<B> util=30,70 mem_util=20 power_mw=
  *       limit_mw= temp= sm_clock= energy_mj= nvlink_kib_s=<-1: unsupported> pcie_kb_s=
- *       mig=0|1 gpm=0|1 lost=0|1 xid=<code>:<count> sample_us=166667
- *       unsupported=<reading>,.. fail=<reading>:<code>,..
+ *       mig=0|1 gpm=0|1 lost=0|1 lost_after=<reading|any>:<n> xid=<code>:<count>
+ *       sample_us=166667 unsupported=<reading>,.. fail=<reading>:<code>,..
  *   mig gpu=0 idx=0 uuid=MIG-.. gi=1 ci=0 gslices=3 cslices=3 mem_mb=40192 mem_used=<B>
  *       gpm_util=55
- *   proc gpu=0 mig=<idx, optional> pid=1234 mem=<B> sm=55 memutil=20
+ *   proc gpu=0 mig=<idx, optional> pid=1234 mem=<B> sm=55 memutil=20 idle=0|1
+ *       ctx=compute|graphics|both
  * Reading names for unsupported/fail: samples util_rates memory memory_v2 power limit temp clock
- * energy nvlink pcie processes proc_util mig_mode minor events.
+ * energy nvlink pcie processes graphics proc_util mig_mode mig_handle minor events.
  *
- * Compile with -DFAKENVML_OLD_DRIVER to leave out the newer entry points
- * (nvmlDeviceGetMemoryInfo_v2, nvmlDeviceGetSamples and GPM), as an older driver would.
+ * Quirks of the real driver reproduced here (a kinder fake hides the bugs that matter):
+ * - nvmlDeviceGetProcessUtilization returns a sample only for a process that did work in
+ *   the sample period (NVML reference: "had some non-zero utilization"): an idle process
+ *   (idle=1, or sm=0 and memutil=0) is listed as running but has no sample, and when no
+ *   process has a sample newer than lastSeenTimeStamp the call fails NVML_ERROR_NOT_FOUND.
+ * - On MIG (a MIG handle, or the parent in MIG mode) device utilization, utilization samples
+ *   and per-process utilization are NVML_ERROR_NOT_SUPPORTED; GPM only where gpm=1.
+ * - A GPU can fall off the bus in the middle of a tick: with lost_after=<reading>:<n> the
+ *   n-th call of that reading ("any": of any call on the GPU) and every call after it return
+ *   NVML_ERROR_GPU_IS_LOST, as lost=1 does from the start, until the scenario is rewritten.
+ *
+ * Compile with -DFAKENVML_OLD_DRIVER to leave out the entry points newer than R510
+ * (nvmlDeviceGetMemoryInfo_v2, nvmlDeviceGet{Compute,Graphics}RunningProcesses_v3,
+ * nvmlDeviceGetSamples and GPM), as an older driver would.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -62,6 +75,7 @@ typedef struct {
   unsigned long long energy_mj;
   long long nvlink_kib_s, pcie_kb_s;
   int mig, gpm, lost, xid_code, xid_count;
+  char lost_reading[32]; long long lost_after, lost_calls;  /* lost_after=<reading>:<n> */
   long long sample_us;
   fault_t faults[16]; int n_faults;
 } gpu_t;
@@ -73,7 +87,9 @@ typedef struct {
   unsigned long long mem_used;
 } mig_t;
 
-typedef struct { int gpu, mig; unsigned pid; unsigned long long mem; unsigned sm, memutil; } proc_t;
+enum { CTX_COMPUTE = 1, CTX_GRAPHICS = 2 };
+typedef struct { int gpu, mig, idle, ctx; unsigned pid; unsigned long long mem; unsigned sm, memutil; }
+    proc_t;
 
 static struct {
   int init_error, all_error, count;
@@ -189,6 +205,11 @@ static void parse_line(char *line) {
       const char *c = strchr(GET("xid"), ':');
       g->xid_count = c ? atoi(c + 1) : 1;
     }
+    if (GET("lost_after")) {
+      const char *v = GET("lost_after"), *c = strchr(v, ':');
+      snprintf(g->lost_reading, sizeof g->lost_reading, "%.*s", (int)(c ? c - v : 0), v);
+      g->lost_after = c ? atoll(c + 1) : 0;
+    }
     if (GET("unsupported")) parse_faults(g, GET("unsupported"), 0);
     if (GET("fail")) parse_faults(g, GET("fail"), 1);
   } else if (!strcmp(kind, "mig")) {
@@ -205,6 +226,10 @@ static void parse_line(char *line) {
     proc_t *pr = &S.procs[S.n_procs++];
     pr->gpu = NUM("gpu", 0); pr->mig = NUM("mig", -1); pr->pid = NUM("pid", 1);
     pr->mem = NUM("mem", 0); pr->sm = NUM("sm", 0); pr->memutil = NUM("memutil", 0);
+    pr->idle = NUM("idle", 0);
+    const char *ctx = GET("ctx") ? GET("ctx") : "compute";
+    pr->ctx = !strcmp(ctx, "graphics") ? CTX_GRAPHICS
+              : !strcmp(ctx, "both") ? CTX_COMPUTE | CTX_GRAPHICS : CTX_COMPUTE;
   }
 #undef GET
 #undef NUM
@@ -252,7 +277,12 @@ static nvmlReturn_t check(nvmlDevice_t d, const char *reading, gpu_t **g, mig_t 
   if (!d || d->gpu < 0 || d->gpu >= MAX_GPUS || !S.gpus[d->gpu].present) return E_INVALID;
   *g = &S.gpus[d->gpu];
   if (m) *m = d->is_mig ? &S.migs[d->gpu][d->mig] : NULL;
-  if ((*g)->lost) return E_GPU_LOST;
+  gpu_t *gg = *g;
+  if (gg->lost_reading[0] && (!strcmp(gg->lost_reading, "any") ||
+                              (reading && !strcmp(gg->lost_reading, reading))) &&
+      ++gg->lost_calls >= gg->lost_after)
+    gg->lost = 1;  /* fell off the bus just now: this call and every later one */
+  if (gg->lost) return E_GPU_LOST;
   if (d->is_mig && !S.migs[d->gpu][d->mig].present) return E_INVALID;
   return reading ? fault(*g, reading) : OK;
 }
@@ -380,7 +410,7 @@ nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t d, unsigned int *count)
 nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t d, unsigned int i,
                                                  nvmlDevice_t *out) {
   gpu_t *g; ENTER();
-  nvmlReturn_t r = check(d, NULL, &g, NULL);
+  nvmlReturn_t r = check(d, "mig_handle", &g, NULL);
   if (r) RETURN(r);
   if (d->is_mig || !g->mig) RETURN(E_INVALID);
   if (i >= MAX_MIGS) RETURN(E_INVALID);
@@ -486,7 +516,14 @@ nvmlReturn_t nvmlDeviceGetSamples(nvmlDevice_t d, int type, unsigned long long l
 typedef struct { unsigned pid; unsigned long long timeStamp; unsigned smUtil, memUtil, encUtil,
                  decUtil; } nvmlProcessUtilizationSample_t;
 
-/* One sample per process on the device, at the newest sample tick, if newer than last_seen. */
+/* Whether the driver has a utilization sample for this process: only for one that did work
+ * in the sample period; an idle process is listed as running but never sampled. */
+static int sampled(const proc_t *p, const nvmlDevice_t d) {
+  return p->gpu == d->gpu && !p->idle && (p->sm || p->memutil);
+}
+
+/* One sample per busy process on the device, at the newest sample tick, if newer than
+ * last_seen; NVML_ERROR_NOT_FOUND when there is none (all idle, or nothing new). */
 nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t d,
                                              nvmlProcessUtilizationSample_t *out,
                                              unsigned int *count, unsigned long long last_seen) {
@@ -497,12 +534,12 @@ nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t d,
   unsigned long long ts = (now_us() / g->sample_us) * g->sample_us;
   unsigned n = 0;
   if (ts > last_seen)
-    for (int i = 0; i < S.n_procs; i++) if (S.procs[i].gpu == d->gpu) n++;
+    for (int i = 0; i < S.n_procs; i++) if (sampled(&S.procs[i], d)) n++;
   if (n == 0) RETURN(E_NOT_FOUND);
   if (!out || *count < n) { *count = n; RETURN(E_INSUFFICIENT_SIZE); }
   unsigned j = 0;
   for (int i = 0; i < S.n_procs; i++) {
-    if (S.procs[i].gpu != d->gpu) continue;
+    if (!sampled(&S.procs[i], d)) continue;
     out[j++] = (nvmlProcessUtilizationSample_t){S.procs[i].pid, ts, S.procs[i].sm,
                                                 S.procs[i].memutil, 0, 0};
   }
@@ -631,19 +668,22 @@ nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t d, int n, nvmlFieldValue_t *v
 typedef struct { unsigned pid; unsigned long long usedGpuMemory; unsigned gpuInstanceId,
                  computeInstanceId; } nvmlProcessInfo_t;
 
-nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t d, unsigned int *count,
-                                                     nvmlProcessInfo_t *out) {
+#ifndef FAKENVML_OLD_DRIVER
+/* The processes with a context of this kind on the device (or MIG instance). */
+static nvmlReturn_t running(nvmlDevice_t d, const char *reading, int ctx, unsigned int *count,
+                            nvmlProcessInfo_t *out) {
   gpu_t *g; mig_t *m; ENTER();
-  nvmlReturn_t r = check(d, "processes", &g, &m);
+  nvmlReturn_t r = check(d, reading, &g, &m);
   if (r) RETURN(r);
   unsigned n = 0;
   for (int i = 0; i < S.n_procs; i++)
-    if (S.procs[i].gpu == d->gpu && (!m || S.procs[i].mig == d->mig)) n++;
+    if (S.procs[i].gpu == d->gpu && (S.procs[i].ctx & ctx) && (!m || S.procs[i].mig == d->mig))
+      n++;
   if (!out || *count < n) { *count = n; RETURN(n ? E_INSUFFICIENT_SIZE : OK); }
   unsigned j = 0;
   for (int i = 0; i < S.n_procs; i++) {
     proc_t *p = &S.procs[i];
-    if (p->gpu != d->gpu || (m && p->mig != d->mig)) continue;
+    if (p->gpu != d->gpu || !(p->ctx & ctx) || (m && p->mig != d->mig)) continue;
     unsigned gi = 0xFFFFFFFF, ci = 0xFFFFFFFF;
     if (p->mig >= 0) { gi = S.migs[p->gpu][p->mig].gi; ci = S.migs[p->gpu][p->mig].ci; }
     out[j++] = (nvmlProcessInfo_t){p->pid, p->mem, gi, ci};
@@ -651,6 +691,16 @@ nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t d, unsigned in
   *count = n;
   RETURN(OK);
 }
+
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t d, unsigned int *count,
+                                                     nvmlProcessInfo_t *out) {
+  return running(d, "processes", CTX_COMPUTE, count, out);
+}
+nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t d, unsigned int *count,
+                                                      nvmlProcessInfo_t *out) {
+  return running(d, "graphics", CTX_GRAPHICS, count, out);
+}
+#endif
 
 /* --- XID events ----------------------------------------------------------------------- */
 
