@@ -356,20 +356,37 @@ def procs_of(snap: dict[str, Any], index: int) -> dict[int, dict[str, Any]]:
     return {q["pid"]: q for q in gpu(snap, index)["processes"]}
 
 
+T0 = 1_700_000_000_000_000  # a frozen driver clock (epoch us), on the 1 s grid below
+PERIOD = 1_000_000  # sample_us: the driver's sample period in these tests
+
+
+def clock(us: int) -> str:
+    """The scenario's first line: the driver's clock stands at ``us``."""
+    return f"global clock_us={us}"
+
+
 def test_idle_process_listed_without_a_sample_used_zero(
-        nvml: Callable[..., NvmlProcess]) -> None:
+        nvml: Callable[..., NvmlProcess], scenario: Callable[..., Path]) -> None:
     # A time-sliced GPU with a busy and an idle process: the driver lists both as running
-    # but samples only the busy one.
-    p = nvml(gpu_line(0, util=40, sample_us=10_000_000), proc_line(0, 501, mem=GIB, sm=40),
-             proc_line(0, 502, mem=2 * GIB, idle=1))
-    for _ in range(2):  # the second read finds no sample newer than the cursor (NOT_FOUND)
-        snap = p.sample()
-        got = procs_of(snap, 0)
-        assert got[501]["sm_util_percent"] == 40  # held until a newer sample
-        assert got[502]["sm_util_percent"] == 0.0  # not "no_data": it did no work
-        assert got[502]["used_memory_bytes"] == 2 * GIB
-        assert gpu(snap, 0)["processes_unknown"] is None
-        assert snap["problems"] == []
+    # but has an entry only for the busy one.
+    gpu0 = gpu_line(0, util=40, sample_us=PERIOD)
+    busy, idle = proc_line(0, 501, mem=GIB, sm=40), proc_line(0, 502, mem=2 * GIB, idle=1)
+    p = nvml(clock(T0), gpu0, busy, idle)
+    snap = p.sample()
+    got = procs_of(snap, 0)
+    assert got[501]["sm_util_percent"] == 40
+    assert got[502]["sm_util_percent"] == 0.0  # not "no_data": it did no work
+    assert got[502]["used_memory_bytes"] == 2 * GIB
+    assert gpu(snap, 0)["processes_unknown"] is None
+    assert snap["problems"] == []
+    # The clock has not reached the next sample (a tick shorter than the driver's period):
+    # the last window's values stand, and a process new since reads no_data, not 0.
+    scenario(clock(T0), gpu0, busy, idle, proc_line(0, 503, mem=GIB, sm=70))
+    got = procs_of(p.sample(), 0)
+    assert [got[pid]["sm_util_percent"] for pid in (501, 502, 503)] == [40, 0.0, "no_data"]
+    scenario(clock(T0 + PERIOD), gpu0, busy, idle, proc_line(0, 503, mem=GIB, sm=70))
+    got = procs_of(p.sample(), 0)
+    assert [got[pid]["sm_util_percent"] for pid in (501, 502, 503)] == [40, 0.0, 70]
 
 
 def test_all_processes_idle_the_driver_says_not_found_and_each_used_zero(
@@ -382,16 +399,40 @@ def test_all_processes_idle_the_driver_says_not_found_and_each_used_zero(
     assert snap["problems"] == []  # NOT_FOUND is an answer, not a failure
 
 
-def test_a_process_that_goes_idle_reads_zero_once_its_last_sample_is_out_of_the_hold(
+def test_a_process_that_goes_idle_reads_zero_from_the_next_driver_sample(
         nvml: Callable[..., NvmlProcess], scenario: Callable[..., Path]) -> None:
-    # Hold 0: a sample counts for the tick it arrived in only. Before, the hold was measured
-    # from the newest sample of any process, so once all went idle (NOT_FOUND on every call)
-    # the last busy value stood forever.
-    gpu0 = gpu_line(0, util=60)
-    p = nvml(gpu0, proc_line(0, 701, mem=GIB, sm=60), args=("--process-hold", "0"))
+    # Before, the cursor stopped at the newest entry and a busy value was held for 5 s past
+    # the newest entry of any process: once all were idle (NOT_FOUND on every call) the last
+    # busy value stood forever.
+    gpu0 = gpu_line(0, util=60, sample_us=PERIOD)
+    p = nvml(clock(T0), gpu0, proc_line(0, 701, mem=GIB, sm=60))
     assert procs_of(p.sample(), 0)[701]["sm_util_percent"] == 60
-    scenario(gpu0, proc_line(0, 701, mem=GIB, sm=0))
+    scenario(clock(T0), gpu0, proc_line(0, 701, mem=GIB, sm=0))  # idle from T0 on
+    assert procs_of(p.sample(), 0)[701]["sm_util_percent"] == 60  # no new sample yet
+    scenario(clock(T0 + 2 * PERIOD), gpu0, proc_line(0, 701, mem=GIB, sm=0))
     assert procs_of(p.sample(), 0)[701]["sm_util_percent"] == 0.0
+    scenario(clock(T0 + 60 * PERIOD), gpu0, proc_line(0, 701, mem=GIB, sm=0))
+    assert procs_of(p.sample(), 0)[701]["sm_util_percent"] == 0.0
+
+
+def test_the_first_read_is_the_last_interval_not_the_drivers_long_window(
+        nvml: Callable[..., NvmlProcess]) -> None:
+    # Busy for the last 3 s after 60 s idle. Asked from timestamp 0, the driver averages its
+    # whole window (72 periods): 3 busy of 72 -> 4 %, while the process runs at 99 % (on an
+    # H100: 46 % for a process at 99 %). The first read must cover the last interval only.
+    p = nvml(clock(T0), gpu_line(0, util=99, sample_us=PERIOD),
+             proc_line(0, 711, mem=GIB, sm=99, was=0, for_ms=3000))
+    assert procs_of(p.sample(), 0)[711]["sm_util_percent"] == 99
+
+
+def test_a_process_busy_part_of_the_window_reads_its_mean_over_the_window(
+        nvml: Callable[..., NvmlProcess], scenario: Callable[..., Path]) -> None:
+    gpu0 = gpu_line(0, util=50, sample_us=PERIOD)
+    p = nvml(clock(T0), gpu0, proc_line(0, 721, mem=GIB, sm=80))
+    assert procs_of(p.sample(), 0)[721]["sm_util_percent"] == 80
+    # Idle from the period that ends at T0 + 2: busy in the first of the window's two.
+    scenario(clock(T0 + 2 * PERIOD), gpu0, proc_line(0, 721, mem=GIB, sm=0))
+    assert procs_of(p.sample(), 0)[721]["sm_util_percent"] == 40
 
 
 @pytest.mark.parametrize(("fault", "state", "problem"), [

@@ -59,11 +59,12 @@ class SharingMode(enum.Enum):
 class ProcessSample:
     """One process with a context on a GPU or MIG instance.
 
-    ``used_memory_bytes`` is Absent when the driver hides it. ``sm_util_percent`` is the mean
-    of the driver's per-process samples in the window (0-100); 0.0 for a process the driver
-    lists as running but did not sample (it samples only processes that did work); Absent
-    when per-process utilization could not be read (``UNAVAILABLE``: the call failed;
-    ``UNSUPPORTED``: MIG, or a driver without it) - never 0 then.
+    ``used_memory_bytes`` is Absent when the driver hides it. ``sm_util_percent`` is the
+    process's mean SM activity over the sample window (0-100); 0.0 for a process the driver
+    lists as running but gave no entry (it has one only for a process that did work);
+    ``Absent.NO_DATA`` for a process new since the last window when no driver sample ended
+    in this one; ``UNAVAILABLE`` (the call failed) or ``UNSUPPORTED`` (MIG, or a driver
+    without it) when per-process utilization could not be read - never 0 then.
     """
 
     pid: int

@@ -42,7 +42,6 @@ from gpuscale.telemetry.nvml_calls import (
 )
 from gpuscale.telemetry.nvml_device import (
     MIG_REFRESH_S,
-    PROCESS_HOLD_S,
     DeviceState,
     pointer_value,
     read_device,
@@ -73,13 +72,11 @@ class NvmlBackend:
                  clock: Callable[[], float] = time.time,
                  monotonic: Callable[[], float] = time.monotonic,
                  sharing: Callable[[str], SharingMode] | None = None,
-                 mig_refresh_s: float = MIG_REFRESH_S,
-                 process_hold_s: float = PROCESS_HOLD_S) -> None:
+                 mig_refresh_s: float = MIG_REFRESH_S) -> None:
         self._nvml = nvml if nvml is not None else _load_pynvml()
         self._calls = Calls(self._nvml)
         self._pcie = pcie
         self._mig_refresh_s = mig_refresh_s
-        self._process_hold_s = process_hold_s
         self._interval = interval
         self._node = node or socket.gethostname()
         self._clock = clock
@@ -192,7 +189,7 @@ class NvmlBackend:
             return _absent_gpu(index, "", GpuState.UNAVAILABLE, Absent.UNAVAILABLE)
         try:
             sample = read_device(self._calls, d, self._interval, self._pcie, now,
-                                 self._mig_refresh_s, self._process_hold_s)
+                                 self._mig_refresh_s)
         except GpuLost:
             self._calls.note(f"gpu {d.index}", "state", f"GPU {d.uuid} is lost",
                              logging.ERROR)

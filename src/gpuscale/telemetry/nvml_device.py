@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import ctypes
 import math
-from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -34,7 +33,6 @@ UINT_MAX = 0xFFFFFFFF
 NVLINK_TX, NVLINK_RX = 138, 139  # NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_{TX,RX}, KiB counters
 MIG_REFRESH_S = 30.0  # MIG layouts change rarely; re-enumerate this often (or on error)
 MAX_PROCESSES = 1024  # per device, bounded whatever the driver returns
-PROCESS_HOLD_S = 5.0  # a process's last sampled mean stands in this long without a new sample
 
 
 @dataclass
@@ -65,9 +63,9 @@ class DeviceState:
     mig_enabled: bool
     sharing: SharingMode
     util_cursor: int = 0  # last driver sample timestamp seen (us)
-    proc_cursor: int = 0  # newest per-process sample timestamp seen (driver us)
-    proc_last: dict[int, tuple[float, float, float]] = field(default_factory=dict)  # pid ->
-    #   (sm %, mem %, our monotonic time when its newest sample arrived)
+    proc_cursor: int = 0  # per-process utilization read up to here (driver us)
+    proc_last: dict[int, tuple[float, float]] = field(default_factory=dict)  # pid -> the
+    #   (sm %, mem %) of the last window that ended on a new driver sample
     nvlink_prev: tuple[float, int, int] | None = None  # (monotonic, tx KiB, rx KiB)
     memory_v2: bool = True  # falls back to v1 on drivers without the v2 call
     gpm: bool | None = None  # None = not asked yet
@@ -78,11 +76,14 @@ class DeviceState:
 
 
 def read_device(c: Calls, d: DeviceState, interval: float, pcie: bool,
-                monotonic: float, mig_refresh_s: float = MIG_REFRESH_S,
-                process_hold_s: float = PROCESS_HOLD_S) -> GpuSample:
+                monotonic: float, mig_refresh_s: float = MIG_REFRESH_S) -> GpuSample:
     nv = c.nvml
     where, u = f"gpu {d.index}", d.uuid
     util, n_samples = _window_utilization(c, d, interval)
+    # Where the driver's sample grid stands (what per-process utilization is read against),
+    # or why it is not known this tick.
+    grid: int | Absent = d.util_cursor if not isinstance(util, Absent) or (
+        util is Absent.NO_DATA) else util
     rates = c.get(where, u, "utilization_rates", nv.nvmlDeviceGetUtilizationRates, d.handle)
     mem_util: Reading = rates if isinstance(rates, Absent) else float(rates.memory)
     if n_samples == 0 and not isinstance(rates, Absent) and not d.mig_enabled:
@@ -118,8 +119,8 @@ def read_device(c: Calls, d: DeviceState, interval: float, pcie: bool,
         if isinstance(listed, Absent):
             processes, unknown = (), listed
         else:
-            processes = _with_utilization(listed, _process_util(c, d, interval, monotonic,
-                                                                process_hold_s))
+            processes = _with_utilization(
+                listed, _process_util(c, d, [p.pid for p in listed], grid, interval))
     return GpuSample(
         index=d.index, uuid=d.uuid, name=d.name, pci_bus_id=d.pci_bus_id,
         minor_number=d.minor_number, utilization_percent=util, utilization_samples=n_samples,
@@ -240,56 +241,66 @@ def _listed(c: Calls, where: str, uuid: str, handle: Any) -> list[ProcessSample]
 
 
 def _with_utilization(listed: list[ProcessSample],
-                      util: dict[int, tuple[float, float]] | Absent,
+                      util: dict[int, tuple[Reading, Reading]] | Absent,
                       ) -> tuple[ProcessSample, ...]:
-    """Fill in each listed process's SM and memory %: its mean where it has one, 0.0 where it
-    has none (the driver samples only processes that did work), and the Absent reason for
-    every process when per-process utilization could not be read."""
+    """The listed processes with their SM and memory %, or every one with the reason there
+    is none."""
     out = []
     for p in listed:
-        sm, mu = ((util, util) if isinstance(util, Absent)
-                  else util.get(p.pid, (0.0, 0.0)))
+        sm, mu = (util, util) if isinstance(util, Absent) else util[p.pid]
         out.append(replace(p, sm_util_percent=sm, mem_util_percent=mu))
     return tuple(out)
 
 
-def _process_util(c: Calls, d: DeviceState, interval: float, now: float,
-                  hold_s: float) -> dict[int, tuple[float, float]] | Absent:
-    """Per-pid SM and memory %, for the pids the driver sampled: the mean of their samples
-    newer than the cursor (on the first read, of those within ``interval`` of the newest),
-    or a pid's previous mean for ``hold_s`` of our monotonic clock after its newest sample
-    arrived (a window shorter than the driver's sample period may hold no sample of a busy
-    process: holding errs high, never low).
+def _process_util(c: Calls, d: DeviceState, pids: list[int], grid: int | Absent,
+                  interval: float) -> dict[int, tuple[Reading, Reading]] | Absent:
+    """SM and memory % of each listed pid over the window since the last read.
 
-    The driver answers NOT_FOUND when no process has a sample newer than the cursor - all
-    idle, or nothing new - which is a reading, not a failure. Absent (UNAVAILABLE or
-    UNSUPPORTED) when the call failed or is not available: then no process reads 0.
+    What a real H100 (driver 580.159.04) does, which wins over the NVML reference where they
+    differ: nvmlDeviceGetProcessUtilization returns at most one entry per pid, its mean
+    activity since the ``lastSeenTimeStamp`` passed, stamped on the same sample grid as
+    nvmlDeviceGetSamples (the same microsecond timestamps); a pid that did no work since
+    then has no entry, and with no entry at all the call fails NOT_FOUND. Passing 0 gives a
+    long-window (~14 s) average instead - 46 % for a process then at 99 % - so the window
+    is placed on the device sample grid this tick already read (``grid``, the newest
+    nvmlDeviceGetSamples timestamp): the first read starts ``interval`` before it, and every
+    read moves the cursor up to it.
+
+    So when a new grid sample ended in the window, a listed pid without an entry used 0.0.
+    When none did (a tick shorter than the driver's sample period), the last window's values
+    stand and a pid new since then reads NO_DATA. Absent for all, never 0, when the window
+    cannot be placed (``grid`` is the device samples' reason, or 0: none read yet) and when
+    the call failed or is not available.
     """
     nv, where = c.nvml, f"gpu {d.index}"
     if (d.uuid, "process_utilization") in c.unsupported:
         return Absent.UNSUPPORTED
+    if isinstance(grid, Absent):
+        return grid
+    if grid == 0:
+        return Absent.NO_DATA
+    cursor = d.proc_cursor or grid - int(interval * 1e6)
     samples: list[Any] = []
     try:
-        samples = nv.nvmlDeviceGetProcessUtilization(d.handle, d.proc_cursor)
+        samples = nv.nvmlDeviceGetProcessUtilization(d.handle, cursor)
     except nv.NVMLError as exc:
         code = error_code(exc)
-        # SUCCESS: pynvml raises it when the sizing call finds no sample (0 entries).
+        # NOT_FOUND: no process did work since the cursor. SUCCESS: pynvml raises it when
+        # the sizing call reports no entry (the H100 never did: it sizes 72, then answers
+        # NOT_FOUND).
         if code not in (NOT_FOUND, SUCCESS):
             return c.failed(where, d.uuid, "process_utilization", code)
     c.cleared(where, "process_utilization")
-    fresh = [s for s in samples if s.timeStamp > d.proc_cursor]
-    if fresh and d.proc_cursor == 0:  # the whole buffer: only the last interval counts
-        newest = max(s.timeStamp for s in fresh)
-        fresh = [s for s in fresh if s.timeStamp > newest - interval * 1e6]
-    acc: dict[int, list[tuple[float, float]]] = defaultdict(list)
-    for s in fresh:
-        acc[int(s.pid)].append((float(s.smUtil), float(s.memUtil)))
-    for pid, vs in acc.items():
-        d.proc_last[pid] = (sum(v[0] for v in vs) / len(vs), sum(v[1] for v in vs) / len(vs),
-                            now)
-    d.proc_cursor = max([d.proc_cursor, *(int(s.timeStamp) for s in fresh)])
-    d.proc_last = {pid: v for pid, v in d.proc_last.items() if v[2] >= now - hold_s}
-    return {pid: (v[0], v[1]) for pid, v in d.proc_last.items()}
+    fresh: dict[int, Any] = {}
+    for s in samples:  # one entry per pid; should a driver give more, its newest counts
+        pid = int(s.pid)
+        if s.timeStamp > cursor and (pid not in fresh or s.timeStamp > fresh[pid].timeStamp):
+            fresh[pid] = s
+    if grid > cursor or fresh:  # a driver sample ended in the window: the unsampled idled
+        d.proc_cursor = max([grid, *(int(s.timeStamp) for s in fresh.values())])
+        d.proc_last = {pid: ((float(fresh[pid].smUtil), float(fresh[pid].memUtil))
+                             if pid in fresh else (0.0, 0.0)) for pid in pids}
+    return {pid: d.proc_last.get(pid, (Absent.NO_DATA, Absent.NO_DATA)) for pid in pids}
 
 
 def _read_migs(c: Calls, d: DeviceState, now: float,

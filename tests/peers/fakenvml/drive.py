@@ -2,7 +2,7 @@
 
 Commands: ``sample`` prints the snapshot as one JSON line; ``close`` shuts NVML down and
 prints ``{}``; ``gpus`` prints ``gpuscale gpus`` output as {"table": ...}. Arguments:
-``--pcie``, ``--interval S``, ``--mig-refresh S``, ``--process-hold S``. Logs go to stderr.
+``--pcie``, ``--interval S``, ``--mig-refresh S``. Logs go to stderr.
 
 With ``--attribute KUBELET_SOCKET PROC_ROOT KUBECONFIG NODE`` it instead runs the agent's
 attribution once against those peers (waiting for the pod list) and prints
@@ -31,13 +31,12 @@ def main() -> None:
     parser.add_argument("--pcie", action="store_true")
     parser.add_argument("--interval", type=float, default=1.0)
     parser.add_argument("--mig-refresh", type=float, default=30.0)
-    parser.add_argument("--process-hold", type=float, default=5.0)
     parser.add_argument("--attribute", nargs=4, default=None)
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(levelname)s %(name)s: %(message)s")
     backend = NvmlBackend(pcie=args.pcie, interval=args.interval, node="test-node",
-                          mig_refresh_s=args.mig_refresh, process_hold_s=args.process_hold)
+                          mig_refresh_s=args.mig_refresh)
     if args.attribute:
         print(json.dumps(asyncio.run(attribute_once(backend, *args.attribute))), flush=True)
         backend.close()
