@@ -128,7 +128,7 @@ def test_shared_gpu_without_process_owners_is_reported_shared_never_whole() -> N
         assert p.devices[0].split == "shared"
 
 
-def test_shared_gpu_process_without_samples_makes_the_pod_no_data() -> None:
+def test_shared_gpu_process_with_no_data_makes_the_pod_no_data() -> None:
     g = time_sliced({1: (Absent.NO_DATA, GIB), 2: (20.0, GIB)})
     allocs = [alloc("p1", f"{uuid(0)}::0"), alloc("p2", f"{uuid(0)}::1")]
     owners = {1: ProcessOwner("u1", ""), 2: ProcessOwner("u2", "")}
