@@ -128,7 +128,7 @@ def test_shared_gpu_without_process_owners_is_reported_shared_never_whole() -> N
         assert p.devices[0].split == "shared"
 
 
-def test_shared_gpu_process_without_samples_makes_the_pod_no_data() -> None:
+def test_shared_gpu_process_with_no_data_makes_the_pod_no_data() -> None:
     g = time_sliced({1: (Absent.NO_DATA, GIB), 2: (20.0, GIB)})
     allocs = [alloc("p1", f"{uuid(0)}::0"), alloc("p2", f"{uuid(0)}::1")]
     owners = {1: ProcessOwner("u1", ""), 2: ProcessOwner("u2", "")}
@@ -136,6 +136,49 @@ def test_shared_gpu_process_without_samples_makes_the_pod_no_data() -> None:
     got = {p.pod: p for p in result.pods}
     assert got["p1"].utilization_percent is Absent.NO_DATA
     assert got["p2"].utilization_percent == 20.0
+
+
+def test_shared_gpu_idle_pod_reads_zero_from_its_unsampled_process() -> None:
+    # The NVML backend gives a listed process without a sample 0.0: its pod used nothing,
+    # and a pod with no process on the device likewise.
+    g = time_sliced({1: (0.0, GIB), 2: (20.0, GIB)})
+    allocs = [alloc(f"p{i}", f"{uuid(0)}::{i}") for i in (1, 2, 3)]
+    owners = {1: ProcessOwner("u1", ""), 2: ProcessOwner("u2", "")}
+    result = attribute(snap(g), allocs, pods(*(info(f"p{i}", f"u{i}") for i in (1, 2, 3))),
+                       owners)
+    got = {p.pod: p for p in result.pods}
+    assert [got[f"p{i}"].utilization_percent for i in (1, 2, 3)] == [0.0, 20.0, 0.0]
+    assert result.state is AttributionState.OK
+
+
+def test_shared_gpu_without_a_process_list_is_never_read_as_idle() -> None:
+    # The listing failed (or the GPU is lost): an empty list there is no evidence of idleness.
+    failed = gpu(0, 80.0, sharing=SharingMode.TIME_SLICED,
+                 processes_unknown=Absent.UNAVAILABLE)
+    lost = gpu(1, Absent.LOST, state=GpuState.LOST, sharing=SharingMode.TIME_SLICED,
+               memory_used_bytes=Absent.LOST, processes_unknown=Absent.LOST)
+    allocs = [alloc(f"p{i}", f"{uuid(i // 2)}::{i % 2}") for i in range(4)]
+    owners = {1: ProcessOwner("u0", "")}
+    result = attribute(snap(failed, lost), allocs,
+                       pods(*(info(f"p{i}", f"u{i}") for i in range(4))), owners)
+    got = {p.pod: p for p in result.pods}
+    for i, why in [(0, Absent.SHARED), (1, Absent.SHARED), (2, Absent.LOST),
+                   (3, Absent.LOST)]:
+        assert got[f"p{i}"].utilization_percent is why
+        assert got[f"p{i}"].memory_used_bytes is why
+        assert got[f"p{i}"].devices[0].split == "shared"
+
+
+def test_pod_on_a_slice_of_a_lost_mig_gpu_reads_lost() -> None:
+    mig = MigSample(uuid(10, "MIG"), uuid(0), 0, 1, 0, "3g.40gb", Absent.LOST, Absent.LOST,
+                    Absent.LOST, (), Absent.LOST)
+    g = gpu(0, Absent.LOST, state=GpuState.LOST, mig_enabled=True, sharing=SharingMode.MIG,
+            migs=(mig,), processes_unknown=Absent.LOST)
+    allocs = [alloc("a", uuid(10, "MIG")), alloc("b", f"{uuid(10, 'MIG')}::0"),
+              alloc("c", f"{uuid(10, 'MIG')}::1")]
+    result = attribute(snap(g), allocs, pods(info("a", "ua"), info("b", "ub"),
+                                             info("c", "uc")), {})
+    assert [p.utilization_percent for p in result.pods] == [Absent.LOST] * 3
 
 
 def test_processes_of_no_pod_unknown_pods_and_unallocated_use_are_flagged() -> None:

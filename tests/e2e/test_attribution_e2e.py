@@ -8,6 +8,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -28,7 +29,7 @@ from gpuscale.telemetry.model import Absent
 from gpuscale.telemetry.scenario import gpu_uuid, load_scenario
 from gpuscale.telemetry.simulated import SimulatedBackend
 from tests.conftest import until
-from tests.peers.fakenvml import DRIVER, build, gpu_line, proc_line
+from tests.peers.fakenvml import DRIVER, build, gpu_line, mig_line, proc_line
 from tests.peers.kubeapi import KubeApiPeer, api_client, make_pod
 from tests.peers.kubelet import KubeletPeer, pod
 
@@ -217,19 +218,23 @@ async def test_agent_exposes_pods_the_dcgm_way() -> None:
     assert f'gpuscale_gpu_unallocated{{UUID="{gpu_uuid(NODE.name, 3)}"}} 1.0' in body
 
 
-async def test_nvml_through_the_fake_driver_attributed_via_kubeconfig(
-        cluster: tuple[KubeletPeer, KubeApiPeer, Path], tmp_path: Path) -> None:
+G0 = "GPU-00000000-0000-0000-0000-000000000000"  # gpu_line(0)
+MIG0 = "MIG-00000000-0000-0000-0000-000000000000"  # mig_line(0, 0)
+
+
+def shared_by(kubelet: KubeletPeer, device: str, n: int) -> None:
+    """Pods ts-a, ts-b, ... (pids 7001, 7002, ... in the /proc tree) time-slice ``device``."""
+    kubelet.pods = [pod("dev", f"ts-{c}", ("app", "nvidia.com/gpu.shared", [f"{device}::{i}"]))
+                    for i, c in enumerate("abcd"[:n])]
+
+
+async def attribute_on_fake_nvml(cluster: tuple[KubeletPeer, KubeApiPeer, Path],
+                                 tmp_path: Path, *lines: str) -> dict[str, Any]:
     """The whole agent path in one process: real bindings on the fake libnvidia-ml, the
     kubelet and API peers (reached through a kubeconfig file) and a /proc tree."""
     kubelet, api, proc = cluster
-    g0 = "GPU-00000000-0000-0000-0000-000000000000"
-    kubelet.pods = [pod("dev", f"ts-{c}", ("app", "nvidia.com/gpu.shared", [f"{g0}::{i}"]))
-                    for i, c in enumerate("abcd")]
     scenario = tmp_path / "nvml.txt"
-    scenario.write_text("\n".join([
-        gpu_line(0, util=90, sample_us=100000),
-        *(proc_line(0, 7001 + i, mem=(i + 1) * 2**30, sm=10 * (i + 1)) for i in range(4)),
-    ]) + "\n")
+    scenario.write_text("\n".join(lines) + "\n")
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(yaml.safe_dump({
         "apiVersion": "v1", "kind": "Config", "current-context": "t",
@@ -243,9 +248,101 @@ async def test_nvml_through_the_fake_driver_attributed_via_kubeconfig(
         stderr=asyncio.subprocess.PIPE)
     out, err = await asyncio.wait_for(proc_.communicate(), 60)
     assert proc_.returncode == 0, err.decode()
-    att = json.loads(out)["attribution"]
-    got = {p["pod"]: p for p in att["pods"]}
+    result: dict[str, Any] = json.loads(out)
+    return result
+
+
+def by_pod(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {p["pod"]: p for p in result["attribution"]["pods"]}
+
+
+def gpu_signal(result: dict[str, Any], pod_name: str) -> object:
+    return result["signals"][f"dev/{pod_name}"]["gpu-utilization"]
+
+
+async def test_nvml_through_the_fake_driver_attributed_via_kubeconfig(
+        cluster: tuple[KubeletPeer, KubeApiPeer, Path], tmp_path: Path) -> None:
+    shared_by(cluster[0], G0, 4)
+    result = await attribute_on_fake_nvml(
+        cluster, tmp_path, gpu_line(0, util=90, sample_us=100000),
+        *(proc_line(0, 7001 + i, mem=(i + 1) * 2**30, sm=10 * (i + 1)) for i in range(4)))
+    got = by_pod(result)
     assert [got[f"ts-{c}"]["utilization_percent"] for c in "abcd"] == [10.0, 20.0, 30.0, 40.0]
     assert got["ts-c"]["memory_used_bytes"] == 3 * 2**30
     assert got["ts-c"]["devices"][0]["sharers"] == 4
-    assert att["state"] == "ok"
+    assert result["attribution"]["state"] == "ok"
+
+
+@pytest.mark.parametrize("busy", [True, False], ids=["one-idle", "all-idle"])
+async def test_idle_time_sliced_pod_reads_zero_and_its_workload_stays_answerable(
+        cluster: tuple[KubeletPeer, KubeApiPeer, Path], tmp_path: Path, busy: bool) -> None:
+    # The driver lists both processes but samples only a busy one (all idle: it answers
+    # NOT_FOUND). The idle pod used 0 % - a number, so its workload's sum is answerable.
+    shared_by(cluster[0], G0, 2)
+    result = await attribute_on_fake_nvml(
+        cluster, tmp_path, gpu_line(0, util=35 if busy else 0),
+        proc_line(0, 7001, mem=2**30, sm=35 if busy else 0),
+        proc_line(0, 7002, mem=2 * 2**30, idle=1))
+    got = by_pod(result)
+    assert got["ts-a"]["utilization_percent"] == (35.0 if busy else 0.0)
+    assert got["ts-b"]["utilization_percent"] == 0.0
+    assert got["ts-b"]["memory_used_bytes"] == 2 * 2**30
+    assert got["ts-b"]["devices"][0]["split"] == "process"
+    assert gpu_signal(result, "ts-b") == 0.0
+    assert result["attribution"]["state"] == "ok"
+
+
+@pytest.mark.parametrize(("fault", "why"), [
+    ("proc_util:999", "unavailable"),  # the per-process utilization call failed
+    ("processes:999", "shared"),  # the process list itself failed: whose is unknowable
+    ("proc_util:3", "unsupported"),
+])
+async def test_per_process_data_missing_keeps_the_pods_absent_never_zero(
+        cluster: tuple[KubeletPeer, KubeApiPeer, Path], tmp_path: Path, fault: str,
+        why: str) -> None:
+    shared_by(cluster[0], G0, 2)
+    result = await attribute_on_fake_nvml(
+        cluster, tmp_path, gpu_line(0, util=35, fail=fault),
+        proc_line(0, 7001, mem=2**30, sm=35), proc_line(0, 7002, mem=2**30, idle=1))
+    got = by_pod(result)
+    assert [got[c]["utilization_percent"] for c in ("ts-a", "ts-b")] == [why, why]
+    assert [gpu_signal(result, c) for c in ("ts-a", "ts-b")] == [why, why]
+
+
+async def test_pods_on_a_gpu_lost_mid_tick_read_lost(
+        cluster: tuple[KubeletPeer, KubeApiPeer, Path], tmp_path: Path) -> None:
+    # Lost between listing the processes and reading their utilization.
+    shared_by(cluster[0], G0, 2)
+    result = await attribute_on_fake_nvml(
+        cluster, tmp_path, gpu_line(0, util=35, lost_after="proc_util:1"),
+        proc_line(0, 7001, mem=2**30, sm=35), proc_line(0, 7002, mem=2**30, idle=1))
+    got = by_pod(result)
+    assert [got[c]["utilization_percent"] for c in ("ts-a", "ts-b")] == ["lost", "lost"]
+    assert [got[c]["memory_used_bytes"] for c in ("ts-a", "ts-b")] == ["lost", "lost"]
+    assert [gpu_signal(result, c) for c in ("ts-a", "ts-b")] == ["lost", "lost"]
+
+
+async def test_time_sliced_mig_slice_without_utilization_is_unsupported_never_zero(
+        cluster: tuple[KubeletPeer, KubeApiPeer, Path], tmp_path: Path) -> None:
+    shared_by(cluster[0], MIG0, 2)
+    result = await attribute_on_fake_nvml(
+        cluster, tmp_path, gpu_line(0, mig=1), mig_line(0, 0, gi=1, gslices=3, mem_mb=40192),
+        proc_line(0, 7001, mig=0, mem=2**30, sm=50), proc_line(0, 7002, mig=0, mem=2**30))
+    got = by_pod(result)
+    assert [got[c]["utilization_percent"] for c in ("ts-a", "ts-b")] == [
+        "unsupported", "unsupported"]
+    assert got["ts-b"]["memory_used_bytes"] == 2**30  # memory is per process on MIG too
+    assert [gpu_signal(result, c) for c in ("ts-a", "ts-b")] == ["unsupported", "unsupported"]
+
+
+async def test_pod_on_a_mig_slice_of_a_gpu_lost_mid_tick_reads_lost(
+        cluster: tuple[KubeletPeer, KubeApiPeer, Path], tmp_path: Path) -> None:
+    cluster[0].pods = [pod("dev", "ts-a", ("app", "nvidia.com/mig-3g.40gb", [MIG0]))]
+    result = await attribute_on_fake_nvml(
+        cluster, tmp_path, gpu_line(0, mig=1, gpm=1, lost_after="processes:1"),
+        mig_line(0, 0, gi=1, gslices=3, mem_mb=40192, gpm_util=80),
+        proc_line(0, 7001, mig=0, mem=2**30))
+    got = by_pod(result)
+    assert got["ts-a"]["utilization_percent"] == "lost"
+    assert got["ts-a"]["devices"][0]["mig_uuid"] == MIG0
+    assert gpu_signal(result, "ts-a") == "lost"

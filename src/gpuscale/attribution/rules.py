@@ -3,9 +3,12 @@
 - Whole GPU held by one container: it gets the device's utilization and memory.
 - MIG slice: its holder gets the slice's memory and utilization (GPM, else unsupported).
 - A GPU (or slice) held by several containers (time-slicing, MPS): each gets the SM % and
-  memory of its own processes when per-process data and PID -> pod mapping exist; otherwise
-  the device's numbers are reported as shared, with the sharer count, and the pod's own
-  number is ``Absent.SHARED`` - never the whole device to each sharer, never to the last.
+  memory of its own processes when per-process data and PID -> pod mapping exist (a
+  container with no process on the device, or whose processes the driver listed without a
+  sample, used 0 of it); otherwise the device's numbers are reported as shared, with the
+  sharer count, and the pod's own number is ``Absent.SHARED`` - never the whole device to
+  each sharer, never to the last. No process list (it failed, or the GPU is lost) is never
+  read as "no processes": the pod's number is then SHARED, or LOST with the GPU.
 - GPUs and slices held by nobody are idle capacity; GPU processes of no pod are flagged.
 """
 
@@ -153,10 +156,12 @@ def _device_usage(ref: DeviceRef, t: _Target, sharers: int, info: PodInfo | None
         memory_total_bytes=m.memory_total_bytes if m else g.memory_total_bytes)
     if sharers == 1:
         return usage
+    unknown = m.processes_unknown if m else g.processes_unknown
     own = _own_processes(m.processes if m else g.processes, info, container, owners)
-    if own is None:  # no way to tell whose processes are whose
-        return replace(usage, split=Split.SHARED, utilization_percent=Absent.SHARED,
-                       memory_used_bytes=Absent.SHARED)
+    if own is None or unknown is not None:  # no way to tell whose processes are whose
+        why = Absent.LOST if unknown is Absent.LOST else Absent.SHARED
+        return replace(usage, split=Split.SHARED, utilization_percent=why,
+                       memory_used_bytes=why)
     return replace(usage, split=Split.PROCESS,
                    utilization_percent=_sum([p.sm_util_percent for p in own]),
                    memory_used_bytes=_isum([p.used_memory_bytes for p in own]))
@@ -165,7 +170,8 @@ def _device_usage(ref: DeviceRef, t: _Target, sharers: int, info: PodInfo | None
 def _own_processes(procs: Sequence[ProcessSample], info: PodInfo | None, container: str,
                    owners: Mapping[int, ProcessOwner | None] | Absent,
                    ) -> list[ProcessSample] | None:
-    """This container's processes on a shared device, or None when that cannot be known."""
+    """This container's processes among a device's (full) process list, or None when the
+    owners cannot be known."""
     if isinstance(owners, Absent) or info is None:
         return None
     cid = dict(info.container_ids).get(container, "")

@@ -59,9 +59,12 @@ class SharingMode(enum.Enum):
 class ProcessSample:
     """One process with a context on a GPU or MIG instance.
 
-    ``used_memory_bytes`` is Absent when the driver hides it; ``sm_util_percent`` is the mean
-    of the driver's per-process samples in the window (0-100), ``Absent.NO_DATA`` when the
-    process had no sample in the window, ``Absent.UNSUPPORTED`` on MIG.
+    ``used_memory_bytes`` is Absent when the driver hides it. ``sm_util_percent`` is the
+    process's mean SM activity over the sample window (0-100); 0.0 for a process the driver
+    lists as running but gave no entry (it has one only for a process that did work);
+    ``Absent.NO_DATA`` for a process new since the last window when no driver sample ended
+    in this one; ``UNAVAILABLE`` (the call failed) or ``UNSUPPORTED`` (MIG, or a driver
+    without it) when per-process utilization could not be read - never 0 then.
     """
 
     pid: int
@@ -90,6 +93,9 @@ class MigSample:
     memory_total_bytes: IntReading
     utilization_percent: Reading
     processes: tuple[ProcessSample, ...] = ()
+    #: Why ``processes`` is not the instance's full list (its listing failed, is unsupported,
+    #: or the GPU is lost); None when it is.
+    processes_unknown: Absent | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +105,10 @@ class GpuSample:
     Units: utilization in percent (0-100) averaged over the sample window, memory in bytes,
     power in watts, temperature in degrees C, clocks in MHz, energy in millijoules since the
     driver loaded, throughputs in bytes per second.
+
+    ``processes`` are all the processes with a context on the GPU (on MIG: on its instances)
+    when ``processes_unknown`` is None; otherwise it says why the list is incomplete, and an
+    absent process must not be read as an idle one.
     """
 
     index: int
@@ -129,6 +139,7 @@ class GpuSample:
     sharing: SharingMode = SharingMode.EXCLUSIVE
     migs: tuple[MigSample, ...] = ()
     processes: tuple[ProcessSample, ...] = ()
+    processes_unknown: Absent | None = None
 
 
 @dataclass(frozen=True, slots=True)

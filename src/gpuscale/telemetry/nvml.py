@@ -4,8 +4,10 @@ Lifecycle: the first ``sample`` initialises NVML; if that fails (library missing
 loaded, version mismatch, no permission) the snapshot says UNAVAILABLE with the reason, and
 every later tick tries again, so the backend recovers on its own when the driver comes
 back. A GPU that falls off the bus is reported LOST (its readings ``Absent.LOST``) while the
-others carry on; it is read again every tick. A change in the GPU count, or an error meaning
-the library as a whole is gone, shuts NVML down and re-initialises on the next tick.
+others carry on; it is read again every tick. A GPU lost in the middle of a tick keeps
+nothing from that tick: its readings, its MIG instances (as last enumerated) and its process
+list are all LOST, so no pod on it reads as idle. A change in the GPU count, or an error
+meaning the library as a whole is gone, shuts NVML down and re-initialises on the next tick.
 
 XID errors: every GPU is registered for critical XID events; each tick drains the event set
 without waiting.
@@ -26,6 +28,7 @@ from gpuscale.telemetry.model import (
     BackendState,
     GpuSample,
     GpuState,
+    MigSample,
     NodeSnapshot,
     SharingMode,
 )
@@ -216,6 +219,11 @@ class NvmlBackend:
 
 def _absent_gpu(index: int, uuid: str, state: GpuState, why: Absent,
                 d: DeviceState | None = None) -> GpuSample:
+    # The MIG instances last enumerated stay in the sample, their readings Absent too, so
+    # that a pod on one reads as lost rather than as holding a device that is not there.
+    migs = tuple(MigSample(m.uuid, uuid, m.index, m.gpu_instance_id, m.compute_instance_id,
+                           m.profile, why, why, why, (), why)
+                 for m in (d.migs if d is not None and d.mig_enabled else ()))
     return GpuSample(
         index=index, uuid=uuid, name=d.name if d else "", pci_bus_id=d.pci_bus_id if d else "",
         minor_number=d.minor_number if d else index, state=state, utilization_percent=why,
@@ -226,5 +234,5 @@ def _absent_gpu(index: int, uuid: str, state: GpuState, why: Absent,
         pcie_tx_bytes_per_second=why, pcie_rx_bytes_per_second=why,
         xid_errors_total=d.xid_total if d else 0, last_xid=d.last_xid if d else 0,
         mig_enabled=d.mig_enabled if d else False,
-        sharing=d.sharing if d else SharingMode.EXCLUSIVE)
+        sharing=d.sharing if d else SharingMode.EXCLUSIVE, migs=migs, processes_unknown=why)
 

@@ -2,9 +2,10 @@
 
 ``pynvml.NVMLError`` never escapes this module's users. Each error code becomes one of:
 
-- a reading state: NOT_SUPPORTED / FUNCTION_NOT_FOUND (older driver) -> ``Absent.UNSUPPORTED``
-  (remembered, so the call is not repeated every tick); any other per-call error ->
-  ``Absent.UNAVAILABLE`` plus a problem line for this tick;
+- a reading state: NOT_SUPPORTED / FUNCTION_NOT_FOUND (older driver; pynvml's unversioned
+  wrappers raise ``NVMLLibraryMismatchError`` for it, which is no ``NVMLError``) ->
+  ``Absent.UNSUPPORTED`` (remembered, so the call is not repeated every tick); any other
+  per-call error -> ``Absent.UNAVAILABLE`` plus a problem line for this tick;
 - ``GpuLost`` for GPU_IS_LOST: the caller marks the whole GPU lost;
 - ``BackendDown`` for errors that mean the library as a whole is unusable (uninitialised,
   driver not loaded, library/kernel-module version mismatch): the backend shuts NVML down
@@ -74,6 +75,8 @@ class Calls:
 
     def __init__(self, nvml: ModuleType) -> None:
         self.nvml = nvml
+        # An empty tuple catches nothing: bindings without the class never raise it.
+        self._mismatch: Any = getattr(nvml, "NVMLLibraryMismatchError", ())
         self.unsupported: set[tuple[str, str]] = set()  # (device uuid, reading)
         self.problems: list[str] = []  # this tick's failed readings
         self._faults: dict[tuple[str, str], str] = {}  # (where, what) -> last logged fault
@@ -95,6 +98,8 @@ class Calls:
             result = fn(*args)
         except self.nvml.NVMLError as exc:
             return self.failed(where, uuid, what, error_code(exc))
+        except self._mismatch:  # the driver lacks the versioned call the wrapper chose
+            return self.failed(where, uuid, what, FUNCTION_NOT_FOUND)
         self.cleared(where, what)
         return result
 

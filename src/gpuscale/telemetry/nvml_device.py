@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import math
-from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpuscale.telemetry.model import (
@@ -34,7 +33,6 @@ UINT_MAX = 0xFFFFFFFF
 NVLINK_TX, NVLINK_RX = 138, 139  # NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_{TX,RX}, KiB counters
 MIG_REFRESH_S = 30.0  # MIG layouts change rarely; re-enumerate this often (or on error)
 MAX_PROCESSES = 1024  # per device, bounded whatever the driver returns
-PROCESS_SAMPLE_TTL_US = 5_000_000  # a process's last SM sample counts this long
 
 
 @dataclass
@@ -65,9 +63,9 @@ class DeviceState:
     mig_enabled: bool
     sharing: SharingMode
     util_cursor: int = 0  # last driver sample timestamp seen (us)
-    proc_cursor: int = 0
-    proc_last: dict[int, tuple[float, float, int]] = field(default_factory=dict)  # pid ->
-    #   (sm %, mem %, driver timestamp us) of its newest sample
+    proc_cursor: int = 0  # per-process utilization read up to here (driver us)
+    proc_last: dict[int, tuple[float, float]] = field(default_factory=dict)  # pid -> the
+    #   (sm %, mem %) of the last window that ended on a new driver sample
     nvlink_prev: tuple[float, int, int] | None = None  # (monotonic, tx KiB, rx KiB)
     memory_v2: bool = True  # falls back to v1 on drivers without the v2 call
     gpm: bool | None = None  # None = not asked yet
@@ -82,6 +80,10 @@ def read_device(c: Calls, d: DeviceState, interval: float, pcie: bool,
     nv = c.nvml
     where, u = f"gpu {d.index}", d.uuid
     util, n_samples = _window_utilization(c, d, interval)
+    # Where the driver's sample grid stands (what per-process utilization is read against),
+    # or why it is not known this tick.
+    grid: int | Absent = d.util_cursor if not isinstance(util, Absent) or (
+        util is Absent.NO_DATA) else util
     rates = c.get(where, u, "utilization_rates", nv.nvmlDeviceGetUtilizationRates, d.handle)
     mem_util: Reading = rates if isinstance(rates, Absent) else float(rates.memory)
     if n_samples == 0 and not isinstance(rates, Absent) and not d.mig_enabled:
@@ -106,11 +108,19 @@ def read_device(c: Calls, d: DeviceState, interval: float, pcie: bool,
         pcie_rx = _scaled(c.get(where, u, "pcie_rx", nv.nvmlDeviceGetPcieThroughput, d.handle,
                                 nv.NVML_PCIE_UTIL_RX_BYTES), 1024.0)
     migs: tuple[MigSample, ...] = ()
+    unknown: Absent | None = None
     if d.mig_enabled:
         migs = _read_migs(c, d, monotonic, mig_refresh_s)
         processes = tuple(p for m in migs for p in m.processes)
+        unknown = next((m.processes_unknown for m in migs
+                        if m.processes_unknown is not None), None)
     else:
-        processes = _processes(c, where, u, d.handle, d, per_process_util=True)
+        listed = _listed(c, where, u, d.handle)
+        if isinstance(listed, Absent):
+            processes, unknown = (), listed
+        else:
+            processes = _with_utilization(
+                listed, _process_util(c, d, [p.pid for p in listed], grid, interval))
     return GpuSample(
         index=d.index, uuid=d.uuid, name=d.name, pci_bus_id=d.pci_bus_id,
         minor_number=d.minor_number, utilization_percent=util, utilization_samples=n_samples,
@@ -121,7 +131,7 @@ def read_device(c: Calls, d: DeviceState, interval: float, pcie: bool,
         nvlink_tx_bytes_per_second=nv_tx, nvlink_rx_bytes_per_second=nv_rx,
         pcie_tx_bytes_per_second=pcie_tx, pcie_rx_bytes_per_second=pcie_rx,
         xid_errors_total=d.xid_total, last_xid=d.last_xid, mig_enabled=d.mig_enabled,
-        sharing=d.sharing, migs=migs, processes=processes)
+        sharing=d.sharing, migs=migs, processes=processes, processes_unknown=unknown)
 
 
 def _scaled(value: Any, factor: float) -> Reading:
@@ -200,56 +210,97 @@ def _nvlink(c: Calls, d: DeviceState, now: float) -> tuple[Reading, Reading]:
     return (tx - prev[1]) * 1024.0 / dt, (rx - prev[2]) * 1024.0 / dt
 
 
-def _processes(c: Calls, where: str, uuid: str, handle: Any, d: DeviceState,
-               per_process_util: bool) -> tuple[ProcessSample, ...]:
+def _listed(c: Calls, where: str, uuid: str, handle: Any) -> list[ProcessSample] | Absent:
+    """The processes with a compute or graphics context on the device (a process with both
+    once), at most MAX_PROCESSES, their utilization not filled in yet.
+
+    Absent when the list cannot be known: the compute listing failed or is unsupported, or
+    the graphics listing failed. A driver that cannot list graphics contexts at all
+    (unsupported) has its compute list taken as the whole.
+    """
     nv = c.nvml
-    procs = c.get(where, uuid, "processes", nv.nvmlDeviceGetComputeRunningProcesses, handle)
-    if isinstance(procs, Absent) or not procs:
-        return ()
-    util: dict[int, tuple[float, float]] = {}
-    util_state: Absent = Absent.UNSUPPORTED
-    if per_process_util:
-        util, util_state = _process_util(c, d)
+    found: dict[int, ProcessSample] = {}
+    for what, fn in (("processes", nv.nvmlDeviceGetComputeRunningProcesses),
+                     ("graphics_processes", nv.nvmlDeviceGetGraphicsRunningProcesses)):
+        procs = c.get(where, uuid, what, fn, handle)
+        if procs is Absent.UNSUPPORTED and what == "graphics_processes":
+            continue
+        if isinstance(procs, Absent):
+            return procs
+        for p in procs:
+            pid, mem = int(p.pid), p.usedGpuMemory
+            if pid in found and not isinstance(found[pid].used_memory_bytes, Absent):
+                continue  # both contexts: usedGpuMemory is the process's whole use either way
+            if pid not in found and len(found) >= MAX_PROCESSES:
+                continue
+            found[pid] = ProcessSample(
+                pid, Absent.UNAVAILABLE if mem is None else int(mem), Absent.NO_DATA,
+                Absent.NO_DATA, p.gpuInstanceId if p.gpuInstanceId != UINT_MAX else None,
+                p.computeInstanceId if p.computeInstanceId != UINT_MAX else None)
+    return list(found.values())
+
+
+def _with_utilization(listed: list[ProcessSample],
+                      util: dict[int, tuple[Reading, Reading]] | Absent,
+                      ) -> tuple[ProcessSample, ...]:
+    """The listed processes with their SM and memory %, or every one with the reason there
+    is none."""
     out = []
-    for p in procs[:MAX_PROCESSES]:
-        mem = p.usedGpuMemory
-        gi = p.gpuInstanceId if p.gpuInstanceId != UINT_MAX else None
-        ci = p.computeInstanceId if p.computeInstanceId != UINT_MAX else None
-        sm, mu = util.get(p.pid, (util_state, util_state))
-        out.append(ProcessSample(int(p.pid), Absent.UNAVAILABLE if mem is None else int(mem),
-                                 sm, mu, gi, ci))
+    for p in listed:
+        sm, mu = (util, util) if isinstance(util, Absent) else util[p.pid]
+        out.append(replace(p, sm_util_percent=sm, mem_util_percent=mu))
     return tuple(out)
 
 
-def _process_util(c: Calls, d: DeviceState) -> tuple[dict[int, tuple[float, float]], Absent]:
-    """Per-pid SM and memory %: the mean of the samples newer than the cursor, or the pid's
-    previous mean while its newest sample is younger than PROCESS_SAMPLE_TTL_US (the driver
-    samples busy processes only; a short window may hold no new sample for a pid).
+def _process_util(c: Calls, d: DeviceState, pids: list[int], grid: int | Absent,
+                  interval: float) -> dict[int, tuple[Reading, Reading]] | Absent:
+    """SM and memory % of each listed pid over the window since the last read.
 
-    Returns the map and the state for pids with no usable sample: NO_DATA normally,
-    UNSUPPORTED or UNAVAILABLE when the call is not available.
+    What a real H100 (driver 580.159.04) does, which wins over the NVML reference where they
+    differ: nvmlDeviceGetProcessUtilization returns at most one entry per pid, its mean
+    activity since the ``lastSeenTimeStamp`` passed, stamped on the same sample grid as
+    nvmlDeviceGetSamples (the same microsecond timestamps); a pid that did no work since
+    then has no entry, and with no entry at all the call fails NOT_FOUND. Passing 0 gives a
+    long-window (~14 s) average instead - 46 % for a process then at 99 % - so the window
+    is placed on the device sample grid this tick already read (``grid``, the newest
+    nvmlDeviceGetSamples timestamp): the first read starts ``interval`` before it, and every
+    read moves the cursor up to it.
+
+    So when a new grid sample ended in the window, a listed pid without an entry used 0.0.
+    When none did (a tick shorter than the driver's sample period), the last window's values
+    stand and a pid new since then reads NO_DATA. Absent for all, never 0, when the window
+    cannot be placed (``grid`` is the device samples' reason, or 0: none read yet) and when
+    the call failed or is not available.
     """
     nv, where = c.nvml, f"gpu {d.index}"
     if (d.uuid, "process_utilization") in c.unsupported:
-        return {}, Absent.UNSUPPORTED
+        return Absent.UNSUPPORTED
+    if isinstance(grid, Absent):
+        return grid
+    if grid == 0:
+        return Absent.NO_DATA
+    cursor = d.proc_cursor or grid - int(interval * 1e6)
     samples: list[Any] = []
     try:
-        samples = nv.nvmlDeviceGetProcessUtilization(d.handle, d.proc_cursor)
+        samples = nv.nvmlDeviceGetProcessUtilization(d.handle, cursor)
     except nv.NVMLError as exc:
         code = error_code(exc)
-        if code not in (NOT_FOUND, SUCCESS):  # those two: no samples since the cursor
-            return {}, c.failed(where, d.uuid, "process_utilization", code)
-    acc: dict[int, list[tuple[float, float, int]]] = defaultdict(list)
-    for s in samples:
-        if s.timeStamp > d.proc_cursor:
-            acc[int(s.pid)].append((float(s.smUtil), float(s.memUtil), int(s.timeStamp)))
-    for pid, vs in acc.items():
-        d.proc_last[pid] = (sum(v[0] for v in vs) / len(vs), sum(v[1] for v in vs) / len(vs),
-                            max(v[2] for v in vs))
-    d.proc_cursor = max([d.proc_cursor, *(v[2] for vs in acc.values() for v in vs)])
-    horizon = d.proc_cursor - PROCESS_SAMPLE_TTL_US
-    d.proc_last = {pid: v for pid, v in d.proc_last.items() if v[2] >= horizon}
-    return {pid: (v[0], v[1]) for pid, v in d.proc_last.items()}, Absent.NO_DATA
+        # NOT_FOUND: no process did work since the cursor. SUCCESS: pynvml raises it when
+        # the sizing call reports no entry (the H100 never did: it sizes 72, then answers
+        # NOT_FOUND).
+        if code not in (NOT_FOUND, SUCCESS):
+            return c.failed(where, d.uuid, "process_utilization", code)
+    c.cleared(where, "process_utilization")
+    fresh: dict[int, Any] = {}
+    for s in samples:  # one entry per pid; should a driver give more, its newest counts
+        pid = int(s.pid)
+        if s.timeStamp > cursor and (pid not in fresh or s.timeStamp > fresh[pid].timeStamp):
+            fresh[pid] = s
+    if grid > cursor or fresh:  # a driver sample ended in the window: the unsampled idled
+        d.proc_cursor = max([grid, *(int(s.timeStamp) for s in fresh.values())])
+        d.proc_last = {pid: ((float(fresh[pid].smUtil), float(fresh[pid].memUtil))
+                             if pid in fresh else (0.0, 0.0)) for pid in pids}
+    return {pid: d.proc_last.get(pid, (Absent.NO_DATA, Absent.NO_DATA)) for pid in pids}
 
 
 def _read_migs(c: Calls, d: DeviceState, now: float,
@@ -266,24 +317,31 @@ def _read_migs(c: Calls, d: DeviceState, now: float,
         mem = c.get(where, m.uuid, "memory", nv.nvmlDeviceGetMemoryInfo, m.handle)
         used: IntReading = mem if isinstance(mem, Absent) else int(mem.used)
         total: IntReading = mem if isinstance(mem, Absent) else int(mem.total)
-        procs = _processes(c, where, m.uuid, m.handle, d, per_process_util=False)
+        # No per-process utilization on MIG (NOT_SUPPORTED): its processes' SM % is
+        # UNSUPPORTED, never the 0 of an unsampled process.
+        listed = _listed(c, where, m.uuid, m.handle)
+        procs = () if isinstance(listed, Absent) else tuple(
+            replace(p, sm_util_percent=Absent.UNSUPPORTED, mem_util_percent=Absent.UNSUPPORTED,
+                    gpu_instance_id=m.gpu_instance_id,
+                    compute_instance_id=m.compute_instance_id) for p in listed)
         out.append(MigSample(m.uuid, d.uuid, m.index, m.gpu_instance_id,
                              m.compute_instance_id, m.profile, used, total,
-                             _gpm_util(c, d, m) if d.gpm else Absent.UNSUPPORTED,
-                             tuple(ProcessSample(p.pid, p.used_memory_bytes,
-                                                 Absent.UNSUPPORTED, Absent.UNSUPPORTED,
-                                                 m.gpu_instance_id, m.compute_instance_id)
-                                   for p in procs)))
+                             _gpm_util(c, d, m) if d.gpm else Absent.UNSUPPORTED, procs,
+                             listed if isinstance(listed, Absent) else None))
         if mem is Absent.UNAVAILABLE:
             d.migs_read_at = -1e18  # the instance may be gone: re-enumerate next tick
     return tuple(out)
 
 
 def _enumerate_migs(c: Calls, d: DeviceState) -> None:
-    """Re-read the MIG layout; instances that are still there keep their GPM buffers."""
+    """Re-read the MIG layout; instances that are still there keep their GPM buffers.
+
+    The layout is replaced only when fully read: a GPU lost half-way keeps its last layout
+    (and the buffers it owns) to report as lost and to free on close.
+    """
     nv, where = c.nvml, f"gpu {d.index}"
     old = {(m.uuid, m.gpu_instance_id, m.compute_instance_id): m for m in d.migs}
-    d.migs = []
+    fresh: list[MigState] = []
     count = c.get(where, d.uuid, "mig_count", nv.nvmlDeviceGetMaxMigDeviceCount, d.handle)
     mem = c.get(where, d.uuid, "memory_v1", nv.nvmlDeviceGetMemoryInfo, d.handle)
     parent_total = 0 if isinstance(mem, Absent) else int(mem.total)
@@ -304,9 +362,10 @@ def _enumerate_migs(c: Calls, d: DeviceState) -> None:
         kept = old.pop(key, None)
         if kept is not None:
             kept.index, kept.handle = i, h
-            d.migs.append(kept)
+            fresh.append(kept)
         else:
-            d.migs.append(MigState(i, h, *key, _profile(c, mw, d, h, parent_total)))
+            fresh.append(MigState(i, h, *key, _profile(c, mw, d, h, parent_total)))
+    d.migs = fresh
     for gone in old.values():
         _free_gpm(c, gone)
 

@@ -2,11 +2,12 @@
 
 Commands: ``sample`` prints the snapshot as one JSON line; ``close`` shuts NVML down and
 prints ``{}``; ``gpus`` prints ``gpuscale gpus`` output as {"table": ...}. Arguments:
-``--pcie``, ``--interval S``. Logs go to stderr.
+``--pcie``, ``--interval S``, ``--mig-refresh S``. Logs go to stderr.
 
 With ``--attribute KUBELET_SOCKET PROC_ROOT KUBECONFIG NODE`` it instead runs the agent's
 attribution once against those peers (waiting for the pod list) and prints
-{"snapshot": ..., "attribution": ...}.
+{"snapshot": ..., "attribution": ..., "signals": {"ns/pod": {signal: value}}}, the signals
+being what the agent would publish for each pod.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import logging
 import sys
 from pathlib import Path
 
+from gpuscale.agent.records import pod_records
 from gpuscale.attribution.sources import attribute_tick, cluster_sources
 from gpuscale.cli.gpus import format_gpus, snapshot_to_json
 from gpuscale.telemetry.model import Absent
@@ -66,7 +68,11 @@ async def attribute_once(backend: NvmlBackend, socket: str, proc: str, kubeconfi
             await asyncio.sleep(0.02)
         snap = backend.sample()
         att = await attribute_tick(sources, snap)
-        return {"snapshot": snapshot_to_json(snap), "attribution": snapshot_to_json(att)}
+        signals = {f"{r.namespace}/{r.name}": {k: v.value if isinstance(v, Absent) else v
+                                               for k, v in r.signals.items()}
+                   for r in pod_records(snap, att, snap.taken_at)}
+        return {"snapshot": snapshot_to_json(snap), "attribution": snapshot_to_json(att),
+                "signals": signals}
     finally:
         task.cancel()
         await sources.close()

@@ -9,19 +9,42 @@
  *
  * Format: one record per line, "kind key=value ...", values may be "quoted"; '#' comments.
  *   global init_error=0 all_error=0 driver=550.54.15 count=<n, default: gpu lines>
+ *       clock_us=<epoch us: the driver's clock stands there; default: the real clock>
  *   gpu idx=0 uuid=GPU-.. name="NVIDIA H100 80GB HBM3" pci=00000000:18:00.0 minor=0
  *       mem_total=<B> mem_used=<B> mem_reserved=<B> util=30,70 mem_util=20 power_mw=
  *       limit_mw= temp= sm_clock= energy_mj= nvlink_kib_s=<-1: unsupported> pcie_kb_s=
- *       mig=0|1 gpm=0|1 lost=0|1 xid=<code>:<count> sample_us=166667
- *       unsupported=<reading>,.. fail=<reading>:<code>,..
+ *       mig=0|1 gpm=0|1 lost=0|1 lost_after=<reading|any>:<n> xid=<code>:<count>
+ *       sample_us=166667 unsupported=<reading>,.. fail=<reading>:<code>,..
  *   mig gpu=0 idx=0 uuid=MIG-.. gi=1 ci=0 gslices=3 cslices=3 mem_mb=40192 mem_used=<B>
  *       gpm_util=55
- *   proc gpu=0 mig=<idx, optional> pid=1234 mem=<B> sm=55 memutil=20
+ *   proc gpu=0 mig=<idx, optional> pid=1234 mem=<B> sm=55 memutil=20 idle=0|1
+ *       ctx=compute|graphics|both was=<sm before> for_ms=<how long it has been sm/idle>
  * Reading names for unsupported/fail: samples util_rates memory memory_v2 power limit temp clock
- * energy nvlink pcie processes proc_util mig_mode minor events.
+ * energy nvlink pcie processes graphics proc_util mig_mode mig_handle minor events.
  *
- * Compile with -DFAKENVML_OLD_DRIVER to leave out the newer entry points
- * (nvmlDeviceGetMemoryInfo_v2, nvmlDeviceGetSamples and GPM), as an older driver would.
+ * Quirks of the real driver reproduced here (a kinder fake hides the bugs that matter). Where
+ * the NVML reference and a real H100 (driver 580.159.04, see the trust issue) differ, the
+ * fake does what the H100 did:
+ * - nvmlDeviceGetProcessUtilization gives at most one entry per process: its mean activity
+ *   over the sample periods since lastSeenTimeStamp (idle periods count as 0), stamped with
+ *   its newest active period on the same grid as nvmlDeviceGetSamples. A process that did no
+ *   work since then (idle=1, or sm=0 and memutil=0) is listed as running but has no entry;
+ *   with no entry at all the call fails NVML_ERROR_NOT_FOUND. lastSeenTimeStamp=0 averages
+ *   the whole per-process window (72 periods, ~14 s on the H100, clipped to the process's
+ *   life), which is not the current load. The sizing call (NULL buffer) always answers
+ *   NVML_ERROR_INSUFFICIENT_SIZE with the buffer's capacity (72), even with no process.
+ *   A process's activity has one step of history: was=<sm> for_ms=<n> says it ran at sm
+ *   `was` until n ms before the scenario was loaded; a rewrite that changes a pid's sm or
+ *   idle makes the old value its `was` from that moment.
+ * - On MIG (a MIG handle, or the parent in MIG mode) device utilization, utilization samples
+ *   and per-process utilization are NVML_ERROR_NOT_SUPPORTED; GPM only where gpm=1.
+ * - A GPU can fall off the bus in the middle of a tick: with lost_after=<reading>:<n> the
+ *   n-th call of that reading ("any": of any call on the GPU) and every call after it return
+ *   NVML_ERROR_GPU_IS_LOST, as lost=1 does from the start, until the scenario is rewritten.
+ *
+ * Compile with -DFAKENVML_OLD_DRIVER to leave out the entry points newer than R510
+ * (nvmlDeviceGetMemoryInfo_v2, nvmlDeviceGet{Compute,Graphics}RunningProcesses_v3,
+ * nvmlDeviceGetSamples and GPM), as an older driver would.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -42,6 +65,7 @@ enum {
 #define MAX_MIGS 7
 #define MAX_PROCS 512
 #define SAMPLE_BUF 120
+#define PROC_BUF 72  /* per-process periods the driver keeps (and sizes its answer to) */
 #define MAX_VALUES 16
 
 typedef struct fake_dev { int is_mig, gpu, mig; } fake_dev;
@@ -62,6 +86,7 @@ typedef struct {
   unsigned long long energy_mj;
   long long nvlink_kib_s, pcie_kb_s;
   int mig, gpm, lost, xid_code, xid_count;
+  char lost_reading[32]; long long lost_after, lost_calls;  /* lost_after=<reading>:<n> */
   long long sample_us;
   fault_t faults[16]; int n_faults;
 } gpu_t;
@@ -73,10 +98,15 @@ typedef struct {
   unsigned long long mem_used;
 } mig_t;
 
-typedef struct { int gpu, mig; unsigned pid; unsigned long long mem; unsigned sm, memutil; } proc_t;
+enum { CTX_COMPUTE = 1, CTX_GRAPHICS = 2 };
+typedef struct {
+  int gpu, mig, idle, ctx; unsigned pid; unsigned long long mem; unsigned sm, memutil;
+  int was; long long since_us; unsigned was_mem;  /* was < 0: no history, always as now */
+} proc_t;
 
 static struct {
   int init_error, all_error, count;
+  long long clock_us;
   char driver[80];
   gpu_t gpus[MAX_GPUS];
   mig_t migs[MAX_GPUS][MAX_MIGS];
@@ -92,6 +122,7 @@ static struct timespec loaded_mtime; static off_t loaded_size = -1;
 static long long loaded_at_us;
 
 static long long now_us(void) {
+  if (S.clock_us) return S.clock_us;  /* a test's frozen clock: the sample grid stands */
   struct timespec ts; clock_gettime(CLOCK_REALTIME, &ts);
   return (long long)ts.tv_sec * 1000000LL + ts.tv_nsec / 1000;
 }
@@ -153,6 +184,7 @@ static void parse_line(char *line) {
     S.init_error = NUM("init_error", 0);
     S.all_error = NUM("all_error", 0);
     S.count = NUM("count", -1);
+    S.clock_us = NUM("clock_us", 0);
     if (GET("driver")) snprintf(S.driver, sizeof S.driver, "%s", GET("driver"));
   } else if (!strcmp(kind, "gpu")) {
     int i = NUM("idx", -1);
@@ -189,6 +221,11 @@ static void parse_line(char *line) {
       const char *c = strchr(GET("xid"), ':');
       g->xid_count = c ? atoi(c + 1) : 1;
     }
+    if (GET("lost_after")) {
+      const char *v = GET("lost_after"), *c = strchr(v, ':');
+      snprintf(g->lost_reading, sizeof g->lost_reading, "%.*s", (int)(c ? c - v : 0), v);
+      g->lost_after = c ? atoll(c + 1) : 0;
+    }
     if (GET("unsupported")) parse_faults(g, GET("unsupported"), 0);
     if (GET("fail")) parse_faults(g, GET("fail"), 1);
   } else if (!strcmp(kind, "mig")) {
@@ -205,6 +242,13 @@ static void parse_line(char *line) {
     proc_t *pr = &S.procs[S.n_procs++];
     pr->gpu = NUM("gpu", 0); pr->mig = NUM("mig", -1); pr->pid = NUM("pid", 1);
     pr->mem = NUM("mem", 0); pr->sm = NUM("sm", 0); pr->memutil = NUM("memutil", 0);
+    pr->idle = NUM("idle", 0);
+    pr->was = NUM("was", -1);
+    pr->was_mem = pr->was > 0 ? pr->memutil : 0;
+    pr->since_us = now_us() - NUM("for_ms", 0) * 1000LL;
+    const char *ctx = GET("ctx") ? GET("ctx") : "compute";
+    pr->ctx = !strcmp(ctx, "graphics") ? CTX_GRAPHICS
+              : !strcmp(ctx, "both") ? CTX_COMPUTE | CTX_GRAPHICS : CTX_COMPUTE;
   }
 #undef GET
 #undef NUM
@@ -221,12 +265,28 @@ static void load_scenario(void) {
     return;
   FILE *f = fopen(path, "r");
   if (!f) return;
+  static proc_t before[MAX_PROCS]; int n_before = S.n_procs;
+  memcpy(before, S.procs, sizeof(proc_t) * n_before);
   memset(&S, 0, sizeof S);
   snprintf(S.driver, sizeof S.driver, "550.54.15");
   S.count = -1;
   char line[4096];
   while (fgets(line, sizeof line, f)) parse_line(line);
   fclose(f);
+  /* A pid whose activity the rewrite changed ran at its old activity until now. */
+  for (int i = 0; i < S.n_procs; i++) {
+    proc_t *p = &S.procs[i];
+    for (int j = 0; j < n_before && p->was < 0; j++) {
+      const proc_t *o = &before[j];
+      if (o->pid != p->pid || o->gpu != p->gpu) continue;
+      unsigned o_sm = o->idle ? 0 : o->sm, o_mem = o->idle ? 0 : o->memutil;
+      if (o_sm == (p->idle ? 0 : p->sm) && o_mem == (p->idle ? 0 : p->memutil)) {
+        p->was = o->was; p->was_mem = o->was_mem; p->since_us = o->since_us;
+      } else {
+        p->was = o_sm; p->was_mem = o_mem; p->since_us = now_us();
+      }
+    }
+  }
   if (S.count < 0) {
     S.count = 0;
     for (int i = 0; i < MAX_GPUS; i++) if (S.gpus[i].present) S.count = i + 1;
@@ -252,7 +312,12 @@ static nvmlReturn_t check(nvmlDevice_t d, const char *reading, gpu_t **g, mig_t 
   if (!d || d->gpu < 0 || d->gpu >= MAX_GPUS || !S.gpus[d->gpu].present) return E_INVALID;
   *g = &S.gpus[d->gpu];
   if (m) *m = d->is_mig ? &S.migs[d->gpu][d->mig] : NULL;
-  if ((*g)->lost) return E_GPU_LOST;
+  gpu_t *gg = *g;
+  if (gg->lost_reading[0] && (!strcmp(gg->lost_reading, "any") ||
+                              (reading && !strcmp(gg->lost_reading, reading))) &&
+      ++gg->lost_calls >= gg->lost_after)
+    gg->lost = 1;  /* fell off the bus just now: this call and every later one */
+  if (gg->lost) return E_GPU_LOST;
   if (d->is_mig && !S.migs[d->gpu][d->mig].present) return E_INVALID;
   return reading ? fault(*g, reading) : OK;
 }
@@ -380,7 +445,7 @@ nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t d, unsigned int *count)
 nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t d, unsigned int i,
                                                  nvmlDevice_t *out) {
   gpu_t *g; ENTER();
-  nvmlReturn_t r = check(d, NULL, &g, NULL);
+  nvmlReturn_t r = check(d, "mig_handle", &g, NULL);
   if (r) RETURN(r);
   if (d->is_mig || !g->mig) RETURN(E_INVALID);
   if (i >= MAX_MIGS) RETURN(E_INVALID);
@@ -486,7 +551,15 @@ nvmlReturn_t nvmlDeviceGetSamples(nvmlDevice_t d, int type, unsigned long long l
 typedef struct { unsigned pid; unsigned long long timeStamp; unsigned smUtil, memUtil, encUtil,
                  decUtil; } nvmlProcessUtilizationSample_t;
 
-/* One sample per process on the device, at the newest sample tick, if newer than last_seen. */
+/* A process's activity in the sample period that ends at ts. */
+static void activity(const proc_t *p, long long ts, unsigned *sm, unsigned *mem) {
+  if (p->was >= 0 && ts < p->since_us) { *sm = (unsigned)p->was; *mem = p->was_mem; }
+  else if (p->idle) { *sm = *mem = 0; }
+  else { *sm = p->sm; *mem = p->memutil; }
+}
+
+/* At most one entry per process on the device that did work in a period after last_seen:
+ * its mean over those periods (PROC_BUF at most), stamped with its newest active period. */
 nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t d,
                                              nvmlProcessUtilizationSample_t *out,
                                              unsigned int *count, unsigned long long last_seen) {
@@ -494,18 +567,31 @@ nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t d,
   nvmlReturn_t r = check(d, "proc_util", &g, NULL);
   if (r) RETURN(r);
   if (g->mig || d->is_mig) RETURN(E_NOT_SUPPORTED);
-  unsigned long long ts = (now_us() / g->sample_us) * g->sample_us;
+  unsigned cap = PROC_BUF;
+  for (int i = 0, n = 0; i < S.n_procs; i++)
+    if (S.procs[i].gpu == d->gpu && ++n > (int)cap) cap = n;
+  if (!out || *count < cap) { *count = cap; RETURN(E_INSUFFICIENT_SIZE); }
+  long long newest = now_us() / g->sample_us;
+  long long first = (long long)(last_seen / g->sample_us) + 1;
+  if (first < newest - PROC_BUF + 1) first = newest - PROC_BUF + 1;
   unsigned n = 0;
-  if (ts > last_seen)
-    for (int i = 0; i < S.n_procs; i++) if (S.procs[i].gpu == d->gpu) n++;
-  if (n == 0) RETURN(E_NOT_FOUND);
-  if (!out || *count < n) { *count = n; RETURN(E_INSUFFICIENT_SIZE); }
-  unsigned j = 0;
-  for (int i = 0; i < S.n_procs; i++) {
-    if (S.procs[i].gpu != d->gpu) continue;
-    out[j++] = (nvmlProcessUtilizationSample_t){S.procs[i].pid, ts, S.procs[i].sm,
-                                                S.procs[i].memutil, 0, 0};
+  for (int i = 0; i < S.n_procs && first <= newest; i++) {
+    const proc_t *p = &S.procs[i];
+    if (p->gpu != d->gpu) continue;
+    unsigned long long sum_sm = 0, sum_mem = 0; long long active = -1;
+    for (long long k = first; k <= newest; k++) {
+      unsigned sm, mem;
+      activity(p, k * g->sample_us, &sm, &mem);
+      sum_sm += sm; sum_mem += mem;
+      if (sm || mem) active = k;
+    }
+    if (active < 0) continue;  /* did no work since last_seen: no entry */
+    long long periods = newest - first + 1;
+    out[n++] = (nvmlProcessUtilizationSample_t){
+        p->pid, (unsigned long long)(active * g->sample_us), (unsigned)(sum_sm / periods),
+        (unsigned)(sum_mem / periods), 0, 0};
   }
+  if (n == 0) RETURN(E_NOT_FOUND);
   *count = n;
   RETURN(OK);
 }
@@ -631,19 +717,22 @@ nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t d, int n, nvmlFieldValue_t *v
 typedef struct { unsigned pid; unsigned long long usedGpuMemory; unsigned gpuInstanceId,
                  computeInstanceId; } nvmlProcessInfo_t;
 
-nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t d, unsigned int *count,
-                                                     nvmlProcessInfo_t *out) {
+#ifndef FAKENVML_OLD_DRIVER
+/* The processes with a context of this kind on the device (or MIG instance). */
+static nvmlReturn_t running(nvmlDevice_t d, const char *reading, int ctx, unsigned int *count,
+                            nvmlProcessInfo_t *out) {
   gpu_t *g; mig_t *m; ENTER();
-  nvmlReturn_t r = check(d, "processes", &g, &m);
+  nvmlReturn_t r = check(d, reading, &g, &m);
   if (r) RETURN(r);
   unsigned n = 0;
   for (int i = 0; i < S.n_procs; i++)
-    if (S.procs[i].gpu == d->gpu && (!m || S.procs[i].mig == d->mig)) n++;
+    if (S.procs[i].gpu == d->gpu && (S.procs[i].ctx & ctx) && (!m || S.procs[i].mig == d->mig))
+      n++;
   if (!out || *count < n) { *count = n; RETURN(n ? E_INSUFFICIENT_SIZE : OK); }
   unsigned j = 0;
   for (int i = 0; i < S.n_procs; i++) {
     proc_t *p = &S.procs[i];
-    if (p->gpu != d->gpu || (m && p->mig != d->mig)) continue;
+    if (p->gpu != d->gpu || !(p->ctx & ctx) || (m && p->mig != d->mig)) continue;
     unsigned gi = 0xFFFFFFFF, ci = 0xFFFFFFFF;
     if (p->mig >= 0) { gi = S.migs[p->gpu][p->mig].gi; ci = S.migs[p->gpu][p->mig].ci; }
     out[j++] = (nvmlProcessInfo_t){p->pid, p->mem, gi, ci};
@@ -651,6 +740,16 @@ nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t d, unsigned in
   *count = n;
   RETURN(OK);
 }
+
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t d, unsigned int *count,
+                                                     nvmlProcessInfo_t *out) {
+  return running(d, "processes", CTX_COMPUTE, count, out);
+}
+nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t d, unsigned int *count,
+                                                      nvmlProcessInfo_t *out) {
+  return running(d, "graphics", CTX_GRAPHICS, count, out);
+}
+#endif
 
 /* --- XID events ----------------------------------------------------------------------- */
 
