@@ -157,7 +157,7 @@ async def test_silent_watch_is_abandoned_after_the_inactivity_timeout(
 async def test_garbage_in_the_watch_stream_reconnects(kubeapi: KubeApiPeer) -> None:
     async with Running(kubeapi) as cache:
         await until(lambda: kubeapi.watching > 0)
-        kubeapi.garbage_next_watch = True
+        kubeapi.next_watch_bodies.append(b"{not json\n")
         await kubeapi.drop_watches()
         kubeapi.add(make_pod("llm", "x", "ux"))
         await until(lambda: names(cache) == {"x"})
