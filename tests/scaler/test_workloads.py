@@ -112,6 +112,33 @@ async def test_forbidden_is_reported(kubeapi: KubeApiPeer, resolver: WorkloadRes
     assert "ScaledObjects not listed yet" in text(resolver.resolve("llm", "so"))
 
 
+async def test_hostile_api_replies_do_not_take_the_resolver_down(kubeapi: KubeApiPeer) -> None:
+    """A reply the API contract does not allow, on any of the three watches, is an error
+    each watch logs and retries; none of them ends the resolver's task group."""
+    kubeapi.next_list_replies.extend([
+        (200, b'{"metadata": {"resourceVersion": "1"}, "items": [1]}'),
+        (200, b'{"metadata": {"resourceVersion": "1"}, "items": [{"metadata": {}}]}'),
+        (200, b'{"metadata": {"resourceVersion": "1"}, "items": {"so": {}}}')])
+    kubeapi.next_watch_bodies.extend([b'{"type": "ADDED", "object": "so"}\n',
+                                      b'{"type": ["ADDED"], "object": {}}\n',
+                                      b'[{"type": "ADDED"}]\n'])
+    api = api_client(kubeapi)
+    resolver = WorkloadResolver(api, backoff_s=(0.05,), scale_refresh_s=0.1)
+    task = asyncio.create_task(resolver.run())
+    try:
+        kubeapi.add(make_workload("Deployment", "llm", "vllm", {"app": "vllm"}), DEPLOYMENTS)
+        kubeapi.add(make_scaledobject("llm", "so", "vllm"), SCALEDOBJECTS)
+        await until(lambda: not kubeapi.next_list_replies and not kubeapi.next_watch_bodies
+                    and kubeapi.watching == 3, what="every hostile reply served")
+        await until(lambda: text(resolver.resolve("llm", "so")) == "app=vllm")
+        assert not task.done()
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await api.close()
+
+
 @pytest.mark.parametrize(("sel", "expect"), [
     ({"matchLabels": {"b": "2", "a": "1"}}, "a=1,b=2"),
     ({"matchExpressions": [{"key": "x", "operator": "Exists"},
