@@ -13,11 +13,12 @@ import inspect
 import os
 import socket
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import strategies as st
 
 from tests.peers.kubeapi import KubeApiPeer
 from tests.peers.kubelet import KubeletPeer
@@ -64,6 +65,16 @@ def until_sync(cond: Callable[[], Any], within: float = 15.0, what: str = "condi
         if time.monotonic() > deadline:
             raise AssertionError(f"{what} not met in {within:g}s; last {last!r}")
         time.sleep(every)
+
+
+def json_values(keys: Sequence[str], max_leaves: int = 30) -> st.SearchStrategy[Any]:
+    """Any JSON value, its objects keyed by ``keys`` (the field names a reader looks up)
+    and a few others, so hostile shapes land where the reader looks."""
+    scalars = (st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False)
+               | st.text(max_size=8))
+    names = st.sampled_from([*keys, "x"])
+    return st.recursive(scalars, lambda inner: st.lists(inner, max_size=4)
+                        | st.dictionaries(names, inner, max_size=6), max_leaves=max_leaves)
 
 
 def free_port() -> int:

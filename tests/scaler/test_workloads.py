@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 
 import grpc
 import pytest
+from hypothesis import given
 
 from gpuscale.proto import externalscaler_pb2 as pb
 from gpuscale.proto import externalscaler_pb2_grpc as pb_grpc
@@ -15,7 +16,7 @@ from gpuscale.scaler.selector import Selector
 from gpuscale.scaler.service import ScalerServer, ScalerService
 from gpuscale.scaler.workloads import WorkloadResolver, selector_from_label_selector
 from gpuscale.stream.records import PodRecord
-from tests.conftest import until
+from tests.conftest import json_values, until
 from tests.peers.kubeapi import (
     DEPLOYMENTS,
     SCALEDOBJECTS,
@@ -122,6 +123,14 @@ async def test_hostile_api_replies_do_not_take_the_resolver_down(kubeapi: KubeAp
     kubeapi.next_watch_bodies.extend([b'{"type": "ADDED", "object": "so"}\n',
                                       b'{"type": ["ADDED"], "object": {}}\n',
                                       b'[{"type": "ADDED"}]\n'])
+    # and objects of the wrong shape inside well-formed events
+    kubeapi.add({"metadata": {"uid": "u-odd-so", "name": "odd", "namespace": "llm"},
+                 "spec": "vllm"}, SCALEDOBJECTS)
+    kubeapi.add({"metadata": {"uid": "u-odd-d", "name": "odd", "namespace": "llm"},
+                 "spec": {"selector": {"matchLabels": ["app"],
+                                       "matchExpressions": [{"key": "a", "operator": "In",
+                                                             "values": [1]}, "x"]}}},
+                DEPLOYMENTS)
     api = api_client(kubeapi)
     resolver = WorkloadResolver(api, backoff_s=(0.05,), scale_refresh_s=0.1)
     task = asyncio.create_task(resolver.run())
@@ -156,3 +165,17 @@ def test_bad_label_selector_objects(sel: dict[str, object]) -> None:
 
     with pytest.raises(SelectorError):
         selector_from_label_selector(sel)
+
+
+SELECTOR_KEYS = ["matchLabels", "matchExpressions", "key", "operator", "values", "app"]
+
+
+@given(json_values(SELECTOR_KEYS))
+def test_any_json_label_selector_is_a_selector_or_refused(sel: object) -> None:
+    from gpuscale.scaler.selector import SelectorError
+
+    try:
+        got = selector_from_label_selector(sel if isinstance(sel, dict) else {"x": sel})
+    except SelectorError:
+        return
+    assert got.requirements

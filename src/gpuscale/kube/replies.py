@@ -4,7 +4,9 @@ Pure functions from a decoded body (or one raw watch line) to small values. What
 API's contract does not allow - a list whose items are not objects or have no
 ``metadata.uid``, a watch line that is not an event, an ERROR event without a Status - is a
 ``BadReply`` saying what was wrong, never a KeyError or TypeError in whoever reads it next.
-The objects themselves are passed on as the server sent them.
+The objects themselves are passed on as the server sent them; whoever reads their fields
+does so through ``obj_at``/``list_at``/``str_at``, which answer "absent" for a field of
+the wrong JSON type instead of raising.
 """
 
 from __future__ import annotations
@@ -142,3 +144,29 @@ def parse_watch_line(line: bytes) -> WatchEvent | Status:
     if not uid:
         raise BadReply(f"a {kind} event whose object has no metadata.uid: {_quote(line)}")
     return WatchEvent(kind, uid, obj, rv)
+
+
+def _at(data: Any, path: tuple[str, ...]) -> Any:
+    for key in path:
+        if not isinstance(data, Mapping):
+            return None
+        data = data.get(key)
+    return data
+
+
+def obj_at(data: Any, *path: str) -> Mapping[str, Any]:
+    """The JSON object at ``path`` in ``data``; empty when absent or not an object."""
+    got = _at(data, path)
+    return got if isinstance(got, Mapping) else {}
+
+
+def list_at(data: Any, *path: str) -> list[Any]:
+    """The JSON array at ``path`` in ``data``; empty when absent or not an array."""
+    got = _at(data, path)
+    return got if isinstance(got, list) else []
+
+
+def str_at(data: Any, *path: str) -> str:
+    """The string at ``path`` in ``data``; "" when absent or not a string."""
+    got = _at(data, path)
+    return got if isinstance(got, str) else ""
