@@ -113,12 +113,12 @@ async def test_a_quiet_watch_with_bookmarks_is_neither_reconnected_nor_relisted(
     kubeapi.bookmark_every = 0.05
     sel = "spec.nodeName=node-a"
     async with Watched(kubeapi, Collection("v1", "pods", field_selector=sel),
-                       inactivity_s=0.3) as lw:
+                       inactivity_s=0.5) as lw:
         await until(lambda: kubeapi.watching)
         for i in range(3):  # changes this watch does not see move the version on
             kubeapi.add(pod(f"b{i}", node="node-b"))
         sent = kubeapi.bookmarks_sent
-        await until(lambda: kubeapi.bookmarks_sent >= sent + 30, what="30 bookmarks, 5 "
+        await until(lambda: kubeapi.bookmarks_sent >= sent + 40, what="40 bookmarks, 4 "
                     "inactivity timeouts' worth")
         assert (kubeapi.watches, kubeapi.lists, lw.relists) == (1, 1, 0)
         # The bookmarks carried the server's version: history can go and a dropped watch
