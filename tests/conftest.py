@@ -13,12 +13,13 @@ import inspect
 import os
 import socket
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import strategies as st
 
 from gpuscale.agent.app import Agent, AgentConfig
 from gpuscale.attribution.sources import ScenarioSources
@@ -93,6 +94,16 @@ async def running_agents(nodes: list[NodeSpec], interval: float = 0.2,
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def json_values(keys: Sequence[str], max_leaves: int = 30) -> st.SearchStrategy[Any]:
+    """Any JSON value, its objects keyed by ``keys`` (the field names a reader looks up)
+    and a few others, so hostile shapes land where the reader looks."""
+    scalars = (st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False)
+               | st.text(max_size=8))
+    names = st.sampled_from([*keys, "x"])
+    return st.recursive(scalars, lambda inner: st.lists(inner, max_size=4)
+                        | st.dictionaries(names, inner, max_size=6), max_leaves=max_leaves)
 
 
 def free_port() -> int:

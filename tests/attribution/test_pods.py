@@ -5,11 +5,12 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from hypothesis import given
 
 from gpuscale.attribution.model import OwnerRef, PodInfo, PodPhase
 from gpuscale.attribution.pods import NodePodCache, pod_info
 from gpuscale.telemetry.model import Absent
-from tests.conftest import until
+from tests.conftest import json_values, until
 from tests.peers.kubeapi import KubeApiPeer, api_client, make_pod
 
 
@@ -157,7 +158,7 @@ async def test_silent_watch_is_abandoned_after_the_inactivity_timeout(
 async def test_garbage_in_the_watch_stream_reconnects(kubeapi: KubeApiPeer) -> None:
     async with Running(kubeapi) as cache:
         await until(lambda: kubeapi.watching > 0)
-        kubeapi.garbage_next_watch = True
+        kubeapi.next_watch_bodies.append(b"{not json\n")
         await kubeapi.drop_watches()
         kubeapi.add(make_pod("llm", "x", "ux"))
         await until(lambda: names(cache) == {"x"})
@@ -178,3 +179,30 @@ def test_pod_info_from_json() -> None:
     bare = pod_info({"metadata": {"name": "p"}, "status": {"phase": "Weird"}})
     assert bare.phase is PodPhase.UNKNOWN
     assert bare.owner is None
+
+
+POD_KEYS = ["metadata", "status", "namespace", "name", "uid", "labels", "annotations",
+            "ownerReferences", "controller", "kind", "conditions", "type", "containerStatuses",
+            "initContainerStatuses", "containerID", "phase", "podIP"]
+
+
+@given(json_values(POD_KEYS, max_leaves=40))
+def test_any_json_object_reads_as_a_pod(raw: object) -> None:
+    """Whatever a pod's fields hold, reading it never raises: a field of the wrong JSON
+    type reads as absent."""
+    info = pod_info(raw if isinstance(raw, dict) else {"status": raw})
+    assert isinstance(info.phase, PodPhase)
+    assert all(isinstance(cid, str) for _, cid in info.container_ids)
+
+
+async def test_a_pod_of_the_wrong_shape_does_not_stop_the_cache(kubeapi: KubeApiPeer) -> None:
+    odd = {"metadata": {"uid": "u-odd", "name": "odd", "namespace": "llm", "labels": [1],
+                        "ownerReferences": "rs"},
+           "spec": {"nodeName": "node-a"}, "status": "Running"}
+    async with Running(kubeapi) as cache:
+        await until(lambda: kubeapi.watching > 0)
+        kubeapi.add(odd)
+        kubeapi.add(make_pod("llm", "fine", "u-fine"))
+        await until(lambda: names(cache) == {"odd", "fine"})
+        assert get(cache, "odd").phase is PodPhase.UNKNOWN
+        assert get(cache, "odd").labels == ()

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -10,6 +13,7 @@ from gpuscale.attribution.model import (
     Allocation,
     AttributionState,
     PodInfo,
+    PodPhase,
     ProcessOwner,
 )
 from gpuscale.attribution.rules import attribute
@@ -231,6 +235,39 @@ def test_two_replicas_of_one_gpu_in_one_container_count_once() -> None:
     assert len(p.devices) == 1
     assert p.devices[0].sharers == 1
     assert p.utilization_percent == 80.0  # sole holder: the whole device
+
+
+@pytest.mark.parametrize("phase", [PodPhase.SUCCEEDED, PodPhase.FAILED])
+def test_finished_pods_the_kubelet_still_lists_hold_nothing(phase: PodPhase) -> None:
+    """A Job pod that finished is still listed with its replica of the GPU; the pod serving
+    there now gets the device alone, not a split with a pod that runs nothing."""
+    g = time_sliced({1: (30.0, GIB)})  # only the live pod's process is on the GPU
+    allocs = [alloc("done", f"{uuid(0)}::0"), alloc("live", f"{uuid(0)}::1"),
+              alloc("done-too", uuid(1))]
+    infos = pods(replace(info("done", "u-d"), phase=phase),
+                 replace(info("live", "u-l"), phase=PodPhase.RUNNING),
+                 replace(info("done-too", "u-t"), phase=phase))
+    result = attribute(snap(g, gpu(1, 0.0)), allocs, infos, {1: ProcessOwner("u-l", "")})
+    (live,) = result.pods
+    assert live.pod == "live"
+    assert live.utilization_percent == 80.0  # the device's reading, sole holder
+    assert (live.devices[0].sharers, live.devices[0].split) == (1, "exclusive")
+    assert result.idle_gpus == (uuid(1),)  # held only by a finished pod: free
+    assert result.state is AttributionState.OK
+
+
+def test_phases_that_may_still_run_keep_their_allocations() -> None:
+    g = time_sliced({1: (30.0, GIB), 2: (10.0, GIB)})
+    allocs = [alloc("starting", f"{uuid(0)}::0"), alloc("unknown", f"{uuid(0)}::1")]
+    infos = pods(replace(info("starting", "u-s"), phase=PodPhase.PENDING),
+                 replace(info("unknown", "u-u"), phase=PodPhase.UNKNOWN))
+    owners = {1: ProcessOwner("u-s", ""), 2: ProcessOwner("u-u", "")}
+    result = attribute(snap(g), allocs, infos, owners)
+    assert {p.pod: p.utilization_percent for p in result.pods} == {"starting": 30.0,
+                                                                   "unknown": 10.0}
+    # Without the API no phase is known: every listed allocation still counts.
+    blind = attribute(snap(g), allocs, Absent.UNAVAILABLE, owners)
+    assert {d.sharers for p in blind.pods for d in p.devices} == {2}
 
 
 @settings(max_examples=200, deadline=None)

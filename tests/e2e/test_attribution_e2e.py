@@ -346,3 +346,51 @@ async def test_pod_on_a_mig_slice_of_a_gpu_lost_mid_tick_reads_lost(
     assert got["ts-a"]["utilization_percent"] == "lost"
     assert got["ts-a"]["devices"][0]["mig_uuid"] == MIG0
     assert gpu_signal(result, "ts-a") == "lost"
+
+
+@pytest.mark.parametrize(("active_pods_only", "sources_ready"), [
+    (False, False),  # before 1.34, just restarted: listed with its replica of the GPU
+    (False, True),  # before 1.34: listed, its device already freed
+    (True, True),  # 1.34 and later: not listed
+], ids=["kubelet<1.34-restarting", "kubelet<1.34", "kubelet>=1.34"])
+async def test_a_finished_pod_the_kubelet_still_lists_is_no_sharer(
+        cluster: tuple[KubeletPeer, KubeApiPeer, Path], tmp_path: Path,
+        active_pods_only: bool, sources_ready: bool) -> None:
+    """A training Job's pod finished on a time-sliced GPU and an inference pod runs there
+    now. However the kubelet lists the finished pod, the inference pod has the GPU alone:
+    not split with a pod that runs nothing (which would read 30, its process's SM share,
+    instead of the GPU's 90)."""
+    kubelet, api, proc = cluster
+    g0 = "GPU-00000000-0000-0000-0000-000000000000"
+    kubelet.pods = [pod("batch", "train-0", ("main", "nvidia.com/gpu", [f"{g0}::0"])),
+                    pod("llm", "serve-0", ("main", "nvidia.com/gpu", [f"{g0}::1"]))]
+    kubelet.terminate("batch", "train-0")
+    kubelet.active_pods_only, kubelet.sources_ready = active_pods_only, sources_ready
+    api.add(make_pod("batch", "train-0", uid(10), node=NODE.name,
+                     containers=(("main", cid(10)),), phase="Succeeded"))
+    api.add(make_pod("llm", "serve-0", uid(11), node=NODE.name,
+                     containers=(("main", cid(11)),)))
+    (proc / "7301").mkdir()
+    (proc / "7301" / "cgroup").write_text(f"0::/kubepods/burstable/pod{uid(11)}/{cid(11)}\n")
+    scenario = tmp_path / "nvml.txt"
+    scenario.write_text(gpu_line(0, util=90, sample_us=100000) + "\n"
+                        + proc_line(0, 7301, mem=2**30, sm=30) + "\n")
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "t",
+        "clusters": [{"name": "t", "cluster": {"server": f"http://127.0.0.1:{api.port}"}}],
+        "users": [{"name": "t", "user": {"token": api.token}}],
+        "contexts": [{"name": "t", "context": {"cluster": "t", "user": "t"}}]}))
+    env = {**os.environ, "LD_LIBRARY_PATH": str(build()), "FAKENVML_SCENARIO": str(scenario)}
+    driver = await asyncio.create_subprocess_exec(
+        sys.executable, str(DRIVER), "--attribute", str(kubelet.socket_path), str(proc),
+        str(kubeconfig), NODE.name, env=env, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(driver.communicate(), 60)
+    assert driver.returncode == 0, err.decode()
+    att = json.loads(out)["attribution"]
+    assert [p["pod"] for p in att["pods"]] == ["serve-0"]
+    (serve,) = att["pods"]
+    assert serve["utilization_percent"] == 90.0
+    assert (serve["devices"][0]["sharers"], serve["devices"][0]["split"]) == (1, "exclusive")
+    assert att["state"] == "ok"

@@ -1,27 +1,61 @@
-"""A test Kubernetes API server: list/watch of pods, Deployments, StatefulSets and KEDA
-ScaledObjects in the real wire format, object reads (ReplicaSet, Job) and /scale.
+"""A test Kubernetes API server: list/watch of pods, Deployments, StatefulSets, KEDA
+ScaledObjects and EndpointSlices in the real wire format, object reads (ReplicaSet, Job)
+and /scale.
 
-Wire format as the API server speaks it: lists carry ``metadata.resourceVersion``; a watch
-(``?watch=true&resourceVersion=N&allowWatchBookmarks=true&timeoutSeconds=S``) is a chunked
-HTTP response of one JSON event per line (ADDED, MODIFIED, DELETED, BOOKMARK); a
-resourceVersion older than the server's compaction gets an ERROR event carrying a Status
-with code 410 (Expired); auth failures are Status objects with 401/403.
+What it reproduces of the real kube-apiserver, and where that behaviour lives there
+(kubernetes/kubernetes, staging/src/k8s.io/apiserver/pkg/storage/):
+
+- Selectors: label selectors of every form and the field selectors each resource supports
+  (tests/peers/kubeselect.py); a selector the server would refuse is a 400 Status.
+- A watch sees an object through its selectors before *and* after each change
+  (``cacher/cache_watcher.go`` ``convertToWatchEvent``): one that starts matching arrives as
+  ADDED, one that stops matching as DELETED (carrying its previous content with the new
+  resourceVersion), one that matches neither time not at all.
+- Bookmarks: a watch that asked ``allowWatchBookmarks=true`` gets a BOOKMARK with the current
+  resourceVersion every ``bookmark_every`` seconds (``cache_watcher.go`` ``nextBookmarkTime``:
+  "roughly every minute") - also when none of the changes matched its selectors.
+- A watch from a resourceVersion older than the compaction gets an ERROR event carrying a
+  410 Expired Status; a watch from "" or "0" starts with synthetic ADDED events.
+- Paginated lists (``etcd3/store.go`` ``GetList``): ``limit`` items a page in key order
+  (namespace/name), ``metadata.continue`` while keys remain after the page - so the last
+  page may come back empty - and ``remainingItemCount`` only when no selector is set. Every
+  page is read at the first page's resourceVersion. A continue token older than the
+  compaction is answered 410 Expired with the apiserver's message and an "inconsistent"
+  token (resourceVersion -1) in the Status (``etcd3/errors.go``
+  ``handleCompactedErrorForPaging``); a token it cannot decode is a 400.
+- Auth failures are Status objects with 401/403 (bearer token).
+
+And hostile answers a real server might never send but a proxy or a bug could: a test queues
+raw list bodies (``next_list_replies``), raw watch streams (``next_watch_bodies``) or pushes
+raw bytes into the open watches (``send_raw``), and can act between list pages
+(``on_list_page``, e.g. to compact while a client pages).
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import copy
 import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
+
+from tests.peers.kubeselect import (
+    GENERIC_FIELDS,
+    POD_FIELDS,
+    Selection,
+    SelectorError,
+    selection,
+)
 
 
 def make_pod(ns: str, name: str, uid: str, node: str = "node-a", *,
              owner: tuple[str, str] | None = None, ready: bool = True, ip: str = "10.0.0.1",
              containers: tuple[tuple[str, str], ...] = (("main", "c" * 64),),
-             labels: dict[str, str] | None = None) -> dict[str, Any]:
+             labels: dict[str, str] | None = None, phase: str = "Running") -> dict[str, Any]:
     meta: dict[str, Any] = {"namespace": ns, "name": name, "uid": uid,
                             "labels": labels or {"app": name}}
     if owner:
@@ -30,15 +64,16 @@ def make_pod(ns: str, name: str, uid: str, node: str = "node-a", *,
                                     "controller": True}]
     return {
         "apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": {"nodeName": node},
-        "status": {"phase": "Running", "podIP": ip,
+        "status": {"phase": phase, "podIP": ip,
                    "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
                    "containerStatuses": [{"name": c, "containerID": f"containerd://{cid}"}
                                          for c, cid in containers]}}
 
 
-def status(code: int, reason: str, message: str) -> dict[str, Any]:
-    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-            "message": message, "reason": reason, "code": code}
+def status(code: int, reason: str, message: str,
+           metadata: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"kind": "Status", "apiVersion": "v1", "metadata": metadata or {},
+            "status": "Failure", "message": message, "reason": reason, "code": code}
 
 
 PODS = "/api/v1/pods"
@@ -47,6 +82,58 @@ STATEFULSETS = "/apis/apps/v1/statefulsets"
 SCALEDOBJECTS = "/apis/keda.sh/v1alpha1/scaledobjects"
 ENDPOINTSLICES = "/apis/discovery.k8s.io/v1/namespaces/gpuscale/endpointslices"
 COLLECTIONS = (PODS, DEPLOYMENTS, STATEFULSETS, SCALEDOBJECTS, ENDPOINTSLICES)
+KINDS = {PODS: ("v1", "Pod"), DEPLOYMENTS: ("apps/v1", "Deployment"),
+         STATEFULSETS: ("apps/v1", "StatefulSet"),
+         SCALEDOBJECTS: ("keda.sh/v1alpha1", "ScaledObject"),
+         ENDPOINTSLICES: ("discovery.k8s.io/v1", "EndpointSlice")}
+
+# etcd3/errors.go: the 410 for a continue token whose snapshot was compacted away.
+CONTINUE_EXPIRED = (
+    "The provided continue parameter is too old to display a consistent list result. You "
+    "can start a new list without the continue parameter, or use the continue token in "
+    "this response to retrieve the remainder of the results. Continuing with the provided "
+    "token results in an inconsistent list - objects that were created, modified, or "
+    "deleted between the time the first chunk was returned and now may show up in the list.")
+
+
+@dataclass
+class Change:
+    """One write: the object after it (for DELETED: its last content) and before it."""
+
+    rv: int
+    path: str
+    kind: str  # ADDED, MODIFIED, DELETED
+    obj: dict[str, Any]
+    prev: dict[str, Any] | None
+
+
+@dataclass
+class _Watcher:
+    path: str
+    bookmarks: bool
+    queue: asyncio.Queue[Change | bytes | str | None] = field(default_factory=asyncio.Queue)
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+def _key(obj: Mapping[str, Any]) -> str:
+    """The object's place in the store's key order (etcd: /registry/<resource>/<ns>/<name>)."""
+    meta = obj.get("metadata") or {}
+    ns = meta.get("namespace")
+    return f"{ns}/{meta.get('name', '')}" if ns else str(meta.get("name", ""))
+
+
+def encode_continue(rv: int, start: str) -> str:
+    """storage.EncodeContinue: base64url (no padding) of the version, snapshot and start."""
+    raw = json.dumps({"v": "meta.k8s.io/v1", "rv": rv, "start": start}).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_continue(token: str) -> tuple[int, str]:
+    raw = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+    if raw.get("v") != "meta.k8s.io/v1" or not isinstance(raw.get("rv"), int) or \
+            raw["rv"] == 0 or not isinstance(raw.get("start"), str):
+        raise ValueError(token)
+    return raw["rv"], raw["start"]
 
 
 class KubeApiPeer:
@@ -58,14 +145,18 @@ class KubeApiPeer:
         self.pods = self.objects[PODS]
         self.scales: dict[tuple[str, str, str], str] = {}  # (plural, ns, name) -> selector
         self.discovery: dict[str, list[dict[str, Any]]] = {}  # "group/version" -> resources
-        self.history: list[tuple[int, str, str, dict[str, Any]]] = []  # rv, path, type, obj
+        self.history: list[Change] = []
         self.owners: dict[tuple[str, str, str], dict[str, Any]] = {}  # (plural, ns, name)
+        self.bookmark_every: float | None = 60.0  # seconds; None: no periodic bookmarks
         self.hang_watches = False
-        self.garbage_next_watch = False
-        self.lists = 0
+        self.next_list_replies: list[tuple[int, bytes]] = []  # (HTTP status, raw body)
+        self.next_watch_bodies: list[bytes] = []  # one raw stream per watch request
+        self.on_list_page: Callable[[web.Request], None] | None = None  # before each page
+        self.lists = 0  # lists started (first pages)
+        self.list_pages = 0  # every list request, continued pages included
         self.watches = 0
-        self._streams: set[web.StreamResponse] = set()
-        self._queues: dict[asyncio.Queue[dict[str, Any] | None], str] = {}
+        self.bookmarks_sent = 0
+        self._watchers: list[_Watcher] = []
         self._runner: web.AppRunner | None = None
         self.port = 0
 
@@ -74,43 +165,56 @@ class KubeApiPeer:
     @property
     def watching(self) -> int:
         """Open watch connections."""
-        return len(self._queues)
+        return len(self._watchers)
 
-    def _event(self, path: str, kind: str, obj: dict[str, Any]) -> None:
+    def _write(self, path: str, kind: str, obj: dict[str, Any] | None, uid: str) -> None:
         self.rv += 1
-        obj = copy.deepcopy(obj)
-        obj["metadata"]["resourceVersion"] = str(self.rv)
-        self.history.append((self.rv, path, kind, obj))
-        for q, qpath in self._queues.items():
-            if qpath == path:
-                q.put_nowait({"type": kind, "object": obj})
+        store = self.objects[path]
+        prev = store.get(uid)
+        if obj is None:  # a delete: the event carries the last content
+            assert prev is not None, f"no object {uid} in {path}"
+            obj = store.pop(uid)
+        else:
+            obj = copy.deepcopy(obj)
+            obj["metadata"]["resourceVersion"] = str(self.rv)
+            store[uid] = obj
+        change = Change(self.rv, path, kind, copy.deepcopy(obj), copy.deepcopy(prev))
+        self.history.append(change)
+        for w in self._watchers:
+            if w.path == path:
+                w.queue.put_nowait(change)
 
     def add(self, obj: dict[str, Any], path: str = PODS) -> None:
-        self.objects[path][obj["metadata"]["uid"]] = obj
-        self._event(path, "ADDED", obj)
+        self._write(path, "ADDED", obj, obj["metadata"]["uid"])
 
     def modify(self, obj: dict[str, Any], path: str = PODS) -> None:
-        self.objects[path][obj["metadata"]["uid"]] = obj
-        self._event(path, "MODIFIED", obj)
+        self._write(path, "MODIFIED", obj, obj["metadata"]["uid"])
 
     def delete(self, uid: str, path: str = PODS) -> None:
-        self._event(path, "DELETED", self.objects[path].pop(uid))
+        self._write(path, "DELETED", None, uid)
 
     def bookmark(self) -> None:
-        for q in self._queues:
-            q.put_nowait({"type": "BOOKMARK", "object": {
-                "kind": "Pod", "apiVersion": "v1",
-                "metadata": {"resourceVersion": str(self.rv)}}})
+        """A bookmark now, on every open watch that asked for them."""
+        for w in self._watchers:
+            w.queue.put_nowait("bookmark")
+
+    def send_raw(self, data: bytes) -> None:
+        """Write ``data`` as it is (no newline added) into every open watch stream."""
+        for w in self._watchers:
+            w.queue.put_nowait(data)
 
     def compact(self) -> None:
-        """Forget history: watches from an older resourceVersion now get 410."""
+        """Forget history: watches from an older resourceVersion, and continue tokens of
+        lists read at one, now get 410."""
         self.compacted = self.rv
 
     async def drop_watches(self) -> None:
-        """Cut every open watch connection (a load balancer or API server restart)."""
-        for q in list(self._queues):
-            q.put_nowait(None)
-        await asyncio.sleep(0.05)
+        """Cut every open watch connection (a load balancer or API server restart) and
+        return once their handlers are gone."""
+        watchers = list(self._watchers)
+        for w in watchers:
+            w.queue.put_nowait(None)
+        await asyncio.wait_for(asyncio.gather(*(w.done.wait() for w in watchers)), 10)
 
     # -- server --------------------------------------------------------------------------
 
@@ -145,30 +249,80 @@ class KubeApiPeer:
                                      status=403)
         return None
 
-    def _selected(self, request: web.Request, pod: dict[str, Any]) -> bool:
-        labels = request.query.get("labelSelector", "")
-        if labels:
-            key, _, value = labels.partition("=")
-            if (pod.get("metadata", {}).get("labels") or {}).get(key) != value:
-                return False
-        sel = request.query.get("fieldSelector", "")
-        if not sel:
-            return True
-        key, _, value = sel.partition("=")
-        assert key == "spec.nodeName", f"unexpected field selector {sel}"
-        return bool(pod.get("spec", {}).get("nodeName") == value)
-
     async def _collection(self, request: web.Request) -> web.StreamResponse:
         denied = self._auth(request)
         if denied is not None:
             return denied
+        try:
+            sel = selection(request.query.get("labelSelector", ""),
+                            request.query.get("fieldSelector", ""),
+                            POD_FIELDS if request.path == PODS else GENERIC_FIELDS)
+        except SelectorError as exc:
+            return web.json_response(status(400, "BadRequest", str(exc)), status=400)
         if request.query.get("watch") in ("true", "1", "True"):
-            return await self._watch(request)
-        self.lists += 1
-        items = [p for p in self.objects[request.path].values() if self._selected(request, p)]
-        return web.json_response({"kind": "List", "apiVersion": "v1",
-                                  "metadata": {"resourceVersion": str(self.rv)},
-                                  "items": items})
+            return await self._watch(request, sel)
+        return self._list(request, sel)
+
+    def _state_at(self, path: str, rv: int) -> dict[str, dict[str, Any]]:
+        """The collection as it was at ``rv``, replayed from the history."""
+        state: dict[str, dict[str, Any]] = {}
+        for ch in self.history:
+            if ch.rv > rv:
+                break
+            if ch.path == path:
+                uid = ch.obj["metadata"]["uid"]
+                if ch.kind == "DELETED":
+                    state.pop(uid, None)
+                else:
+                    state[uid] = ch.obj
+        return state
+
+    def _list(self, request: web.Request, sel: Selection) -> web.Response:
+        self.list_pages += 1
+        if self.on_list_page is not None:
+            self.on_list_page(request)
+        if self.next_list_replies:
+            code, body = self.next_list_replies.pop(0)
+            return web.Response(status=code, body=body, content_type="application/json")
+        try:
+            limit = int(request.query.get("limit") or 0)
+        except ValueError:
+            return web.json_response(status(400, "BadRequest", "invalid limit"), status=400)
+        token = request.query.get("continue", "")
+        if token:
+            try:
+                rv, start = decode_continue(token)
+            except (ValueError, TypeError, AttributeError):
+                return web.json_response(status(400, "BadRequest", "invalid continue token"),
+                                         status=400)
+            if 0 < rv < self.compacted:
+                return web.json_response(status(
+                    410, "Expired", CONTINUE_EXPIRED,
+                    {"continue": encode_continue(-1, start)}), status=410)
+            snapshot = self.rv if rv < 0 else rv
+        else:
+            self.lists += 1
+            snapshot, start = self.rv, ""
+        objects = self._state_at(request.path, snapshot)
+        keyed = sorted((k, o) for o in objects.values() if (k := _key(o)) >= start)
+        page: list[dict[str, Any]] = []
+        last, more, remaining = "", False, 0
+        for i, (k, obj) in enumerate(keyed):
+            if limit and len(page) >= limit:
+                more = True
+                remaining = len(keyed) - i
+                break
+            last = k
+            if sel.matches(obj):
+                page.append(obj)
+        meta: dict[str, Any] = {"resourceVersion": str(snapshot)}
+        if more:
+            meta["continue"] = encode_continue(snapshot, last + "\x00")
+            if sel.empty:
+                meta["remainingItemCount"] = remaining
+        api_version, kind = KINDS[request.path]
+        return web.json_response({"kind": f"{kind}List", "apiVersion": api_version,
+                                  "metadata": meta, "items": page})
 
     async def _discover(self, request: web.Request) -> web.Response:
         gv = f"{request.match_info['group']}/{request.match_info['version']}"
@@ -190,46 +344,91 @@ class KubeApiPeer:
                                   "spec": {"replicas": 2},
                                   "status": {"replicas": 2, "selector": selector}})
 
-    async def _watch(self, request: web.Request) -> web.StreamResponse:
+    @staticmethod
+    def _convert(ch: Change, sel: Selection) -> dict[str, Any] | None:
+        """What one watcher sees of a change (cache_watcher.go convertToWatchEvent)."""
+        now = ch.kind != "DELETED" and sel.matches(ch.obj)
+        before = ch.prev is not None and sel.matches(ch.prev)
+        if now:
+            return {"type": "MODIFIED" if before else "ADDED", "object": ch.obj}
+        if before:
+            assert ch.prev is not None
+            gone = copy.deepcopy(ch.prev)
+            gone["metadata"]["resourceVersion"] = str(ch.rv)
+            return {"type": "DELETED", "object": gone}
+        return None
+
+    def _bookmark_event(self, path: str) -> dict[str, Any]:
+        self.bookmarks_sent += 1
+        api_version, kind = KINDS[path]
+        return {"type": "BOOKMARK", "object": {
+            "kind": kind, "apiVersion": api_version,
+            "metadata": {"resourceVersion": str(self.rv), "creationTimestamp": None}}}
+
+    async def _watch(self, request: web.Request, sel: Selection) -> web.StreamResponse:
         self.watches += 1
-        since = int(request.query.get("resourceVersion") or 0)
+        try:
+            since = int(request.query.get("resourceVersion") or 0)
+        except ValueError:
+            return web.json_response(status(400, "BadRequest", "invalid resourceVersion"),
+                                     status=400)
         timeout = float(request.query.get("timeoutSeconds") or 3600)
+        bookmarks = request.query.get("allowWatchBookmarks") in ("true", "1", "True")
         resp = web.StreamResponse(headers={"Content-Type": "application/json"})
         resp.enable_chunked_encoding()
         await resp.prepare(request)
-        if self.garbage_next_watch:
-            self.garbage_next_watch = False
-            await resp.write(b"{not json\n")
+        if self.next_watch_bodies:
+            await resp.write(self.next_watch_bodies.pop(0))
             return resp
-        if since < self.compacted:
+        if 0 < since < self.compacted:
             await self._send(resp, {"type": "ERROR", "object": status(
                 410, "Expired", f"too old resource version: {since} ({self.compacted})")})
             return resp
-        queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
-        self._queues[queue] = request.path
+        w = _Watcher(request.path, bookmarks)
+        self._watchers.append(w)
+        loop = asyncio.get_running_loop()
         try:
-            for rv, path, kind, obj in self.history:
-                if path == request.path and rv > since and self._selected(request, obj):
-                    await self._send(resp, {"type": kind, "object": obj})
-            deadline = asyncio.get_running_loop().time() + timeout
-            while True:
-                left = deadline - asyncio.get_running_loop().time()
-                if left <= 0:
-                    break
+            if since == 0:  # "" or "0": the current objects as ADDED, then changes
+                for obj in self.objects[request.path].values():
+                    if sel.matches(obj):
+                        await self._send(resp, {"type": "ADDED", "object": obj})
+            else:
+                for ch in self.history:
+                    if ch.path == request.path and ch.rv > since:
+                        event = self._convert(ch, sel)
+                        if event is not None:
+                            await self._send(resp, event)
+            deadline = loop.time() + timeout
+            next_bookmark = loop.time() + (self.bookmark_every or 0)
+            while (left := deadline - loop.time()) > 0:
+                if bookmarks and self.bookmark_every:
+                    left = min(left, max(0.0, next_bookmark - loop.time()))
                 try:
-                    event = await asyncio.wait_for(queue.get(), left)
+                    item = await asyncio.wait_for(w.queue.get(), left)
                 except TimeoutError:
-                    break
-                if event is None:  # dropped: end without a clean close
+                    if bookmarks and self.bookmark_every and loop.time() >= next_bookmark:
+                        next_bookmark = loop.time() + self.bookmark_every
+                        item = "bookmark"
+                    else:
+                        continue
+                if item is None:  # dropped: end without a clean close
                     if request.transport is not None:
                         request.transport.close()
                     return resp
                 if self.hang_watches:
                     continue
-                if event["type"] == "BOOKMARK" or self._selected(request, event["object"]):
-                    await self._send(resp, event)
+                if isinstance(item, bytes):
+                    await resp.write(item)
+                elif isinstance(item, str):
+                    if bookmarks:
+                        await self._send(resp, self._bookmark_event(request.path))
+                else:
+                    event = self._convert(item, sel)
+                    if event is not None:
+                        await self._send(resp, event)
         finally:
-            self._queues.pop(queue, None)
+            self._watchers.remove(w)
+            w.done.set()
         return resp
 
     @staticmethod

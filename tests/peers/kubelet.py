@@ -2,11 +2,22 @@
 
 The test mutates ``pods``/``allocatable`` between calls, stops and restarts the server
 (the kubelet recreates its socket on restart) and can slow answers down.
+
+Pods that finished (``terminate``: phase Succeeded or Failed, not yet deleted) are listed as
+the real kubelet lists them (kubernetes/kubernetes pkg/kubelet/apis/podresources/
+server_v1.go ``List``): every pod the kubelet knows (``GetPods``), so terminal ones too -
+kubernetes/kubernetes#119423 and #132020 - until 1.34 made the active pods the default
+(#132028, feature gate KubeletPodResourcesListUseActivePods: ``active_pods_only``). Their
+device-plugin devices are reported until the device manager frees them
+(``UpdateAllocatedDevices``, called by ``List`` but a no-op until all pod sources are ready:
+``sources_ready``, False just after a kubelet restart); once freed, the pod is listed with
+its containers and no devices. CPUs and memory are reported regardless (not modelled).
 """
 
 from __future__ import annotations
 
 import asyncio
+import copy
 import urllib.parse
 from collections.abc import Iterable
 from pathlib import Path
@@ -33,16 +44,36 @@ class KubeletPeer(pb_grpc.PodResourcesListerServicer):
         self.socket_path = socket_path
         self.pods: list[pb.PodResources] = []
         self.allocatable: list[pb.ContainerDevices] = []
+        self.terminated: set[tuple[str, str]] = set()  # (namespace, name) of finished pods
+        self.active_pods_only = False  # 1.34+: List leaves finished pods out
+        self.sources_ready = True  # False: the devices of finished pods are not freed yet
         self.delay = 0.0
         self.calls = 0
         self._server: grpc.aio.Server | None = None
+
+    def terminate(self, namespace: str, name: str) -> None:
+        """The pod finished (Succeeded or Failed) but is not deleted: the kubelet keeps it."""
+        self.terminated.add((namespace, name))
+
+    def _as_listed(self, p: pb.PodResources) -> pb.PodResources | None:
+        if (p.namespace, p.name) not in self.terminated:
+            return p
+        if self.active_pods_only:
+            return None
+        if not self.sources_ready:
+            return p  # the device manager still holds the finished pod's devices
+        freed = copy.deepcopy(p)
+        for c in freed.containers:
+            del c.devices[:]
+        return freed
 
     async def List(self, request: pb.ListPodResourcesRequest,
                    context: Context) -> pb.ListPodResourcesResponse:
         self.calls += 1
         if self.delay:
             await asyncio.sleep(self.delay)
-        return pb.ListPodResourcesResponse(pod_resources=self.pods)
+        listed = [q for p in self.pods if (q := self._as_listed(p)) is not None]
+        return pb.ListPodResourcesResponse(pod_resources=listed)
 
     async def GetAllocatableResources(
             self, request: pb.AllocatableResourcesRequest,

@@ -3,6 +3,7 @@ agents over real gRPC streams, the subscriber, the roster and the ExternalScaler
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -12,12 +13,13 @@ import pytest
 from gpuscale.proto import externalscaler_pb2 as pb
 from gpuscale.proto import externalscaler_pb2_grpc as pb_grpc
 from gpuscale.scaler.fleet import FleetView
-from gpuscale.scaler.roster import AgentRoster
+from gpuscale.scaler.roster import AgentRoster, PodRoster
 from gpuscale.scaler.selector import parse_selector
 from gpuscale.scaler.service import ScalerServer, ScalerService
 from gpuscale.stream.subscriber import AgentSubscriber
 from gpuscale.telemetry.scenario import NodeSpec, parse_scenario
 from tests.conftest import free_port, running_agents, until
+from tests.peers.kubeapi import KubeApiPeer, api_client, make_pod
 
 
 def node(name: str, pod: str, load: float) -> NodeSpec:
@@ -39,7 +41,8 @@ def metrics(app: str) -> pb.GetMetricsRequest:
 async def value(stub: pb_grpc.ExternalScalerStub, app: str) -> float | str:
     """GetMetrics' value, or the failed status as 'CODE: details'."""
     try:
-        return float((await stub.GetMetrics(metrics(app))).metricValues[0].metricValueFloat)
+        return float((await stub.GetMetrics(metrics(app), timeout=5)).metricValues[0]
+                     .metricValueFloat)
     except grpc.aio.AioRpcError as exc:
         return f"{exc.code().name}: {exc.details()}"
 
@@ -129,3 +132,49 @@ async def _says(got: Any, text: str) -> bool:
 
 async def _equals(got: Any, want: float) -> bool:
     return bool(await got == want)
+
+
+def gpu_pod(name: str, node_name: str, *, ready: bool = True, gpus: bool = True,
+            phase: str = "Running") -> dict[str, Any]:
+    raw = make_pod("llm", name, f"uid-{name}", node=node_name, ready=ready, phase=phase,
+                   labels={"app": name.rsplit("-", 1)[0]})
+    limits = {"nvidia.com/gpu": "1"} if gpus else {"cpu": "1"}
+    raw["spec"]["containers"] = [{"name": "main", "resources": {"limits": limits}}]
+    return raw
+
+
+async def test_with_the_api_every_ready_gpu_pod_must_have_reported(
+        kubeapi: KubeApiPeer) -> None:
+    """A running, Ready GPU pod on a node whose agent is gone (forgotten, never deployed,
+    not ready in discovery) used to leave the sum silently; the pod watch names it."""
+    fleet = FleetView()
+    sub = AgentSubscriber(fleet, "test", backoff_s=(0.05,))
+    api = api_client(kubeapi)
+    roster = PodRoster(api, AgentRoster(sub), backoff_s=(0.05,))
+    watch = asyncio.create_task(roster.run())
+    server = ScalerServer(ScalerService(fleet, roster=roster), host="127.0.0.1", port=0)
+    await server.start()
+    kubeapi.add(gpu_pod("a-0", "n-a"))
+    kubeapi.add(gpu_pod("a-1", "n-b"))  # runs where no agent reports
+    kubeapi.add(gpu_pod("a-2", "n-b", ready=False))  # starting: no load yet
+    kubeapi.add(gpu_pod("a-3", "n-b", gpus=False))  # a sidecar-ish pod without GPUs
+    try:
+        async with running_agents([node("n-a", "a-0", 40.0)]) as (a,), \
+                grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+            stub = pb_grpc.ExternalScalerStub(channel)
+            sub.set_addresses({f"127.0.0.1:{a.stream_port}": "n-a"})
+            await until(lambda: _says(value(stub, "a"), "llm/a-1 on n-b (running and "
+                                      "Ready, no data: no agent reports for node n-b)"),
+                        what="the silent pod named")
+            got = await value(stub, "a")
+            assert "a-2" not in str(got)
+            assert "a-3" not in str(got)
+            assert roster.ready()[0]
+            # The pod finishes: it leaves the watch's phase selector (a DELETED event).
+            kubeapi.modify(gpu_pod("a-1", "n-b", phase="Succeeded"))
+            assert await until(lambda: _equals(value(stub, "a"), 40.0), what="OK again")
+    finally:
+        watch.cancel()
+        await server.stop(0.2)
+        await sub.close()
+        await api.close()

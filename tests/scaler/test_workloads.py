@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 
 import grpc
 import pytest
+from hypothesis import given
 
 from gpuscale.proto import externalscaler_pb2 as pb
 from gpuscale.proto import externalscaler_pb2_grpc as pb_grpc
@@ -15,7 +16,7 @@ from gpuscale.scaler.selector import Selector
 from gpuscale.scaler.service import ScalerServer, ScalerService
 from gpuscale.scaler.workloads import WorkloadResolver, selector_from_label_selector
 from gpuscale.stream.records import PodRecord
-from tests.conftest import until
+from tests.conftest import json_values, until
 from tests.peers.kubeapi import (
     DEPLOYMENTS,
     SCALEDOBJECTS,
@@ -112,6 +113,41 @@ async def test_forbidden_is_reported(kubeapi: KubeApiPeer, resolver: WorkloadRes
     assert "ScaledObjects not listed yet" in text(resolver.resolve("llm", "so"))
 
 
+async def test_hostile_api_replies_do_not_take_the_resolver_down(kubeapi: KubeApiPeer) -> None:
+    """A reply the API contract does not allow, on any of the three watches, is an error
+    each watch logs and retries; none of them ends the resolver's task group."""
+    kubeapi.next_list_replies.extend([
+        (200, b'{"metadata": {"resourceVersion": "1"}, "items": [1]}'),
+        (200, b'{"metadata": {"resourceVersion": "1"}, "items": [{"metadata": {}}]}'),
+        (200, b'{"metadata": {"resourceVersion": "1"}, "items": {"so": {}}}')])
+    kubeapi.next_watch_bodies.extend([b'{"type": "ADDED", "object": "so"}\n',
+                                      b'{"type": ["ADDED"], "object": {}}\n',
+                                      b'[{"type": "ADDED"}]\n'])
+    # and objects of the wrong shape inside well-formed events
+    kubeapi.add({"metadata": {"uid": "u-odd-so", "name": "odd", "namespace": "llm"},
+                 "spec": "vllm"}, SCALEDOBJECTS)
+    kubeapi.add({"metadata": {"uid": "u-odd-d", "name": "odd", "namespace": "llm"},
+                 "spec": {"selector": {"matchLabels": ["app"],
+                                       "matchExpressions": [{"key": "a", "operator": "In",
+                                                             "values": [1]}, "x"]}}},
+                DEPLOYMENTS)
+    api = api_client(kubeapi)
+    resolver = WorkloadResolver(api, backoff_s=(0.05,), scale_refresh_s=0.1)
+    task = asyncio.create_task(resolver.run())
+    try:
+        kubeapi.add(make_workload("Deployment", "llm", "vllm", {"app": "vllm"}), DEPLOYMENTS)
+        kubeapi.add(make_scaledobject("llm", "so", "vllm"), SCALEDOBJECTS)
+        await until(lambda: not kubeapi.next_list_replies and not kubeapi.next_watch_bodies
+                    and kubeapi.watching == 3, what="every hostile reply served")
+        await until(lambda: text(resolver.resolve("llm", "so")) == "app=vllm")
+        assert not task.done()
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await api.close()
+
+
 @pytest.mark.parametrize(("sel", "expect"), [
     ({"matchLabels": {"b": "2", "a": "1"}}, "a=1,b=2"),
     ({"matchExpressions": [{"key": "x", "operator": "Exists"},
@@ -129,3 +165,17 @@ def test_bad_label_selector_objects(sel: dict[str, object]) -> None:
 
     with pytest.raises(SelectorError):
         selector_from_label_selector(sel)
+
+
+SELECTOR_KEYS = ["matchLabels", "matchExpressions", "key", "operator", "values", "app"]
+
+
+@given(json_values(SELECTOR_KEYS))
+def test_any_json_label_selector_is_a_selector_or_refused(sel: object) -> None:
+    from gpuscale.scaler.selector import SelectorError
+
+    try:
+        got = selector_from_label_selector(sel if isinstance(sel, dict) else {"x": sel})
+    except SelectorError:
+        return
+    assert got.requirements

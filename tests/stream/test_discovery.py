@@ -6,6 +6,8 @@ import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gpuscale.agent.app import Agent, AgentConfig
 from gpuscale.attribution.sources import ScenarioSources
@@ -15,7 +17,7 @@ from gpuscale.stream.discovery import EndpointSliceDiscovery, addresses
 from gpuscale.stream.subscriber import AgentSubscriber
 from gpuscale.telemetry.scenario import parse_scenario
 from gpuscale.telemetry.simulated import SimulatedBackend
-from tests.conftest import until
+from tests.conftest import json_values, until
 from tests.peers.kubeapi import ENDPOINTSLICES, KubeApiPeer, api_client, make_endpointslice
 
 DOC = {"nodes": [{"name": f"n{i}", "gpus": [{"model": "L4"}], "processes": [
@@ -84,3 +86,16 @@ def test_addresses_from_slices() -> None:
     v6["addressType"] = "IPv6"
     assert addresses([*slices, v6], "telemetry", 7777) == {
         "10.0.0.1:9401": "gpu-1", "10.0.0.3:7777": "", "[fd00::1]:9401": "gpu-6"}
+
+
+SLICE_KEYS = ["ports", "name", "port", "addressType", "endpoints", "conditions", "ready",
+              "addresses", "nodeName"]
+
+
+@given(st.lists(json_values(SLICE_KEYS), max_size=3))
+def test_any_json_slices_read_as_addresses(slices: list[object]) -> None:
+    """Whatever a slice's fields hold, reading it never raises: a field of the wrong JSON
+    type reads as absent."""
+    got = addresses([s if isinstance(s, dict) else {"endpoints": s} for s in slices],
+                    "telemetry", 7777)
+    assert all(isinstance(a, str) and isinstance(n, str) for a, n in got.items())

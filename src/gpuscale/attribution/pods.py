@@ -11,6 +11,7 @@ from gpuscale.attribution.model import OwnerRef, PodInfo, PodPhase
 from gpuscale.kube.api import Collection, KubeApi, ObjectRef
 from gpuscale.kube.errors import ApiError
 from gpuscale.kube.listwatch import BACKOFF_S, INACTIVITY_S
+from gpuscale.kube.replies import list_at, obj_at, str_at
 from gpuscale.telemetry.model import Absent
 
 MAX_LABELS = 64  # per pod, bounded label cardinality downstream
@@ -18,37 +19,37 @@ MAX_PODS = 10_000
 
 
 def pod_info(raw: Mapping[str, Any], owner: OwnerRef | None = None) -> PodInfo:
-    """A PodInfo from a pod as the API returns it (JSON). ``owner`` overrides the direct
-    controller (the cache resolves ReplicaSet -> Deployment and Job -> CronJob)."""
-    meta = raw.get("metadata") or {}
-    status = raw.get("status") or {}
+    """A PodInfo from a pod as the API returns it (JSON); a field of the wrong JSON type
+    reads as absent. ``owner`` overrides the direct controller (the cache resolves
+    ReplicaSet -> Deployment and Job -> CronJob)."""
+    meta = obj_at(raw, "metadata")
+    status = obj_at(raw, "status")
     if owner is None:
         owner = direct_owner(meta)
-    ready = any(c.get("type") == "Ready" and c.get("status") == "True"
-                for c in status.get("conditions") or [])
+    ready = any(str_at(c, "type") == "Ready" and str_at(c, "status") == "True"
+                for c in list_at(status, "conditions"))
     ids = []
-    for cs in (status.get("containerStatuses") or []) + (status.get("initContainerStatuses")
-                                                         or []):
-        cid = str(cs.get("containerID") or "")
+    for cs in list_at(status, "containerStatuses") + list_at(status, "initContainerStatuses"):
+        cid = str_at(cs, "containerID")
         if cid:
-            ids.append((str(cs.get("name", "")), cid.split("://", 1)[-1]))
+            ids.append((str_at(cs, "name"), cid.split("://", 1)[-1]))
     phases = {p.value: p for p in PodPhase}
     return PodInfo(
-        namespace=str(meta.get("namespace", "")), name=str(meta.get("name", "")),
-        uid=str(meta.get("uid", "")),
-        labels=tuple(sorted((str(k), str(v)) for k, v in (meta.get("labels") or {}).items()))
+        namespace=str_at(meta, "namespace"), name=str_at(meta, "name"),
+        uid=str_at(meta, "uid"),
+        labels=tuple(sorted((str(k), str(v)) for k, v in obj_at(meta, "labels").items()))
         [:MAX_LABELS],
         annotations=tuple(sorted((str(k), str(v)[:1024])
-                                 for k, v in (meta.get("annotations") or {}).items()
+                                 for k, v in obj_at(meta, "annotations").items()
                                  if str(k).startswith("gpuscale.io/"))),
-        owner=owner, phase=phases.get(str(status.get("phase")), PodPhase.UNKNOWN),
-        ready=ready, ip=str(status.get("podIP") or ""), container_ids=tuple(ids))
+        owner=owner, phase=phases.get(str_at(status, "phase"), PodPhase.UNKNOWN),
+        ready=ready, ip=str_at(status, "podIP"), container_ids=tuple(ids))
 
 
 def direct_owner(meta: Mapping[str, Any]) -> OwnerRef | None:
-    for ref in meta.get("ownerReferences") or []:
-        if ref.get("controller"):
-            return OwnerRef(str(ref.get("kind", "")), str(ref.get("name", "")))
+    for ref in list_at(meta, "ownerReferences"):
+        if isinstance(ref, Mapping) and ref.get("controller"):
+            return OwnerRef(str_at(ref, "kind"), str_at(ref, "name"))
     return None
 
 
@@ -86,8 +87,8 @@ class NodePodCache:
     async def _rebuild(self) -> None:
         pods = {}
         for raw in self._lw.items.values():
-            meta = raw.get("metadata") or {}
-            info = pod_info(raw, await self._workload(str(meta.get("namespace", "")),
+            meta = obj_at(raw, "metadata")
+            info = pod_info(raw, await self._workload(str_at(meta, "namespace"),
                                                       direct_owner(meta)))
             pods[(info.namespace, info.name)] = info
         self._pods = pods
@@ -102,8 +103,8 @@ class NodePodCache:
                    if owner.kind == "ReplicaSet" else ObjectRef("batch/v1", "jobs", ns,
                                                                 owner.name))
             try:
-                meta = (await self._api.get(ref)).get("metadata") or {}
-                self._owners[key] = direct_owner(meta) or owner
+                self._owners[key] = direct_owner(obj_at(await self._api.get(ref),
+                                                        "metadata")) or owner
             except ApiError as exc:
                 if exc.status != 404:
                     raise

@@ -10,6 +10,13 @@
   each sharer, never to the last. No process list (it failed, or the GPU is lost) is never
   read as "no processes": the pod's number is then SHARED, or LOST with the GPU.
 - GPUs and slices held by nobody are idle capacity; GPU processes of no pod are flagged.
+- Allocations of pods that the API says have finished (Succeeded, Failed) are left out: all
+  their containers have stopped, yet a kubelet may still list them with their resources
+  (before 1.34, or with KubeletPodResourcesListUseActivePods off - kubernetes/kubernetes
+  #119423, #132020, fixed by #132028 - and their device-plugin devices until the device
+  manager frees them, which needs all pod sources ready: not yet after a kubelet restart).
+  Counted as a sharer, such a pod would split a live pod's device with a pod that uses
+  nothing of it.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from gpuscale.attribution.model import (
     DeviceUsage,
     NodeAttribution,
     PodInfo,
+    PodPhase,
     PodUsage,
     ProcessOwner,
     Split,
@@ -47,6 +55,7 @@ _SEVERITY = (Absent.LOST, Absent.UNAVAILABLE, Absent.SHARED, Absent.UNSUPPORTED,
              Absent.NO_DATA)
 
 Holder = tuple[str, str, str]  # namespace, pod, container
+TERMINAL = (PodPhase.SUCCEEDED, PodPhase.FAILED)
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +75,8 @@ def attribute(snapshot: NodeSnapshot,
               allocated_at: float = 0.0) -> NodeAttribution:
     """Attribute one tick. ``pods`` is keyed by (namespace, name); ``owners`` maps GPU
     process PIDs to their cgroup owner (None: not in a pod). Any input may be Absent (its
-    source failed); the result then says so in ``state`` and ``reasons``."""
+    source failed); the result then says so in ``state`` and ``reasons``. Allocations of
+    pods whose phase in ``pods`` is Succeeded or Failed hold nothing: they are left out."""
     if isinstance(allocations, Absent):
         return NodeAttribution(AttributionState.UNAVAILABLE,
                                (f"kubelet pod resources {allocations.value}",),
@@ -91,6 +101,9 @@ def attribute(snapshot: NodeSnapshot,
     resolved: list[tuple[Allocation, list[tuple[DeviceRef, _Target]]]] = []
     unknown: list[str] = []
     for a in allocations:
+        done = None if isinstance(pods, Absent) else pods.get((a.namespace, a.pod))
+        if done is not None and done.phase in TERMINAL:
+            continue
         targets = []
         for ref in a.devices:
             t = resolve(ref)

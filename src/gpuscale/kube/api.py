@@ -21,7 +21,7 @@ import aiohttp
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from gpuscale.kube.errors import ApiError, BadReference
+from gpuscale.kube.errors import ApiError, BadReference, BadReply
 from gpuscale.kube.listwatch import ListWatch, api_json, describe
 
 GET_TIMEOUT_S = 10
@@ -114,7 +114,10 @@ class KubeApi:
             raise BadReference(f"kind: {kind[:64]!r} is not a kind name")
         if (api_version, kind) not in self._resources:
             body = await self._get(_prefix(api_version))
-            for r in body.get("resources") or []:
+            resources = body.get("resources") or []
+            if not isinstance(resources, list):
+                raise BadReply(f"discovery of {api_version}: resources is not a list")
+            for r in resources:
                 if isinstance(r, dict) and r.get("kind") and "/" not in str(r.get("name", "")):
                     self._resources[(api_version, str(r["kind"]))] = str(r["name"])
         return self._resources.get((api_version, kind))
@@ -123,7 +126,7 @@ class KubeApi:
                    on_change: Callable[[], Awaitable[None]] | None = None,
                    **options: Any) -> ListWatch:
         """A ListWatch of ``collection`` (not started: run it). ``options`` go to ListWatch
-        (monotonic, inactivity_s, backoff_s, max_items)."""
+        (monotonic, inactivity_s, backoff_s, max_items, page_size, max_event_bytes)."""
         fn, args = self._list_fn(collection)
         kwargs = {k: v for k, v in (("label_selector", collection.label_selector),
                                     ("field_selector", collection.field_selector)) if v}
@@ -160,6 +163,8 @@ class KubeApi:
                 auth_settings=["BearerToken"], _preload_content=False,
                 _request_timeout=GET_TIMEOUT_S)
             return await api_json(resp)
+        except ApiError as exc:  # an error answer or one that is not a JSON object
+            raise ApiError(f"GET {path}: {exc}", exc.status) from None
         except ApiException as exc:
             raise ApiError(f"GET {path}: {describe(exc)}", exc.status or 0) from None
         except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:

@@ -15,3 +15,8 @@ class ApiError(PeerError):
 
 class BadReference(ApiError, ValueError):
     """A reference that cannot name an object (rejected before any request is made)."""
+
+
+class BadReply(ApiError):
+    """The API server answered something its contract does not allow (a list item with no
+    metadata.uid, a watch line that is not an event, a body that is not JSON)."""

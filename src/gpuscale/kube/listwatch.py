@@ -5,27 +5,37 @@ backoff; ``_sync`` lists, then watches from the list's resourceVersion and relis
 410 Gone; the watch itself uses bookmarks and an inactivity timeout (a silent server is a
 dead one). A dropped watch resumes from the last resourceVersion seen (events and
 bookmarks); only repeated drops fall back to a relist. Between failures the last known
-items are kept; ``state`` says why they may be old. ``ApiException`` and aiohttp errors do
-not leave this module.
+items are kept; ``state`` says why they may be old.
+
+Lists are read in pages (``limit``/``continue``, as client-go's pager does) up to
+``max_items``; a continue token that expired while paging starts the list over. Every page
+and every watch line is checked (kube/replies.py) before it is used: a reply the API's
+contract does not allow is a ``BadReply`` that ``run`` logs and retries like any other
+failure. ``ApiException`` and aiohttp errors do not leave this module.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
 import aiohttp
 from kubernetes_asyncio.client.exceptions import ApiException
-from kubernetes_asyncio.watch import Watch
 
-from gpuscale.common.bounded import read_bounded
+from gpuscale.common.bounded import BodyTooLarge, read_bounded
 from gpuscale.common.errors import PeerError
-from gpuscale.kube.errors import ApiError
+from gpuscale.kube.errors import ApiError, BadReply
+from gpuscale.kube.replies import (
+    Status,
+    load_json,
+    parse_list_page,
+    parse_status,
+    parse_watch_line,
+)
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +43,11 @@ WATCH_TIMEOUT_S = 300  # server-side watch length; then resume from the last res
 INACTIVITY_S = 90.0  # no byte (event or bookmark) for this long: reconnect
 BACKOFF_S = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 MAX_ITEMS = 100_000
-MAX_BODY_BYTES = 64 * 1024 * 1024
+PAGE_SIZE = 500  # items a list page; client-go's pager (tools/pager) asks the same
+LIST_RESTARTS = 3  # expired continue tokens in a row before the list counts as failed
+MAX_BODY_BYTES = 64 * 1024 * 1024  # one list page
+MAX_EVENT_BYTES = 16 * 1024 * 1024  # one watch line (etcd stores objects up to 1.5 MiB)
+MAX_STATUS_BYTES = 64 * 1024  # the Status body of an error answer
 
 
 class Gone(PeerError):
@@ -52,7 +66,8 @@ class ListWatch:
                  monotonic: Callable[[], float] = time.monotonic,
                  inactivity_s: float = INACTIVITY_S,
                  backoff_s: tuple[float, ...] = BACKOFF_S,
-                 max_items: int = MAX_ITEMS,
+                 max_items: int = MAX_ITEMS, page_size: int = PAGE_SIZE,
+                 max_event_bytes: int = MAX_EVENT_BYTES,
                  keep: Callable[[dict[str, Any]], Any] | None = None) -> None:
         """``keep``: what to hold of each object (default: all of its JSON); a watch of
         many objects keeps only the fields it reads."""
@@ -66,12 +81,17 @@ class ListWatch:
         self._inactivity_s = inactivity_s
         self._backoff_s = backoff_s
         self._max_items = max_items
+        self._page_size = page_size
+        self._max_event_bytes = max_event_bytes
         self.items: dict[str, Any] = {}
         self.synced_at: float | None = None
         self.error = ""
         self.events = 0
         self.relists = 0
+        self.list_restarts = 0  # lists started over because a continue token expired
         self._rv = ""
+        self._attempt = 0  # failures since the watch last delivered something
+        self._gone = 0  # 410s since the watch last delivered something
 
     def state(self) -> tuple[bool, str]:
         """(connected, reason). Disconnected with items means "serving the last known"."""
@@ -80,25 +100,29 @@ class ListWatch:
         return self.synced_at is not None, "ok" if self.synced_at else "not listed yet"
 
     async def run(self, ready: Callable[[], None] | None = None) -> None:
-        attempt = 0
         while True:
             try:
                 await self._sync(ready)
-                attempt = 0
-            except Gone:
-                self.relists += 1
-                continue
             except asyncio.CancelledError:
                 raise
+            except Gone:
+                self.relists += 1
+                self._gone += 1
+                if self._gone == 1:  # the watch's history aged out: relist at once
+                    continue
+                await self._back_off("the resourceVersion expired again right after a "
+                                     "relist (410)")
             except (ApiException, ApiError, aiohttp.ClientError, TimeoutError, OSError,
                     ValueError) as exc:
-                reason = describe(exc, self.what)
-                if reason != self.error:
-                    log.warning("%s: %s; retrying", self.what, reason)
-                self.error = reason
-                delay = self._backoff_s[min(attempt, len(self._backoff_s) - 1)]
-                attempt += 1
-                await asyncio.sleep(delay * random.uniform(0.8, 1.2))
+                await self._back_off(describe(exc, self.what))
+
+    async def _back_off(self, reason: str) -> None:
+        if reason != self.error:
+            log.warning("%s: %s; retrying", self.what, reason)
+        self.error = reason
+        delay = self._backoff_s[min(self._attempt, len(self._backoff_s) - 1)]
+        self._attempt += 1
+        await asyncio.sleep(delay * random.uniform(0.8, 1.2))
 
     async def _sync(self, ready: Callable[[], None] | None) -> None:
         self._rv = await self._list()
@@ -120,67 +144,149 @@ class ListWatch:
                 await asyncio.sleep(self._backoff_s[dropped - 1] * random.uniform(0.8, 1.2))
 
     async def _list(self) -> str:
-        resp: Any = await self._list_fn(*self._args, **self._kwargs, _preload_content=False,
-                                        _request_timeout=aiohttp.ClientTimeout(total=60))
-        body = await api_json(resp)
-        items = body.get("items") or []
-        if len(items) > self._max_items:
-            raise ValueError(f"more than {self._max_items} items")
-        self.items = {str(p["metadata"]["uid"]): self._keep(p) for p in items}
-        self.synced_at = self._monotonic()
-        if self._on_change is not None:
-            await self._on_change()
-        return str((body.get("metadata") or {}).get("resourceVersion", ""))
+        """List every page into ``items``; the snapshot's resourceVersion."""
+        for _ in range(LIST_RESTARTS + 1):
+            try:
+                items, rv = await self._list_pages()
+            except Gone:
+                self.list_restarts += 1
+                log.info("%s: the list's continue token expired; listing from the start",
+                         self.what)
+                continue
+            self.items = items
+            self.synced_at = self._monotonic()
+            if self._on_change is not None:
+                await self._on_change()
+            return rv
+        raise ApiError(f"the list's continue token expired {LIST_RESTARTS + 1} times in a "
+                       f"row: the collection changes faster than it can be read", 410)
+
+    async def _list_pages(self) -> tuple[dict[str, Any], str]:
+        """Follow ``continue`` to the last page; Gone when a token expired on the way."""
+        items: dict[str, Any] = {}
+        token = ""
+        for _ in range(self._max_items // self._page_size + 2):  # the server fills pages
+            paging = {"_continue": token} if token else {}
+            resp: Any = await self._list_fn(
+                *self._args, **self._kwargs, **paging, limit=self._page_size,
+                _preload_content=False, _request_timeout=aiohttp.ClientTimeout(total=60))
+            try:
+                page = parse_list_page(await api_json(resp, self.what))
+            except ApiError as exc:
+                if exc.status == 410 and token:
+                    raise Gone(str(exc)) from None
+                raise
+            for uid, obj in page.items:
+                items[uid] = self._keep(obj)
+            if len(items) > self._max_items:
+                raise ApiError(f"more than {self._max_items} items")
+            if not page.continue_token:
+                return items, page.resource_version
+            token = page.continue_token
+        raise BadReply(f"the list did not end after {self._max_items} items' worth of pages")
 
     async def _watch(self) -> None:
         """One watch request from the last resourceVersion, advancing it with every event
-        and bookmark."""
-        watch = Watch(return_type="object")
+        and bookmark. Ends when the server ends the stream."""
+        resp: Any = await self._list_fn(
+            *self._args, **self._kwargs, watch=True, resource_version=self._rv,
+            allow_watch_bookmarks=True, timeout_seconds=WATCH_TIMEOUT_S,
+            _preload_content=False,
+            _request_timeout=aiohttp.ClientTimeout(sock_connect=10,
+                                                   sock_read=self._inactivity_s))
         try:
-            async for event in watch.stream(
-                    self._list_fn, *self._args, **self._kwargs, resource_version=self._rv,
-                    allow_watch_bookmarks=True, timeout_seconds=WATCH_TIMEOUT_S,
-                    _request_timeout=aiohttp.ClientTimeout(sock_connect=10,
-                                                           sock_read=self._inactivity_s)):
-                if not isinstance(event, dict) or not isinstance(event.get("raw_object"), dict):
-                    raise ValueError("the watch sent a line that is not a JSON event")
-                kind, obj = event["type"], event["raw_object"]
-                self._rv = watch.resource_version or self._rv
-                if kind == "BOOKMARK":
+            try:
+                await raise_for_status(resp, self.what)
+            except ApiError as exc:
+                if exc.status == 410:
+                    raise Gone(str(exc)) from None
+                raise
+            async for line in read_lines(resp.content, self._max_event_bytes):
+                event = parse_watch_line(line)
+                if isinstance(event, Status):
+                    if event.code == 410:
+                        raise Gone(event.message)
+                    raise ApiError(f"the watch failed: {event.code} {event.reason}: "
+                                   f"{event.message}".rstrip(": "), event.code)
+                self._attempt = self._gone = 0
+                self._rv = event.resource_version or self._rv
+                if event.type == "BOOKMARK":
                     continue
-                uid = str(obj["metadata"]["uid"])
-                if kind == "DELETED":
-                    self.items.pop(uid, None)
-                elif kind in ("ADDED", "MODIFIED"):
-                    if uid not in self.items and len(self.items) >= self._max_items:
-                        raise ValueError(f"more than {self._max_items} items")
-                    self.items[uid] = self._keep(obj)
+                if event.type == "DELETED":
+                    self.items.pop(event.uid, None)
                 else:
-                    continue
+                    if event.uid not in self.items and len(self.items) >= self._max_items:
+                        raise ApiError(f"more than {self._max_items} items")
+                    self.items[event.uid] = self._keep(event.obj)
                 self.events += 1
                 if self._on_change is not None:
                     await self._on_change()
-        except ApiException as exc:
-            if exc.status == 410:
-                raise Gone() from exc
-            raise
         finally:
-            await watch.close()
+            resp.close()
 
 
-async def api_json(resp: aiohttp.ClientResponse) -> dict[str, Any]:
-    """The JSON body of a raw response; ApiException for a non-2xx status."""
-    if not 200 <= resp.status < 300:
-        resp.release()
-        raise ApiException(status=resp.status, reason=resp.reason or "")
+async def read_lines(content: aiohttp.StreamReader, limit: int) -> AsyncIterator[bytes]:
+    """The non-blank lines of a stream, each at most ``limit`` bytes (BadReply past that).
+    A stream that ends inside a line was cut: aiohttp.ClientPayloadError, as for any
+    connection that broke mid-body."""
+    buf = bytearray()
+    while chunk := await content.readany():
+        scan = len(buf)
+        buf += chunk
+        start = 0
+        while (end := buf.find(b"\n", scan)) >= 0:
+            if end - start > limit:
+                raise BadReply(f"a watch event over {limit} bytes")
+            line = bytes(buf[start:end])
+            start = scan = end + 1
+            if line.strip():
+                yield line
+        del buf[:start]
+        if len(buf) > limit:
+            raise BadReply(f"a watch event over {limit} bytes")
+    if buf.strip():
+        raise aiohttp.ClientPayloadError("the watch stream ended inside an event")
+
+
+async def raise_for_status(resp: aiohttp.ClientResponse, what: str = "") -> None:
+    """Nothing for a 2xx answer; else ApiError with the status and the Status message."""
+    if 200 <= resp.status < 300:
+        return
     try:
+        status = parse_status(load_json(await read_bounded(resp, MAX_STATUS_BYTES), "status"))
+    except (BadReply, BodyTooLarge, aiohttp.ClientError, TimeoutError):
+        status = None
+    finally:
+        resp.release()
+    raise ApiError(status_text(resp.status, status.message if status else resp.reason or "",
+                               what), resp.status)
+
+
+async def api_json(resp: aiohttp.ClientResponse, what: str = "") -> dict[str, Any]:
+    """The JSON object of a raw response. ApiError for a non-2xx status (with the Status
+    message), BadReply for a body that is not a JSON object."""
+    try:
+        await raise_for_status(resp, what)
         body = await read_bounded(resp, MAX_BODY_BYTES)
     finally:
         resp.release()
-    data = json.loads(body)
+    data = load_json(body, "the API answer")
     if not isinstance(data, dict):
-        raise ValueError("API answer is not a JSON object")
+        raise BadReply(f"the API answer is not a JSON object but {type(data).__name__}")
     return data
+
+
+def status_text(code: int, message: str, what: str = "") -> str:
+    """A reason a person can act on, for an API answer with HTTP status ``code``."""
+    detail = f": {message[:200]}" if message else ""
+    if code == 403:
+        return f"forbidden (403): RBAC must allow list/watch for the {what or 'resource'}" \
+               f"{detail}"
+    if code == 401:
+        return "unauthorized (401): check the service account token"
+    if code == 404:
+        return "not found (404): is the resource (CRD) installed?"
+    return f"API error {code}{detail}"
 
 
 def describe(exc: BaseException, what: str = "") -> str:
@@ -188,13 +294,7 @@ def describe(exc: BaseException, what: str = "") -> str:
     if isinstance(exc, ApiError):
         return str(exc)
     if isinstance(exc, ApiException):
-        if exc.status == 403:
-            return f"forbidden (403): RBAC must allow list/watch for the {what or 'resource'}"
-        if exc.status == 401:
-            return "unauthorized (401): check the service account token"
-        if exc.status == 404:
-            return "not found (404): is the resource (CRD) installed?"
-        return f"API error {exc.status} {exc.reason}"
+        return status_text(exc.status or 0, str(exc.reason or ""), what)
     if isinstance(exc, TimeoutError):
         return "API server did not answer in time"
     return f"API server unreachable: {type(exc).__name__}: {str(exc)[:200]}"

@@ -16,6 +16,7 @@ from typing import Any
 from gpuscale.kube.api import Collection, KubeApi, ObjectRef
 from gpuscale.kube.errors import ApiError
 from gpuscale.kube.listwatch import BACKOFF_S
+from gpuscale.kube.replies import list_at, obj_at, str_at
 from gpuscale.scaler.selector import Selector, SelectorError, parse_selector
 
 log = logging.getLogger(__name__)
@@ -27,10 +28,13 @@ TargetRef = tuple[str, str, str]  # apiVersion, kind, name
 
 
 def selector_from_label_selector(sel: Mapping[str, Any]) -> Selector:
-    """A Kubernetes LabelSelector object (matchLabels, matchExpressions) as a Selector."""
-    parts = [f"{k}={v}" for k, v in sorted((sel.get("matchLabels") or {}).items())]
-    for e in sel.get("matchExpressions") or []:
-        key, op, values = e.get("key", ""), e.get("operator", ""), e.get("values") or []
+    """A Kubernetes LabelSelector object (matchLabels, matchExpressions) as a Selector;
+    SelectorError for one that is not valid (fields of the wrong JSON type included)."""
+    parts = [f"{k}={v}" for k, v in sorted(obj_at(sel, "matchLabels").items())]
+    for e in list_at(sel, "matchExpressions"):
+        key, op, values = str_at(e, "key"), str_at(e, "operator"), list_at(e, "values")
+        if not all(isinstance(v, str) for v in values):
+            raise SelectorError(f"matchExpressions values of {key[:80]!r} are not strings")
         if op in ("In", "NotIn"):
             parts.append(f"{key} {op.lower()} ({','.join(values)})")
         elif op == "Exists":
@@ -90,24 +94,23 @@ class WorkloadResolver:
     async def _index_so(self) -> None:
         targets = {}
         for so in self._so.items.values():
-            meta, ref = so.get("metadata") or {}, (so.get("spec") or {}).get("scaleTargetRef")
-            if not isinstance(ref, dict) or not ref.get("name"):
+            meta, ref = obj_at(so, "metadata"), obj_at(so, "spec", "scaleTargetRef")
+            if not str_at(ref, "name"):
                 continue
-            targets[(str(meta.get("namespace", "")), str(meta.get("name", "")))] = (
-                str(ref.get("apiVersion") or "apps/v1"), str(ref.get("kind") or "Deployment"),
-                str(ref["name"]))
+            targets[(str_at(meta, "namespace"), str_at(meta, "name"))] = (
+                str_at(ref, "apiVersion") or "apps/v1", str_at(ref, "kind") or "Deployment",
+                str_at(ref, "name"))
         self._targets = targets
 
     async def _index_targets(self) -> None:
         selectors: dict[tuple[str, str, str, str], Selector | str] = {}
         for kind, lw in (("Deployment", self._deploy), ("StatefulSet", self._sts)):
             for obj in lw.items.values():
-                meta = obj.get("metadata") or {}
-                key = (str(meta.get("namespace", "")), "apps/v1", kind,
-                       str(meta.get("name", "")))
+                meta = obj_at(obj, "metadata")
+                key = (str_at(meta, "namespace"), "apps/v1", kind, str_at(meta, "name"))
                 try:
                     selectors[key] = selector_from_label_selector(
-                        (obj.get("spec") or {}).get("selector") or {})
+                        obj_at(obj, "spec", "selector"))
                 except SelectorError as exc:
                     selectors[key] = f"{kind} {key[0]}/{key[3]}: {exc}"
         self._selectors = selectors
@@ -129,7 +132,7 @@ class WorkloadResolver:
             if plural is None:
                 return f"{api_version} has no kind {kind}"
             body = await self._api.get(ObjectRef(api_version, plural, ns, name, "scale"))
-            text = str((body.get("status") or {}).get("selector") or "")
+            text = str_at(body, "status", "selector")
             return parse_selector(text)
         except SelectorError as exc:
             return f"{kind} {ns}/{name}: /scale selector: {exc}"

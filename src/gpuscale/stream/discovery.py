@@ -6,28 +6,34 @@ places the agent's pods on that node, whatever name the agent claims."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from gpuscale.kube.api import Collection, KubeApi
 from gpuscale.kube.listwatch import BACKOFF_S
+from gpuscale.kube.replies import list_at, obj_at, str_at
 
 
-def addresses(slices: Iterable[dict[str, Any]], port_name: str,
+def addresses(slices: Iterable[Mapping[str, Any]], port_name: str,
               default_port: int) -> dict[str, str]:
     """``ip:port`` -> node name ("" when the endpoint has none) of every endpoint that is
-    not known to be unready."""
+    not known to be unready; fields of the wrong JSON type read as absent."""
     out: dict[str, str] = {}
     for s in slices:
-        port = next((p.get("port") for p in s.get("ports") or []
-                     if p.get("name") == port_name and p.get("port")), default_port)
-        v6 = s.get("addressType") == "IPv6"
-        for ep in s.get("endpoints") or []:
-            if (ep.get("conditions") or {}).get("ready") is False:
+        port = next((p["port"] for p in list_at(s, "ports")
+                     if str_at(p, "name") == port_name and _is_port(obj_at(p).get("port"))),
+                    default_port)
+        v6 = str_at(s, "addressType") == "IPv6"
+        for ep in list_at(s, "endpoints"):
+            if obj_at(ep, "conditions").get("ready") is False:
                 continue
-            for ip in (ep.get("addresses") or [])[:1]:
-                out[f"[{ip}]:{port}" if v6 else f"{ip}:{port}"] = str(ep.get("nodeName") or "")
+            for ip in [a for a in list_at(ep, "addresses") if isinstance(a, str)][:1]:
+                out[f"[{ip}]:{port}" if v6 else f"{ip}:{port}"] = str_at(ep, "nodeName")
     return out
+
+
+def _is_port(p: object) -> bool:
+    return isinstance(p, int) and not isinstance(p, bool) and 0 < p < 65536
 
 
 class EndpointSliceDiscovery:
