@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from collections.abc import Iterable
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -76,7 +77,7 @@ def by_kind(objs: tuple[dict[str, Any], ...], kind: str) -> list[dict[str, Any]]
 
 
 @pytest.mark.parametrize("path", ["kustomize/base", "kustomize/overlays/host-pid",
-                                  "kustomize/overlays/tls"])
+                                  "kustomize/overlays/tls", "kustomize/overlays/production"])
 def test_every_rendered_object_validates(path: str) -> None:
     objs = render(path)
     assert len(objs) >= 15
@@ -86,7 +87,8 @@ def test_every_rendered_object_validates(path: str) -> None:
     assert {("DaemonSet", "gpuscale-agent"), ("Deployment", "gpuscale-scaler"),
             ("Service", "gpuscale-agent"), ("Service", "gpuscale-scaler"),
             ("PodDisruptionBudget", "gpuscale-scaler"), ("NetworkPolicy", "gpuscale-agent"),
-            ("ServiceMonitor", "gpuscale"), ("PrometheusRule", "gpuscale")} <= names
+            ("NetworkPolicy", "gpuscale-scaler"), ("ServiceMonitor", "gpuscale"),
+            ("PrometheusRule", "gpuscale")} <= names
 
 
 def test_a_broken_object_is_caught() -> None:
@@ -128,16 +130,57 @@ def test_agent_daemonset_contract() -> None:
     assert host_pid["spec"]["template"]["spec"]["hostPID"] is True
 
 
-def test_tls_overlay_leaves_no_plaintext() -> None:
-    objs = render("kustomize/overlays/tls")
-    args = [a for o in objs if o["kind"] in ("DaemonSet", "Deployment")
+def _args(objs: Iterable[dict[str, Any]]) -> list[str]:
+    return [a for o in objs if o["kind"] in ("DaemonSet", "Deployment")
             for c in o["spec"]["template"]["spec"]["containers"] for a in c["args"]]
+
+
+@pytest.mark.parametrize("rendering", ["kustomize/overlays/tls", "kustomize/overlays/production",
+                                       "helm defaults"])
+def test_production_paths_leave_no_plaintext(rendering: str) -> None:
+    """Production (overlays/production, Helm's defaults) is mutual TLS on both links:
+    KEDA -> scaler (--tls-*) and scaler -> agents (--agent-tls-* / --stream-tls-*)."""
+    objs = helm_render(None) if rendering == "helm defaults" else render(rendering)
+    args = _args(objs)
     assert not [a for a in args if "insecure" in a]
-    assert "--stream-tls-ca=/tls/ca.crt" in args
-    assert "--tls-ca=/tls/ca.crt" in args
-    base_args = [a for o in render("kustomize/base") if o["kind"] == "DaemonSet"
-                 for c in o["spec"]["template"]["spec"]["containers"] for a in c["args"]]
-    assert "--stream-insecure" in base_args  # plaintext only where it says so
+    for flag in ("--stream-tls-cert=", "--stream-tls-key=", "--stream-tls-ca=",
+                 "--agent-tls-cert=", "--agent-tls-key=", "--agent-tls-ca=",
+                 "--tls-cert=", "--tls-key=", "--tls-ca="):
+        assert [a for a in args if a.startswith(flag)], flag
+    secrets = {v["secret"]["secretName"] for o in objs if o["kind"] in ("DaemonSet", "Deployment")
+               for v in o["spec"]["template"]["spec"]["volumes"] if "secret" in v}
+    assert secrets == {"gpuscale-agent-tls", "gpuscale-scaler-tls"}
+
+
+@pytest.mark.parametrize("rendering", ["kustomize/base", "kustomize/overlays/host-pid",
+                                       "kustomize/overlays/tls", "kustomize/overlays/production",
+                                       "helm defaults"])
+def test_container_args_are_the_cli_s_own_flags(rendering: str) -> None:
+    """Every flag the manifests pass is one `gpuscale` has, spelled in full (argparse
+    would also take a prefix), and the arguments parse."""
+    import argparse
+
+    from gpuscale.cli import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    objs = helm_render(None) if rendering == "helm defaults" else render(rendering)
+    for o in objs:
+        if o["kind"] in ("DaemonSet", "Deployment"):
+            for c in o["spec"]["template"]["spec"]["containers"]:
+                command, *flags = c["args"]
+                known = sub.choices[command]._option_string_actions
+                assert [f for f in flags if f.split("=")[0] not in known] == [], command
+                assert parser.parse_args(c["args"]).command == c["name"]
+
+
+def test_plaintext_only_where_it_says_so() -> None:
+    """base (and Helm with tls.enabled=false) is the trial install: plaintext on both links,
+    each by its explicit flag (the binaries refuse plaintext without one)."""
+    for objs in (render("kustomize/base"), helm_render({"tls": {"enabled": False}})):
+        args = _args(objs)
+        assert {"--stream-insecure", "--agents-insecure"} <= set(args)
+        assert not [a for a in args if "-tls-" in a]
 
 
 def _rules(obj: dict[str, Any]) -> set[tuple[str, str, frozenset[str]]]:
@@ -203,7 +246,8 @@ def test_compose_file_validates_against_the_compose_spec() -> None:
 
 HELM_COMBINATIONS = {
     "defaults": None,
-    "host-pid": {"agent": {"hostPID": True, "runtimeClassName": "nvidia"}},
+    "host-pid": {"agent": {"hostPID": True, "runtimeClassName": "nvidia"},
+                 "tls": {"enabled": False}},
     "tls": {"tls": {"enabled": True}},
     "minimal": {"createNamespace": False, "networkPolicy": {"enabled": False},
                 "serviceMonitor": {"enabled": False}, "prometheusRule": {"enabled": False},
@@ -223,9 +267,14 @@ def _key(o: dict[str, Any]) -> tuple[str, str]:
     return o["kind"], o["metadata"]["name"]
 
 
-def test_helm_defaults_render_the_kustomize_base() -> None:
-    helm = sorted(helm_render(None), key=_key)
-    kustomize = sorted(render("kustomize/base"), key=_key)
+@pytest.mark.parametrize(("values", "path"), [
+    (None, "kustomize/overlays/production"),
+    ({"tls": {"enabled": False}}, "kustomize/base"),
+])
+def test_helm_renders_what_kustomize_does(values: dict[str, Any] | None, path: str) -> None:
+    """Helm's defaults are the production overlay; tls.enabled=false is the plain base."""
+    helm = sorted(helm_render(values), key=_key)
+    kustomize = sorted(render(path), key=_key)
     assert [_key(o) for o in helm] == [_key(o) for o in kustomize]
     for h, k in zip(helm, kustomize, strict=True):
         assert h == k, _key(h)
