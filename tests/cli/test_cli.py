@@ -9,6 +9,9 @@ import subprocess
 import sys
 import urllib.request
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from tests.conftest import free_port, until
 
@@ -114,6 +117,23 @@ def test_demo_serves_keda_and_stops_cleanly_with_streams_open() -> None:
                 return got if got.metricValues[0].metricValueFloat > 0 else None
 
             got = await until(busy, 5.0, "the first tick in the fleet view", every=0.1)
+            average = pb.ScaledObjectRef(name="demo", namespace="llm", scalerMetadata={
+                "podSelector": "app=vllm-llama", "metricType": "Value"})
+
+            async def one_tick() -> tuple[float, float] | None:
+                """The sum and the per-Ready-pod average from one fleet state (the sum
+                read on both sides of the average agrees)."""
+                def ask(r: pb.ScaledObjectRef) -> Any:
+                    return stub.GetMetrics(pb.GetMetricsRequest(
+                        scaledObjectRef=r, metricName="gpuscale-gpu-utilization"))
+                before, mean, after = [(await ask(r)).metricValues[0].metricValueFloat
+                                       for r in (ref, average, ref)]
+                return (before, mean) if before == after else None
+
+            total, mean = await until(one_tick, 5.0, "two answers from one tick", every=0.05)
+            # Four vLLM replicas, all Ready: the sum is four times the per-pod average - a
+            # pod missing or counted twice would break it.
+            assert total == pytest.approx(4 * mean)
             # The simulated vLLM engines, scraped by the agent: KV-cache use per pod summed.
             vllm = pb.ScaledObjectRef(name="demo", namespace="llm", scalerMetadata={
                 "podSelector": "app=vllm-llama", "profile": "vllm-inference"})

@@ -1,14 +1,12 @@
-"""A network cut between an agent and the scaler, with a network namespace this test makes.
-
-The agent runs in its own namespace behind a veth pair; bringing the link down drops its
-traffic without closing anything (the stream just goes silent). Its workload must turn
-UNAVAILABLE within the staleness bound, and recover when the link comes back.
+"""A network cut between an agent process and the scaler, made without privileges: the
+agent's stream is reached through a loopback path (tests/peers/netcut.py) that stops
+moving bytes while every connection stays open - what a partition looks like (the stream
+just goes silent) - and later cuts the connections outright. Its workload must turn
+UNAVAILABLE within the staleness bound, and recover when the path comes back.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -21,13 +19,10 @@ from gpuscale.scaler.fleet import FleetView
 from gpuscale.scaler.profiles import Target, ValueMode
 from gpuscale.scaler.selector import parse_selector
 from gpuscale.stream.subscriber import AgentSubscriber
-from tests.conftest import until
+from tests.conftest import free_port, until
+from tests.peers.netcut import NetPath
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(os.geteuid() != 0 or shutil.which("ip") is None,
-                       reason="needs root and iproute2 to make a network namespace"),
-]
+pytestmark = pytest.mark.slow
 
 SCENARIO = """
 nodes:
@@ -39,57 +34,32 @@ nodes:
 """
 
 
-def sh(*args: str) -> None:
-    subprocess.run(args, check=True, capture_output=True)
-
-
 @pytest.fixture
-def netns() -> Iterator[tuple[str, str, str]]:
-    tag = f"{os.getpid() % 10000}"
-    ns, host_if, ns_if = f"gs-cut-{tag}", f"gsh{tag}", f"gsn{tag}"
-    octet = 1 + os.getpid() % 250
-    host_ip, ns_ip = f"10.231.{octet}.1", f"10.231.{octet}.2"
-    sh("ip", "netns", "add", ns)
-    try:
-        sh("ip", "link", "add", host_if, "type", "veth", "peer", "name", ns_if)
-        sh("ip", "link", "set", ns_if, "netns", ns)
-        sh("ip", "addr", "add", f"{host_ip}/30", "dev", host_if)
-        sh("ip", "link", "set", host_if, "up")
-        sh("ip", "netns", "exec", ns, "ip", "addr", "add", f"{ns_ip}/30", "dev", ns_if)
-        sh("ip", "netns", "exec", ns, "ip", "link", "set", ns_if, "up")
-        sh("ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
-        yield ns, host_if, ns_ip
-    finally:
-        subprocess.run(["ip", "link", "del", host_if], capture_output=True, check=False)
-        subprocess.run(["ip", "netns", "del", ns], capture_output=True, check=False)
-
-
-@pytest.fixture
-def agent_in_netns(netns: tuple[str, str, str], tmp_path: Path) -> Iterator[tuple[str, str]]:
-    """An agent on a simulated node inside the namespace: (host-side link, agent IP)."""
-    ns, host_if, ns_ip = netns
+def agent_port(tmp_path: Path) -> Iterator[int]:
+    """An agent process on a simulated node; its telemetry stream port."""
     scenario = tmp_path / "s.yaml"
     scenario.write_text(SCENARIO)
+    port = free_port()
     agent = subprocess.Popen(
-        ["ip", "netns", "exec", ns, sys.executable, "-m", "gpuscale.cli", "agent",
-         "--gpu-backend", "sim", "--scenario", str(scenario), "--host", ns_ip, "--port", "0",
-         "--stream-port", "9401", "--stream-insecure", "--interval", "0.5"],
+        [sys.executable, "-m", "gpuscale.cli", "agent", "--gpu-backend", "sim",
+         "--scenario", str(scenario), "--host", "127.0.0.1", "--port", "0",
+         "--stream-port", str(port), "--stream-insecure", "--interval", "0.5"],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     assert agent.stdout is not None
     assert "gpuscale agent" in agent.stdout.readline()
     try:
-        yield host_if, ns_ip
+        yield port
     finally:
         agent.terminate()
         agent.wait(10)
 
 
-async def test_cut_link_makes_the_workload_unavailable_then_recovers(
-        agent_in_netns: tuple[str, str]) -> None:
-    host_if, ns_ip = agent_in_netns
+async def test_cut_link_makes_the_workload_unavailable_then_recovers(agent_port: int) -> None:
+    path = NetPath(agent_port)
+    await path.start()
     fleet = FleetView()
-    sub = AgentSubscriber(fleet, "test")
-    sub.set_addresses([f"{ns_ip}:9401"])
+    sub = AgentSubscriber(fleet, "test", backoff_s=(0.1, 0.5))
+    sub.set_addresses([f"127.0.0.1:{path.port}"])
     sel, target = parse_selector("app=w"), Target("gpu-utilization", 70.0, 0.0)
 
     def value() -> float | str:
@@ -107,11 +77,15 @@ async def test_cut_link_makes_the_workload_unavailable_then_recovers(
 
     try:
         await until(reads(42.0), 20, what="value 42")
-        sh("ip", "link", "set", host_if, "down")  # traffic dropped, nothing closed
+        path.freeze()  # traffic held, nothing closed
         await until(reads(str), 10, what="an UNAVAILABLE reason")
         assert "stale" in str(value())
-        sh("ip", "link", "set", host_if, "up")
-        # keepalive or inactivity timeout, then a fresh stream
-        await until(reads(42.0), 40, what="value 42")
+        path.heal()
+        await until(reads(42.0), 40, what="value 42 after the freeze")
+        path.cut()  # connections reset, new ones refused
+        await until(reads(str), 10, what="UNAVAILABLE after the cut")
+        path.heal()
+        await until(reads(42.0), 40, what="value 42 after the cut")
     finally:
         await sub.close()
+        await path.stop()
