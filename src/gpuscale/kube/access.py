@@ -14,6 +14,7 @@ AGENT: frozenset[tuple[str, str, frozenset[str]]] = frozenset({
 })
 
 SCALER: frozenset[tuple[str, str, frozenset[str]]] = frozenset({
+    ("", "pods", frozenset({"list", "watch"})),  # the roster: running pods (status.phase)
     ("keda.sh", "scaledobjects", frozenset({"list", "watch"})),  # scaleTargetRef
     ("apps", "deployments", frozenset({"list", "watch"})),  # targets' selectors
     ("apps", "statefulsets", frozenset({"list", "watch"})),
