@@ -372,23 +372,9 @@ async def test_a_finished_pod_the_kubelet_still_lists_is_no_sharer(
                      containers=(("main", cid(11)),)))
     (proc / "7301").mkdir()
     (proc / "7301" / "cgroup").write_text(f"0::/kubepods/burstable/pod{uid(11)}/{cid(11)}\n")
-    scenario = tmp_path / "nvml.txt"
-    scenario.write_text(gpu_line(0, util=90, sample_us=100000) + "\n"
-                        + proc_line(0, 7301, mem=2**30, sm=30) + "\n")
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "t",
-        "clusters": [{"name": "t", "cluster": {"server": f"http://127.0.0.1:{api.port}"}}],
-        "users": [{"name": "t", "user": {"token": api.token}}],
-        "contexts": [{"name": "t", "context": {"cluster": "t", "user": "t"}}]}))
-    env = {**os.environ, "LD_LIBRARY_PATH": str(build()), "FAKENVML_SCENARIO": str(scenario)}
-    driver = await asyncio.create_subprocess_exec(
-        sys.executable, str(DRIVER), "--attribute", str(kubelet.socket_path), str(proc),
-        str(kubeconfig), NODE.name, env=env, stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE)
-    out, err = await asyncio.wait_for(driver.communicate(), 60)
-    assert driver.returncode == 0, err.decode()
-    att = json.loads(out)["attribution"]
+    att = (await attribute_on_fake_nvml(cluster, tmp_path,
+                                        gpu_line(0, util=90, sample_us=100000),
+                                        proc_line(0, 7301, mem=2**30, sm=30)))["attribution"]
     assert [p["pod"] for p in att["pods"]] == ["serve-0"]
     (serve,) = att["pods"]
     assert serve["utilization_percent"] == 90.0
