@@ -54,3 +54,23 @@ def test_namespaces_do_not_leak() -> None:
     fleet = FleetView(monotonic=lambda: 0.0)
     fleet.update_node("n1", [rec("p1", "n1", ns="x"), rec("p2", "n1", ns="y")])
     assert names(fleet.select("x", parse_selector("app=a"))) == ["p1"]
+
+
+def test_the_selection_cache_is_bounded_by_entries_and_bytes() -> None:
+    """Every distinct (namespace, selector) a caller sends is remembered until the bounds:
+    hostile callers cannot grow it without limit."""
+    from gpuscale.scaler import fleet as fleet_module
+    from gpuscale.scaler.selector import parse_selector
+
+    view = FleetView()
+    for i in range(fleet_module.CACHE_ENTRIES + 500):
+        view.select("ns", parse_selector(f"app=a{i}"))
+        assert len(view._select_cache) <= fleet_module.CACHE_ENTRIES
+    long_value = "v" * 63
+    cleared = False
+    for i in range(6000):  # ~3.5 KB each: past the byte bound before the entry bound
+        before = view._cache_bytes
+        view.select("ns", parse_selector(",".join(f"k{i}-{j}={long_value}" for j in range(50))))
+        cleared = cleared or view._cache_bytes < before
+        assert view._cache_bytes <= fleet_module.CACHE_BYTES + 4096
+    assert cleared

@@ -25,6 +25,10 @@ class _Node:
     updated_at: float = 0.0
 
 
+CACHE_ENTRIES = 20_000  # distinct (namespace, selector) pairs remembered
+CACHE_BYTES = 16 * 1024 * 1024  # of selector text held in those keys
+
+
 class FleetView:
     def __init__(self, stale_after: float = 3.0,
                  monotonic: Callable[[], float] = time.monotonic) -> None:
@@ -35,6 +39,7 @@ class FleetView:
         self._ns_keys: dict[str, set[tuple[str, str]]] = {}
         self._ns_membership: dict[str, int] = {}  # bumps when a namespace's pods change
         self._select_cache: dict[tuple[str, str], tuple[int, tuple[tuple[str, str], ...]]] = {}
+        self._cache_bytes = 0  # selector text held as cache keys
         self._changed = asyncio.Event()
 
     # -- writers -------------------------------------------------------------------------
@@ -90,8 +95,11 @@ class FleetView:
         if hit is None or hit[0] != membership:
             names = tuple(sorted(k for k in self._ns_keys.get(namespace, ())
                                  if selector.matches(self._pods[k].labels)))
-            if len(self._select_cache) > 100_000:
+            if len(self._select_cache) >= CACHE_ENTRIES or self._cache_bytes > CACHE_BYTES:
                 self._select_cache.clear()
+                self._cache_bytes = 0
+            if key not in self._select_cache:
+                self._cache_bytes += len(key[0]) + len(key[1])
             hit = self._select_cache[key] = (membership, names)
         pods = self._pods
         return [pods[k] for k in hit[1] if k in pods]

@@ -32,6 +32,7 @@ if TYPE_CHECKING:  # the Kubernetes client is imported only where the pod watch 
 GPU_RESOURCE_PREFIX = "nvidia.com/"
 MAX_RUNNING_PODS = 200_000
 _CACHE_ENTRIES = 10_000
+_CACHE_BYTES = 8 * 1024 * 1024  # of selector text held as cache keys
 
 
 class Roster(Protocol):
@@ -130,6 +131,7 @@ class PodRoster:
         self._by_ns: dict[str, list[RunningPod]] = {}
         self._version = 0
         self._cache: dict[tuple[str, str], tuple[int, tuple[RunningPod, ...]]] = {}
+        self._cache_bytes = 0
         self.watch = api.list_watch(
             Collection("v1", "pods", field_selector="status.phase=Running"),
             "running pod watch", on_change=self._index, backoff_s=backoff_s or BACKOFF_S,
@@ -151,8 +153,11 @@ class PodRoster:
         key = (namespace, selector.text)
         hit = self._cache.get(key)
         if hit is None or hit[0] != self._version:
-            if len(self._cache) > _CACHE_ENTRIES:
+            if len(self._cache) >= _CACHE_ENTRIES or self._cache_bytes > _CACHE_BYTES:
                 self._cache.clear()
+                self._cache_bytes = 0
+            if key not in self._cache:
+                self._cache_bytes += len(namespace) + len(selector.text)
             pods = tuple(p for p in self._by_ns.get(namespace, ())
                          if p.ready and selector.matches(p.labels))
             hit = self._cache[key] = (self._version, pods)
