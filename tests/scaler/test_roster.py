@@ -178,3 +178,35 @@ async def test_with_the_api_every_ready_gpu_pod_must_have_reported(
         await server.stop(0.2)
         await sub.close()
         await api.close()
+
+
+async def test_a_pod_watch_down_too_long_holds_every_answer(kubeapi: KubeApiPeer) -> None:
+    """The last listed pods stand in while the watch is down, but not for ever: a pod that
+    became Ready since could be silent too."""
+    fleet = FleetView()
+    sub = AgentSubscriber(fleet, "test", backoff_s=(0.05,))
+    api = api_client(kubeapi)
+    roster = PodRoster(api, AgentRoster(sub), backoff_s=(0.05,), list_stale_after=0.3)
+    watch = asyncio.create_task(roster.run())
+    kubeapi.add(gpu_pod("a-0", "n-a"))
+    try:
+        async with running_agents([node("n-a", "a-0", 40.0)]) as (a,):
+            sub.set_addresses({f"127.0.0.1:{a.stream_port}": "n-a"})
+            sel = parse_selector("app=a")
+            await until(lambda: roster.problems("llm", sel, fleet.select("llm", sel)) == [],
+                        what="no gaps")
+            good, kubeapi.token = kubeapi.token, "rotated"  # the scaler's token is refused
+            await kubeapi.drop_watches()
+            gaps = await until(lambda: roster.problems("llm", sel, fleet.select("llm", sel)),
+                               what="a gap while the watch is down")
+            assert gaps[0].startswith("the running pods are not known: the pod watch has "
+                                      "been down for")
+            assert "forbidden (403)" in gaps[0]
+            assert not roster.ready()[0]
+            kubeapi.token = good
+            await until(lambda: roster.problems("llm", sel, fleet.select("llm", sel)) == [],
+                        what="no gaps once the watch is back")
+    finally:
+        watch.cancel()
+        await sub.close()
+        await api.close()

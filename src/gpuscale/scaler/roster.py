@@ -13,12 +13,15 @@ is open:
   one. Every Ready pod of the workload that holds GPUs (a container limit or request of an
   ``nvidia.com/`` resource) must have a record; the gap names the pod, its node and what
   that node's agent is doing. Pods that are not Ready and have no record are starting
-  and carry no load, as in ``evaluate``.
+  and carry no load, as in ``evaluate``. While the watch is down the last listed pods
+  stand in, for ``list_stale_after`` seconds: after that a pod that became Ready since
+  could be missed, so every workload is a gap until the watch is back.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -30,6 +33,7 @@ if TYPE_CHECKING:  # the Kubernetes client is imported only where the pod watch 
     from gpuscale.kube.api import KubeApi
 
 GPU_RESOURCE_PREFIX = "nvidia.com/"
+LIST_STALE_AFTER_S = 120.0  # the last listed pods stand in this long while the watch is down
 MAX_RUNNING_PODS = 200_000
 _CACHE_ENTRIES = 10_000
 _CACHE_BYTES = 8 * 1024 * 1024  # of selector text held as cache keys
@@ -123,11 +127,16 @@ class PodRoster:
     """With the API: Ready running GPU pods of the workload must all have records."""
 
     def __init__(self, api: KubeApi, agents: AgentRoster,
-                 backoff_s: tuple[float, ...] | None = None) -> None:
+                 backoff_s: tuple[float, ...] | None = None,
+                 list_stale_after: float = LIST_STALE_AFTER_S,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
         from gpuscale.kube.api import Collection
         from gpuscale.kube.listwatch import BACKOFF_S
 
         self._agents = agents
+        self._stale_after = list_stale_after
+        self._monotonic = monotonic
+        self._down_since: float | None = None
         self._by_ns: dict[str, list[RunningPod]] = {}
         self._version = 0
         self._cache: dict[tuple[str, str], tuple[int, tuple[RunningPod, ...]]] = {}
@@ -167,6 +176,10 @@ class PodRoster:
                  records: Sequence[PodRecord]) -> list[str]:
         if self.watch.synced_at is None:
             return [f"the running pods are not listed yet ({self.watch.state()[1]})"]
+        down = self._down_for()
+        if down is not None:
+            return [f"the running pods are not known: the pod watch has been down for "
+                    f"{down:.1f}s ({self.watch.state()[1]})"]
         have = {r.name for r in records}
         out = [f"{namespace}/{p.name} on {p.node or 'no node'} (running and Ready, no data: "
                f"{self._agents.node_state(p.node)})"
@@ -174,9 +187,24 @@ class PodRoster:
         return out + self._agents.conflicts(
             {r.node for r in records} | {p.node for p in self.expected(namespace, selector)})
 
+    def _down_for(self) -> float | None:
+        """Seconds the watch has been down, once past ``list_stale_after``; else None."""
+        connected, _ = self.watch.state()
+        if connected:
+            self._down_since = None
+            return None
+        now = self._monotonic()
+        if self._down_since is None:
+            self._down_since = now
+        down = now - self._down_since
+        return down if down > self._stale_after else None
+
     def ready(self) -> tuple[bool, str]:
         if self.watch.synced_at is None:
             return False, f"running pods not listed yet ({self.watch.state()[1]})"
+        down = self._down_for()
+        if down is not None:
+            return False, f"the pod watch has been down for {down:.1f}s"
         _, agents = self._agents.ready()
         pods = sum(len(v) for v in self._by_ns.values())
         return True, f"{pods} running GPU pods known; {agents}"
