@@ -115,7 +115,7 @@ def read_device(c: Calls, d: DeviceState, interval: float, pcie: bool,
         unknown = next((m.processes_unknown for m in migs
                         if m.processes_unknown is not None), None)
     else:
-        listed = _listed(c, where, u, d.handle, d.sharing)
+        listed = _listed(c, where, u, d.handle)
         if isinstance(listed, Absent):
             processes, unknown = (), listed
         else:
@@ -211,8 +211,7 @@ def _nvlink(c: Calls, d: DeviceState, now: float) -> tuple[Reading, Reading]:
     return (tx - prev[1]) * 1024.0 / dt, (rx - prev[2]) * 1024.0 / dt
 
 
-def _listed(c: Calls, where: str, uuid: str, handle: Any,
-            sharing: SharingMode) -> list[ProcessSample] | Absent:
+def _listed(c: Calls, where: str, uuid: str, handle: Any) -> list[ProcessSample] | Absent:
     """The processes with a compute, graphics or MPS compute context on the device (a
     process with several once), at most MAX_PROCESSES, their utilization not filled in yet.
 
@@ -222,10 +221,11 @@ def _listed(c: Calls, where: str, uuid: str, handle: Any,
     processes - are what nvmlDeviceGetMPSComputeRunningProcesses lists ("processes with a
     Multi-Process Service (MPS) compute context on a device", the NVML reference).
 
-    Absent when the list cannot be known: the compute listing failed or is unsupported, or
-    the graphics or MPS listing failed. A driver that cannot list graphics or MPS contexts
-    at all (unsupported: an older driver) has the rest taken as the whole - except the MPS
-    listing of a GPU configured for MPS, whose clients would otherwise go unseen.
+    Absent when the list cannot be known: the compute or MPS listing failed or is
+    unsupported, or the graphics listing failed. A driver that cannot list graphics
+    contexts at all (unsupported) has the rest taken as the whole. Not so for MPS: nothing
+    in NVML says whether a GPU is shared through MPS (the server looks like any compute
+    process), so without the MPS listing its clients - the pods' processes - may be unseen.
     """
     nv = c.nvml
     found: dict[int, ProcessSample] = {}
@@ -233,8 +233,7 @@ def _listed(c: Calls, where: str, uuid: str, handle: Any,
                      ("graphics_processes", nv.nvmlDeviceGetGraphicsRunningProcesses),
                      ("mps_processes", nv.nvmlDeviceGetMPSComputeRunningProcesses)):
         procs = c.get(where, uuid, what, fn, handle)
-        if procs is Absent.UNSUPPORTED and (what == "graphics_processes" or (
-                what == "mps_processes" and sharing is not SharingMode.MPS)):
+        if procs is Absent.UNSUPPORTED and what == "graphics_processes":
             continue
         if isinstance(procs, Absent):
             return procs
@@ -351,7 +350,7 @@ def _read_migs(c: Calls, d: DeviceState, now: float,
         total: IntReading = mem if isinstance(mem, Absent) else int(mem.total)
         # No per-process utilization on MIG (NOT_SUPPORTED): its processes' SM % is
         # UNSUPPORTED, never the 0 of an unsampled process.
-        listed = _listed(c, where, m.uuid, m.handle, SharingMode.MIG)
+        listed = _listed(c, where, m.uuid, m.handle)
         procs = () if isinstance(listed, Absent) else tuple(
             replace(p, sm_util_percent=Absent.UNSUPPORTED, mem_util_percent=Absent.UNSUPPORTED,
                     gpu_instance_id=m.gpu_instance_id,

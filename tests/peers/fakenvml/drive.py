@@ -2,8 +2,7 @@
 
 Commands: ``sample`` prints the snapshot as one JSON line; ``close`` shuts NVML down and
 prints ``{}``; ``gpus`` prints ``gpuscale gpus`` output as {"table": ...}. Arguments:
-``--pcie``, ``--interval S``, ``--mig-refresh S``, ``--sharing MODE`` (every GPU's configured
-sharing mode, e.g. ``mps``). Logs go to stderr.
+``--pcie``, ``--interval S``, ``--mig-refresh S``. Logs go to stderr.
 
 With ``--attribute KUBELET_SOCKET PROC_ROOT KUBECONFIG NODE`` it instead runs the agent's
 attribution once against those peers (waiting for the pod list) and prints
@@ -23,7 +22,7 @@ from pathlib import Path
 from gpuscale.agent.records import pod_records
 from gpuscale.attribution.sources import attribute_tick, cluster_sources
 from gpuscale.cli.gpus import format_gpus, snapshot_to_json
-from gpuscale.telemetry.model import Absent, SharingMode
+from gpuscale.telemetry.model import Absent
 from gpuscale.telemetry.nvml import NvmlBackend
 
 
@@ -33,13 +32,11 @@ def main() -> None:
     parser.add_argument("--interval", type=float, default=1.0)
     parser.add_argument("--mig-refresh", type=float, default=30.0)
     parser.add_argument("--attribute", nargs=4, default=None)
-    parser.add_argument("--sharing", type=SharingMode, default=None)
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(levelname)s %(name)s: %(message)s")
     backend = NvmlBackend(pcie=args.pcie, interval=args.interval, node="test-node",
-                          mig_refresh_s=args.mig_refresh,
-                          sharing=(lambda _uuid: args.sharing) if args.sharing else None)
+                          mig_refresh_s=args.mig_refresh)
     if args.attribute:
         print(json.dumps(asyncio.run(attribute_once(backend, *args.attribute))), flush=True)
         backend.close()
