@@ -380,3 +380,61 @@ async def test_a_finished_pod_the_kubelet_still_lists_is_no_sharer(
     assert serve["utilization_percent"] == 90.0
     assert (serve["devices"][0]["sharers"], serve["devices"][0]["split"]) == (1, "exclusive")
     assert att["state"] == "ok"
+
+
+MPS_SERVER = 4100000  # the fake's MPS server pid on GPU 0: on the host, no pod's
+
+
+async def test_mps_clients_get_their_own_share_and_the_server_is_no_pods(
+        cluster: tuple[KubeletPeer, KubeApiPeer, Path], tmp_path: Path) -> None:
+    # Two pods share GPU 0 through MPS: the compute listing shows only the MPS server, the
+    # pods' processes are MPS clients. Before, the clients went unlisted and both pods read
+    # 0 % of a GPU they kept 70 % busy.
+    shared_by(cluster[0], G0, 2)
+    result = await attribute_on_fake_nvml(
+        cluster, tmp_path, gpu_line(0, util=70, sample_us=100000),
+        proc_line(0, 7001, mem=2**30, sm=30, mps=1), proc_line(0, 7002, mem=2 * 2**30, sm=40,
+                                                                mps=1))
+    got = by_pod(result)
+    assert [got[c]["utilization_percent"] for c in ("ts-a", "ts-b")] == [30.0, 40.0]
+    assert [got[c]["memory_used_bytes"] for c in ("ts-a", "ts-b")] == [2**30, 2 * 2**30]
+    assert {got[c]["devices"][0]["split"] for c in ("ts-a", "ts-b")} == {"process"}
+    assert [gpu_signal(result, c) for c in ("ts-a", "ts-b")] == [30.0, 40.0]
+    # The workload's sum is not smaller than what its processes used.
+    assert sum(got[c]["utilization_percent"] for c in ("ts-a", "ts-b")) >= 30.0 + 40.0
+    # The server runs outside any pod: flagged as such, never counted into a pod.
+    assert [(o["pid"], o["kind"]) for o in result["attribution"]["unattributed"]] == [
+        (MPS_SERVER, "no_pod")]
+    assert result["attribution"]["state"] == "ok"
+
+
+@pytest.mark.parametrize(("fault", "why"), [
+    ("mps:999", "shared"),  # the MPS listing failed: whose processes are whose is unknown
+    ("mps:3", "shared"),  # this GPU's driver says it cannot list MPS clients
+])
+async def test_mps_listing_missing_keeps_the_pods_absent_never_zero(
+        cluster: tuple[KubeletPeer, KubeApiPeer, Path], tmp_path: Path, fault: str,
+        why: str) -> None:
+    shared_by(cluster[0], G0, 2)
+    result = await attribute_on_fake_nvml(
+        cluster, tmp_path, gpu_line(0, util=70, fail=fault),
+        proc_line(0, 7001, mem=2**30, sm=30, mps=1), proc_line(0, 7002, mem=2**30, sm=40,
+                                                                mps=1))
+    got = by_pod(result)
+    assert [got[c]["utilization_percent"] for c in ("ts-a", "ts-b")] == [why, why]
+    assert [got[c]["devices"][0]["split"] for c in ("ts-a", "ts-b")] == ["shared", "shared"]
+    assert [gpu_signal(result, c) for c in ("ts-a", "ts-b")] == [why, why]
+
+
+async def test_mps_clients_whose_work_the_driver_books_to_the_server_read_shared(
+        cluster: tuple[KubeletPeer, KubeApiPeer, Path], tmp_path: Path) -> None:
+    # Should the driver sample the server instead of its clients, the pods' shares are
+    # unknown: SHARED, not the 0 of a client without a sample.
+    shared_by(cluster[0], G0, 2)
+    result = await attribute_on_fake_nvml(
+        cluster, tmp_path, gpu_line(0, util=70, mps_server_sm=70),
+        proc_line(0, 7001, mem=2**30, idle=1, mps=1), proc_line(0, 7002, mem=2**30, idle=1,
+                                                                 mps=1))
+    got = by_pod(result)
+    assert [got[c]["utilization_percent"] for c in ("ts-a", "ts-b")] == ["shared", "shared"]
+    assert [gpu_signal(result, c) for c in ("ts-a", "ts-b")] == ["shared", "shared"]

@@ -540,3 +540,53 @@ def test_mig_gpu_lost_while_re_enumerating_keeps_its_last_layout(
     assert [(m["gpu_instance_id"], m["utilization_percent"]) for m in g["migs"]] == [
         (1, "lost"), (2, "lost")]
     p.close()
+
+
+MPS_SERVER = 4100000  # the fake's MPS server pid on GPU 0 (gpu_line's default)
+
+
+def test_mps_clients_are_listed_with_their_own_utilization(
+        nvml: Callable[..., NvmlProcess]) -> None:
+    # Under MPS the compute listing shows only the MPS server; the pods' processes are what
+    # the MPS listing gives. Before, only compute and graphics were read: the clients were
+    # missing and their pods read 0.
+    p = nvml(gpu_line(0, util=70), proc_line(0, 1101, mem=GIB, sm=30, mps=1),
+             proc_line(0, 1102, mem=2 * GIB, sm=40, mps=1),
+             proc_line(0, 1103, mem=GIB, idle=1, mps=1))
+    snap = p.sample()
+    got = procs_of(snap, 0)
+    assert {pid: (q["used_memory_bytes"], q["sm_util_percent"]) for pid, q in got.items()} == {
+        MPS_SERVER: (32 * 2**20, 0.0), 1101: (GIB, 30), 1102: (2 * GIB, 40), 1103: (GIB, 0.0)}
+    assert [pid for pid, q in got.items() if q["mps_client"]] == [1101, 1102, 1103]
+    assert gpu(snap, 0)["processes_unknown"] is None
+    assert snap["problems"] == []
+
+
+def test_mps_client_work_booked_to_the_server_is_shared_never_zero(
+        nvml: Callable[..., NvmlProcess]) -> None:
+    # Should a driver sample the MPS server rather than its clients, a client without an
+    # entry of its own may have done the server's work: unknown, not idle.
+    p = nvml(gpu_line(0, util=70, mps_server_sm=70), proc_line(0, 1111, mem=GIB, idle=1, mps=1),
+             proc_line(0, 1112, mem=GIB, idle=1, mps=1))
+    got = procs_of(p.sample(), 0)
+    assert [got[pid]["sm_util_percent"] for pid in (MPS_SERVER, 1111, 1112)] == [
+        70, "shared", "shared"]
+
+
+@pytest.mark.parametrize(("fault", "state", "problem"), [
+    ("fail=mps:999", "unavailable",
+     ["gpu 0: mps_processes: unavailable (NVML_ERROR_UNKNOWN)"]),
+    # Unlike graphics, an unlistable MPS is no empty one: nothing in NVML tells an MPS
+    # server from any compute process, so its clients may be there unseen.
+    ("fail=mps:3", "unsupported", []),
+])
+def test_mps_listing_failing_is_unknown_not_empty(
+        nvml: Callable[..., NvmlProcess], fault: str, state: str, problem: list[str]) -> None:
+    key, value = fault.split("=")
+    p = nvml(gpu_line(0, util=50, **{key: value}), proc_line(0, 1121, mem=GIB, sm=50, mps=1))
+    snap = p.sample()
+    g = gpu(snap, 0)
+    assert g["processes"] == []
+    assert g["processes_unknown"] == state
+    assert snap["problems"] == problem
+

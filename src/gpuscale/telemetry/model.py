@@ -65,6 +65,10 @@ class ProcessSample:
     ``Absent.NO_DATA`` for a process new since the last window when no driver sample ended
     in this one; ``UNAVAILABLE`` (the call failed) or ``UNSUPPORTED`` (MIG, or a driver
     without it) when per-process utilization could not be read - never 0 then.
+    ``mps_client``: the process reaches the GPU through an MPS server (listed by the MPS
+    compute listing); the server itself is listed as an ordinary compute process.
+    ``Absent.SHARED`` for an MPS client without a sample of its own while another process
+    on the device (its MPS server) has one: its work may be booked there.
     """
 
     pid: int
@@ -73,6 +77,7 @@ class ProcessSample:
     mem_util_percent: Reading = Absent.NO_DATA
     gpu_instance_id: int | None = None
     compute_instance_id: int | None = None
+    mps_client: bool = False
 
 
 @dataclass(frozen=True, slots=True)

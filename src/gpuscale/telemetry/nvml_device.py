@@ -64,7 +64,7 @@ class DeviceState:
     sharing: SharingMode
     util_cursor: int = 0  # last driver sample timestamp seen (us)
     proc_cursor: int = 0  # per-process utilization read up to here (driver us)
-    proc_last: dict[int, tuple[float, float]] = field(default_factory=dict)  # pid -> the
+    proc_last: dict[int, tuple[Reading, Reading]] = field(default_factory=dict)  # pid -> the
     #   (sm %, mem %) of the last window that ended on a new driver sample
     nvlink_prev: tuple[float, int, int] | None = None  # (monotonic, tx KiB, rx KiB)
     memory_v2: bool = True  # falls back to v1 on drivers without the v2 call
@@ -120,7 +120,8 @@ def read_device(c: Calls, d: DeviceState, interval: float, pcie: bool,
             processes, unknown = (), listed
         else:
             processes = _with_utilization(
-                listed, _process_util(c, d, [p.pid for p in listed], grid, interval))
+                listed, _process_util(c, d, [p.pid for p in listed],
+                                      {p.pid for p in listed if p.mps_client}, grid, interval))
     return GpuSample(
         index=d.index, uuid=d.uuid, name=d.name, pci_bus_id=d.pci_bus_id,
         minor_number=d.minor_number, utilization_percent=util, utilization_samples=n_samples,
@@ -211,17 +212,26 @@ def _nvlink(c: Calls, d: DeviceState, now: float) -> tuple[Reading, Reading]:
 
 
 def _listed(c: Calls, where: str, uuid: str, handle: Any) -> list[ProcessSample] | Absent:
-    """The processes with a compute or graphics context on the device (a process with both
-    once), at most MAX_PROCESSES, their utilization not filled in yet.
+    """The processes with a compute, graphics or MPS compute context on the device (a
+    process with several once), at most MAX_PROCESSES, their utilization not filled in yet.
 
-    Absent when the list cannot be known: the compute listing failed or is unsupported, or
-    the graphics listing failed. A driver that cannot list graphics contexts at all
-    (unsupported) has its compute list taken as the whole.
+    Under MPS the compute listing shows only the MPS server, which owns the one context on
+    the GPU ("nvidia-cuda-mps-server will appear as the active CUDA process rather than any
+    of the client processes", NVIDIA's MPS documentation); the clients - the pods' own
+    processes - are what nvmlDeviceGetMPSComputeRunningProcesses lists ("processes with a
+    Multi-Process Service (MPS) compute context on a device", the NVML reference).
+
+    Absent when the list cannot be known: the compute or MPS listing failed or is
+    unsupported, or the graphics listing failed. A driver that cannot list graphics
+    contexts at all (unsupported) has the rest taken as the whole. Not so for MPS: nothing
+    in NVML says whether a GPU is shared through MPS (the server looks like any compute
+    process), so without the MPS listing its clients - the pods' processes - may be unseen.
     """
     nv = c.nvml
     found: dict[int, ProcessSample] = {}
     for what, fn in (("processes", nv.nvmlDeviceGetComputeRunningProcesses),
-                     ("graphics_processes", nv.nvmlDeviceGetGraphicsRunningProcesses)):
+                     ("graphics_processes", nv.nvmlDeviceGetGraphicsRunningProcesses),
+                     ("mps_processes", nv.nvmlDeviceGetMPSComputeRunningProcesses)):
         procs = c.get(where, uuid, what, fn, handle)
         if procs is Absent.UNSUPPORTED and what == "graphics_processes":
             continue
@@ -229,14 +239,17 @@ def _listed(c: Calls, where: str, uuid: str, handle: Any) -> list[ProcessSample]
             return procs
         for p in procs:
             pid, mem = int(p.pid), p.usedGpuMemory
+            mps = what == "mps_processes" or (pid in found and found[pid].mps_client)
             if pid in found and not isinstance(found[pid].used_memory_bytes, Absent):
-                continue  # both contexts: usedGpuMemory is the process's whole use either way
+                # several contexts: usedGpuMemory is the process's whole use either way
+                found[pid] = replace(found[pid], mps_client=mps)
+                continue
             if pid not in found and len(found) >= MAX_PROCESSES:
                 continue
             found[pid] = ProcessSample(
                 pid, Absent.UNAVAILABLE if mem is None else int(mem), Absent.NO_DATA,
                 Absent.NO_DATA, p.gpuInstanceId if p.gpuInstanceId != UINT_MAX else None,
-                p.computeInstanceId if p.computeInstanceId != UINT_MAX else None)
+                p.computeInstanceId if p.computeInstanceId != UINT_MAX else None, mps)
     return list(found.values())
 
 
@@ -252,8 +265,9 @@ def _with_utilization(listed: list[ProcessSample],
     return tuple(out)
 
 
-def _process_util(c: Calls, d: DeviceState, pids: list[int], grid: int | Absent,
-                  interval: float) -> dict[int, tuple[Reading, Reading]] | Absent:
+def _process_util(c: Calls, d: DeviceState, pids: list[int], mps: set[int],
+                  grid: int | Absent, interval: float,
+                  ) -> dict[int, tuple[Reading, Reading]] | Absent:
     """SM and memory % of each listed pid over the window since the last read.
 
     What a real H100 (driver 580.159.04) does, which wins over the NVML reference where they
@@ -271,6 +285,13 @@ def _process_util(c: Calls, d: DeviceState, pids: list[int], grid: int | Absent,
     stand and a pid new since then reads NO_DATA. Absent for all, never 0, when the window
     cannot be placed (``grid`` is the device samples' reason, or 0: none read yet) and when
     the call failed or is not available.
+
+    MPS clients (``mps``): the NVML reference does not say whether the driver samples an
+    MPS client on its own or books its work to the MPS server's pid; no real MPS node has
+    been measured. A client with its own entry reads it. One without, while a listed
+    process that is no client (the server) has an entry, may have done that work: SHARED,
+    never 0. Without such an entry the device did no work through the server, and the
+    client used 0.0 as any unsampled process.
     """
     nv, where = c.nvml, f"gpu {d.index}"
     if (d.uuid, "process_utilization") in c.unsupported:
@@ -298,9 +319,19 @@ def _process_util(c: Calls, d: DeviceState, pids: list[int], grid: int | Absent,
             fresh[pid] = s
     if grid > cursor or fresh:  # a driver sample ended in the window: the unsampled idled
         d.proc_cursor = max([grid, *(int(s.timeStamp) for s in fresh.values())])
+        booked = bool(mps) and any(pid in fresh and pid not in mps for pid in pids)
         d.proc_last = {pid: ((float(fresh[pid].smUtil), float(fresh[pid].memUtil))
-                             if pid in fresh else (0.0, 0.0)) for pid in pids}
+                             if pid in fresh else _unsampled(pid in mps and booked))
+                       for pid in pids}
     return {pid: d.proc_last.get(pid, (Absent.NO_DATA, Absent.NO_DATA)) for pid in pids}
+
+
+def _unsampled(maybe_booked_to_server: bool) -> tuple[Reading, Reading]:
+    """(sm %, mem %) of a listed process the driver gave no entry in a window that ended on
+    a new sample: idle, unless its work may have been booked to its MPS server."""
+    if maybe_booked_to_server:
+        return Absent.SHARED, Absent.SHARED
+    return 0.0, 0.0
 
 
 def _read_migs(c: Calls, d: DeviceState, now: float,

@@ -15,12 +15,14 @@
  *       limit_mw= temp= sm_clock= energy_mj= nvlink_kib_s=<-1: unsupported> pcie_kb_s=
  *       mig=0|1 gpm=0|1 lost=0|1 lost_after=<reading|any>:<n> xid=<code>:<count>
  *       sample_us=166667 unsupported=<reading>,.. fail=<reading>:<code>,..
+ *       mps_server=<pid of its MPS server> mps_server_sm=<the server's own per-process sm %>
  *   mig gpu=0 idx=0 uuid=MIG-.. gi=1 ci=0 gslices=3 cslices=3 mem_mb=40192 mem_used=<B>
  *       gpm_util=55
  *   proc gpu=0 mig=<idx, optional> pid=1234 mem=<B> sm=55 memutil=20 idle=0|1
  *       ctx=compute|graphics|both was=<sm before> for_ms=<how long it has been sm/idle>
+ *       mps=1 (an MPS client: its compute context is an MPS one)
  * Reading names for unsupported/fail: samples util_rates memory memory_v2 power limit temp clock
- * energy nvlink pcie processes graphics proc_util mig_mode mig_handle minor events.
+ * energy nvlink pcie processes graphics mps proc_util mig_mode mig_handle minor events.
  *
  * Quirks of the real driver reproduced here (a kinder fake hides the bugs that matter). Where
  * the NVML reference and a real H100 (driver 580.159.04, see the trust issue) differ, the
@@ -38,12 +40,20 @@
  *   idle makes the old value its `was` from that moment.
  * - On MIG (a MIG handle, or the parent in MIG mode) device utilization, utilization samples
  *   and per-process utilization are NVML_ERROR_NOT_SUPPORTED; GPM only where gpm=1.
+ * - MPS (NVIDIA's MPS doc: "nvidia-cuda-mps-server will appear as the active CUDA process
+ *   rather than any of the client processes"): an MPS client (mps=1) is listed by
+ *   nvmlDeviceGetMPSComputeRunningProcesses_v3, not by the compute listing, which lists the
+ *   MPS server (pid mps_server, 32 MiB) on a device while any MPS client is on it. The NVML
+ *   reference says only "processes with a Multi-Process Service (MPS) compute context"; it
+ *   does not say how nvmlDeviceGetProcessUtilization samples MPS clients. The fake gives
+ *   each client its own entry, as for any process, and the server an entry only when
+ *   mps_server_sm > 0 (a driver that books its clients' work to the server instead).
  * - A GPU can fall off the bus in the middle of a tick: with lost_after=<reading>:<n> the
  *   n-th call of that reading ("any": of any call on the GPU) and every call after it return
  *   NVML_ERROR_GPU_IS_LOST, as lost=1 does from the start, until the scenario is rewritten.
  *
  * Compile with -DFAKENVML_OLD_DRIVER to leave out the entry points newer than R510
- * (nvmlDeviceGetMemoryInfo_v2, nvmlDeviceGet{Compute,Graphics}RunningProcesses_v3,
+ * (nvmlDeviceGetMemoryInfo_v2, nvmlDeviceGet{Compute,Graphics,MPSCompute}RunningProcesses_v3,
  * nvmlDeviceGetSamples and GPM), as an older driver would.
  */
 #define _GNU_SOURCE
@@ -88,6 +98,7 @@ typedef struct {
   int mig, gpm, lost, xid_code, xid_count;
   char lost_reading[32]; long long lost_after, lost_calls;  /* lost_after=<reading>:<n> */
   long long sample_us;
+  unsigned mps_server, mps_server_sm;  /* the MPS server's pid; its own per-process sm % */
   fault_t faults[16]; int n_faults;
 } gpu_t;
 
@@ -98,7 +109,7 @@ typedef struct {
   unsigned long long mem_used;
 } mig_t;
 
-enum { CTX_COMPUTE = 1, CTX_GRAPHICS = 2 };
+enum { CTX_COMPUTE = 1, CTX_GRAPHICS = 2, CTX_MPS = 4 };
 typedef struct {
   int gpu, mig, idle, ctx; unsigned pid; unsigned long long mem; unsigned sm, memutil;
   int was; long long since_us; unsigned was_mem;  /* was < 0: no history, always as now */
@@ -216,6 +227,8 @@ static void parse_line(char *line) {
     g->gpm = NUM("gpm", 0);
     g->lost = NUM("lost", 0);
     g->sample_us = NUM("sample_us", 166667);
+    g->mps_server = NUM("mps_server", 4100000 + i);
+    g->mps_server_sm = NUM("mps_server_sm", 0);
     if (GET("xid")) {
       g->xid_code = atoi(GET("xid"));
       const char *c = strchr(GET("xid"), ':');
@@ -249,6 +262,7 @@ static void parse_line(char *line) {
     const char *ctx = GET("ctx") ? GET("ctx") : "compute";
     pr->ctx = !strcmp(ctx, "graphics") ? CTX_GRAPHICS
               : !strcmp(ctx, "both") ? CTX_COMPUTE | CTX_GRAPHICS : CTX_COMPUTE;
+    if (NUM("mps", 0) && (pr->ctx & CTX_COMPUTE)) pr->ctx = (pr->ctx & ~CTX_COMPUTE) | CTX_MPS;
   }
 #undef GET
 #undef NUM
@@ -558,6 +572,14 @@ static void activity(const proc_t *p, long long ts, unsigned *sm, unsigned *mem)
   else { *sm = p->sm; *mem = p->memutil; }
 }
 
+/* Whether an MPS client is on the GPU (mig < 0: anywhere on it) - then its server runs. */
+static int mps_clients(int gpu, int mig) {
+  for (int i = 0; i < S.n_procs; i++)
+    if (S.procs[i].gpu == gpu && (S.procs[i].ctx & CTX_MPS) && (mig < 0 || S.procs[i].mig == mig))
+      return 1;
+  return 0;
+}
+
 /* At most one entry per process on the device that did work in a period after last_seen:
  * its mean over those periods (PROC_BUF at most), stamped with its newest active period. */
 nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t d,
@@ -591,6 +613,9 @@ nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t d,
         p->pid, (unsigned long long)(active * g->sample_us), (unsigned)(sum_sm / periods),
         (unsigned)(sum_mem / periods), 0, 0};
   }
+  if (g->mps_server_sm && mps_clients(d->gpu, -1) && first <= newest && n < *count)
+    out[n++] = (nvmlProcessUtilizationSample_t){
+        g->mps_server, (unsigned long long)(newest * g->sample_us), g->mps_server_sm, 0, 0, 0};
   if (n == 0) RETURN(E_NOT_FOUND);
   *count = n;
   RETURN(OK);
@@ -724,12 +749,17 @@ static nvmlReturn_t running(nvmlDevice_t d, const char *reading, int ctx, unsign
   gpu_t *g; mig_t *m; ENTER();
   nvmlReturn_t r = check(d, reading, &g, &m);
   if (r) RETURN(r);
-  unsigned n = 0;
+  /* The compute listing shows the MPS server while it has a client on the device. */
+  int server = (ctx & CTX_COMPUTE) && mps_clients(d->gpu, m ? d->mig : -1);
+  unsigned n = server;
   for (int i = 0; i < S.n_procs; i++)
     if (S.procs[i].gpu == d->gpu && (S.procs[i].ctx & ctx) && (!m || S.procs[i].mig == d->mig))
       n++;
   if (!out || *count < n) { *count = n; RETURN(n ? E_INSUFFICIENT_SIZE : OK); }
   unsigned j = 0;
+  if (server)
+    out[j++] = (nvmlProcessInfo_t){g->mps_server, 32ULL << 20,
+                                   m ? m->gi : 0xFFFFFFFF, m ? m->ci : 0xFFFFFFFF};
   for (int i = 0; i < S.n_procs; i++) {
     proc_t *p = &S.procs[i];
     if (p->gpu != d->gpu || !(p->ctx & ctx) || (m && p->mig != d->mig)) continue;
@@ -748,6 +778,16 @@ nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t d, unsigned in
 nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t d, unsigned int *count,
                                                       nvmlProcessInfo_t *out) {
   return running(d, "graphics", CTX_GRAPHICS, count, out);
+}
+/* nvidia-ml-py's nvmlDeviceGetMPSComputeRunningProcesses calls _v3 only; _v2 (the same
+ * struct) is here for a caller that asks for it by name. */
+nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v3(nvmlDevice_t d, unsigned int *count,
+                                                        nvmlProcessInfo_t *out) {
+  return running(d, "mps", CTX_MPS, count, out);
+}
+nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v2(nvmlDevice_t d, unsigned int *count,
+                                                        nvmlProcessInfo_t *out) {
+  return running(d, "mps", CTX_MPS, count, out);
 }
 #endif
 
