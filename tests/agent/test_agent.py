@@ -17,6 +17,7 @@ from gpuscale.agent.sampler import Sampler
 from gpuscale.telemetry.model import BackendState, NodeSnapshot
 from gpuscale.telemetry.scenario import load_scenario
 from gpuscale.telemetry.simulated import SimulatedBackend
+from tests.conftest import until
 
 
 class ScriptedBackend:
@@ -145,9 +146,13 @@ async def test_backend_runs_off_the_event_loop_in_one_thread() -> None:
     sampler = Sampler(backend, 0.2, CollectorRegistry())
     task = asyncio.create_task(sampler.run())
     loop_ticks = 0
-    while sampler.latest is None or sampler.latest.seq < 3:
+
+    def three_samples() -> bool:
+        nonlocal loop_ticks
         loop_ticks += 1  # the loop keeps turning while the backend sleeps in its thread
-        await asyncio.sleep(0.01)
+        return sampler.latest is not None and sampler.latest.seq >= 3
+
+    await until(three_samples, 10.0, "three samples", every=0.01)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
@@ -164,7 +169,9 @@ async def test_overrunning_sample_skips_ticks_and_a_raising_backend_is_survived(
     await sampler.wait_for(3)
     slow.fail = True
     calls = slow.calls
-    await asyncio.sleep(1.2)  # > 2 of the slow backend's 0.5 s calls
+    await until(lambda: slow.calls >= calls + 2 and (registry.get_sample_value(
+        "gpuscale_agent_ticks_skipped_total") or 0) >= 2, 10.0,
+        "two failing, overrunning calls")
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
