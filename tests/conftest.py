@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 
 from gpuscale.agent.app import Agent, AgentConfig
 from gpuscale.attribution.sources import ScenarioSources
+from gpuscale.scaler.fleet import FleetView
 from gpuscale.telemetry.scenario import NodeSpec
 from gpuscale.telemetry.simulated import SimulatedBackend
 from tests.peers.kubeapi import KubeApiPeer
@@ -104,6 +105,27 @@ def json_values(keys: Sequence[str], max_leaves: int = 30) -> st.SearchStrategy[
     names = st.sampled_from([*keys, "x"])
     return st.recursive(scalars, lambda inner: st.lists(inner, max_size=4)
                         | st.dictionaries(names, inner, max_size=6), max_leaves=max_leaves)
+
+
+class Clock:
+    """A monotonic clock a test moves by hand (``clock.now += 10``: the agents went quiet)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def fleet(clock: Clock) -> FleetView:
+    """A fleet view on the hand-moved clock, with a 3 s staleness bound."""
+    return FleetView(stale_after=3.0, monotonic=clock)
 
 
 def free_port() -> int:

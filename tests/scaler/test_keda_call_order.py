@@ -19,7 +19,8 @@ from gpuscale.scaler.fleet import FleetView
 from gpuscale.scaler.service import ScalerServer, ScalerService
 from gpuscale.stream.records import PodRecord
 from gpuscale.telemetry.model import Absent
-from tests.scaler.test_scaler_service import Clock, rec
+from tests.conftest import Clock
+from tests.scaler.test_scaler_service import rec
 
 REF = pb.ScaledObjectRef(name="so", namespace="llm", scalerMetadata={
     "podSelector": "app=vllm", "profile": "vllm-inference"})

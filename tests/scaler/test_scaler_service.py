@@ -19,14 +19,7 @@ from gpuscale.scaler.fleet import FleetView
 from gpuscale.scaler.service import ScalerServer, ScalerService
 from gpuscale.stream.records import PodRecord
 from gpuscale.telemetry.model import Absent, Reading
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.conftest import Clock
 
 
 def rec(name: str, util: Reading | None = None, *, ns: str = "llm", app: str = "vllm",
@@ -35,16 +28,6 @@ def rec(name: str, util: Reading | None = None, *, ns: str = "llm", app: str = "
     if util is not None:
         sig["gpu-utilization"] = util
     return PodRecord(ns, name, "node-a", {"app": app}, None, ready, sig, at)
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-def fleet(clock: Clock) -> FleetView:
-    return FleetView(stale_after=3.0, monotonic=clock)
 
 
 @pytest.fixture

@@ -19,22 +19,12 @@ from gpuscale.scaler.service import ScalerServer, ScalerService
 from gpuscale.stream.records import PodRecord
 from gpuscale.telemetry.model import Absent
 from tests.conftest import until
-from tests.scaler.test_scaler_service import Clock, code_of, metrics, rec, ref
+from tests.scaler.test_scaler_service import code_of, metrics, rec, ref
 
 
 def engine_rec(name: str, signal: str, value: float) -> PodRecord:
     return PodRecord("llm", name, "node-a", {"app": "vllm"}, None, True,
                      {"gpu-utilization": 50.0, signal: value}, 1000.0)
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-def fleet(clock: Clock) -> FleetView:
-    return FleetView(stale_after=3.0, monotonic=clock)
 
 
 @pytest.fixture
