@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 import time
 from collections.abc import AsyncIterator, Sequence
@@ -158,9 +159,13 @@ async def test_backend_runs_off_the_event_loop_in_one_thread() -> None:
     gates = [threading.Event() for _ in range(3)]
     backend = ScriptedBackend(gates=gates)
     sampler = Sampler(backend, 0.2, CollectorRegistry())
+
+    def started(n: int) -> bool:
+        return backend.calls >= n
+
     task = asyncio.create_task(sampler.run())
     for n, gate in enumerate(gates, 1):
-        await until(lambda n=n: backend.calls >= n, what=f"backend call {n} under way")
+        await until(functools.partial(started, n), what=f"backend call {n} under way")
         gate.set()
     await asyncio.wait_for(sampler.wait_for(3), 10)
     task.cancel()
