@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 import aiohttp
@@ -21,14 +22,19 @@ from tests.conftest import until
 
 
 class ScriptedBackend:
-    """A backend whose snapshots and delays the test controls."""
+    """A backend whose snapshots and pace the test controls: each call takes at least
+    ``delay`` seconds, and call k blocks until ``gates[k-1]`` is set (``released`` records
+    whether it was, within 5 s)."""
 
     name = "scripted"
 
     def __init__(self, delay: float = 0.0, fail: bool = False,
-                 state: BackendState = BackendState.OK) -> None:
+                 state: BackendState = BackendState.OK,
+                 gates: Sequence[threading.Event] = ()) -> None:
         self.delay, self.fail, self.state = delay, fail, state
+        self.gates = list(gates)
         self.calls = 0
+        self.released: list[bool] = []
         self.threads: set[str] = set()
 
     def sample(self) -> NodeSnapshot:
@@ -36,6 +42,8 @@ class ScriptedBackend:
         self.threads.add(threading.current_thread().name)
         if self.delay:
             time.sleep(self.delay)
+        if self.calls <= len(self.gates):
+            self.released.append(self.gates[self.calls - 1].wait(5))
         if self.fail:
             raise RuntimeError("bug in backend")
         return NodeSnapshot(node="n", backend=self.name, taken_at=time.time(),
@@ -111,14 +119,17 @@ async def test_hostile_requests_get_clear_errors_and_the_server_keeps_serving(
 
 
 async def test_not_ready_until_first_sample_and_when_backend_unavailable() -> None:
-    backend = ScriptedBackend(delay=0.5, state=BackendState.UNAVAILABLE)
+    first = threading.Event()  # the first sample lasts until the test lets it end
+    backend = ScriptedBackend(state=BackendState.UNAVAILABLE, gates=[first])
     agent = Agent(backend, AgentConfig(host="127.0.0.1", port=0, interval=1.0))
     task, port = await start(agent)
     try:
         async with aiohttp.ClientSession() as http:
             async with http.get(f"http://127.0.0.1:{port}/readyz") as r:
                 assert (r.status, await r.text()) == (503, "no sample has completed yet\n")
-            await agent.sampler.wait_for(1)
+            first.set()
+            await asyncio.wait_for(agent.sampler.wait_for(1), 10)
+            assert backend.released == [True]
             async with http.get(f"http://127.0.0.1:{port}/readyz") as r:
                 assert r.status == 503
                 assert "unavailable: driver gone" in await r.text()
@@ -142,44 +153,56 @@ async def test_readiness_turns_false_when_the_snapshot_goes_stale() -> None:
 
 
 async def test_backend_runs_off_the_event_loop_in_one_thread() -> None:
-    backend = ScriptedBackend(delay=0.05)
+    # Each call blocks until the test opens its gate, which the test can only do if the
+    # event loop keeps turning while the call blocks: on the loop's own thread the call
+    # would wait out its 5 s alone and record that it was never released.
+    gates = [threading.Event() for _ in range(3)]
+    backend = ScriptedBackend(gates=gates)
     sampler = Sampler(backend, 0.2, CollectorRegistry())
+
+    def started(n: int) -> bool:
+        return backend.calls >= n
+
     task = asyncio.create_task(sampler.run())
-    loop_ticks = 0
-
-    def three_samples() -> bool:
-        nonlocal loop_ticks
-        loop_ticks += 1  # the loop keeps turning while the backend sleeps in its thread
-        return sampler.latest is not None and sampler.latest.seq >= 3
-
-    await until(three_samples, 10.0, "three samples", every=0.01)
+    for n, gate in enumerate(gates, 1):
+        await until(functools.partial(started, n), what=f"backend call {n} under way")
+        gate.set()
+    await asyncio.wait_for(sampler.wait_for(3), 10)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
+    assert backend.released == [True, True, True]
     assert len(backend.threads) == 1
     assert next(iter(backend.threads)).startswith("gpu-sampler")
-    assert loop_ticks > 10
 
 
 async def test_overrunning_sample_skips_ticks_and_a_raising_backend_is_survived() -> None:
     registry = CollectorRegistry()
     slow = ScriptedBackend(delay=0.5)
     sampler = Sampler(slow, 0.2, registry)
+
+    def count(name: str) -> int:
+        return int(registry.get_sample_value(name) or 0)
+
+    def accounted() -> tuple[int, int, int]:
+        """(published, failed, skipped), read at one instant on the event loop: the
+        sampler is between calls or awaiting one, every finished call accounted for."""
+        seq = sampler.latest.seq if sampler.latest is not None else 0
+        return (seq, count("gpuscale_agent_sample_failures_total"),
+                count("gpuscale_agent_ticks_skipped_total"))
+
     task = asyncio.create_task(sampler.run())
-    await sampler.wait_for(3)
+    await asyncio.wait_for(sampler.wait_for(3), 10)
     slow.fail = True
-    calls = slow.calls
-    await until(lambda: slow.calls >= calls + 2 and (registry.get_sample_value(
-        "gpuscale_agent_ticks_skipped_total") or 0) >= 2, 10.0,
-        "two failing, overrunning calls")
+    await until(lambda: accounted()[1] >= 2, what="two failed samples after the good ones")
+    seq, failed, skipped = accounted()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert registry.get_sample_value("gpuscale_agent_ticks_skipped_total") >= 2  # type: ignore[operator]
-    assert registry.get_sample_value("gpuscale_agent_sample_failures_total") >= 1  # type: ignore[operator]
-    assert sampler.latest is not None
-    assert slow.calls >= calls + 2
-    assert sampler.latest.seq == 3  # failures publish nothing: the last good one ages
+    assert seq == 3  # failures publish nothing: the last good one ages
+    # Every call, good or failed, took at least 0.5 s, overrunning its 0.2 s tick by at
+    # least 0.3 s: each skips at least the two ticks it covered (a ratio, not a duration).
+    assert skipped >= 2 * (seq + failed)
 
 
 def test_interval_below_200ms_is_refused() -> None:

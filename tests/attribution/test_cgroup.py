@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -11,6 +13,7 @@ from hypothesis import strategies as st
 from gpuscale.attribution.cgroup import PidResolver, parse_cgroup
 from gpuscale.attribution.model import ProcessOwner
 from gpuscale.telemetry.model import Absent
+from tests.conftest import until_sync
 
 UID = "1f2e3d4c-5b6a-4789-8abc-def012345678"
 U_ = UID.replace("-", "_")
@@ -101,9 +104,6 @@ def test_huge_cgroup_file_is_read_bounded(tmp_path: Path) -> None:
 
 
 def test_owners_are_cached_per_process_and_a_reused_pid_is_read_again(tmp_path: Path) -> None:
-    import shutil
-    import time
-
     root = proc_tree(tmp_path, "0::/init.scope\n", {42: CASES["v2 systemd cri-o"]})
     resolver = PidResolver(root)
     assert resolver.owners([42]) == {42: ProcessOwner(UID, CID)}
@@ -111,8 +111,17 @@ def test_owners_are_cached_per_process_and_a_reused_pid_is_read_again(tmp_path: 
     (root / "42" / "cgroup").write_text("0::/init.scope\n")
     assert resolver.owners([42]) == {42: ProcessOwner(UID, CID)}
     # PID 42 exits and is reused by a process outside any pod: a new /proc/42 entry.
+    # The resolver tells the two apart by the entry's ctime (the process's start time), so
+    # the new entry must have another one. The kernel sets ctime from its own clock, which
+    # may be coarser than this test is fast: touch the entry until its ctime has moved.
+    started = os.stat(root / "42").st_ctime_ns
     shutil.rmtree(root / "42")
-    time.sleep(0.01)
     (root / "42").mkdir()
+
+    def touched() -> bool:
+        os.utime(root / "42")
+        return os.stat(root / "42").st_ctime_ns != started
+
+    until_sync(touched, within=5, every=0.001, what="a new ctime on the reused /proc/42")
     (root / "42" / "cgroup").write_text("0::/system.slice/sshd.service\n")
     assert resolver.owners([42]) == {42: None}

@@ -85,8 +85,12 @@ async def test_bookmark_lets_a_dropped_watch_resume_without_relisting(
         await until(lambda: kubeapi.watching > 0)
         for i in range(3):
             kubeapi.add(make_pod("other", f"p{i}", f"u{i}", node="node-b"))  # not ours
+        listed_at = cache.resource_version
+        assert listed_at != str(kubeapi.rv)  # the watch saw none of those changes...
         kubeapi.bookmark()
-        await asyncio.sleep(0.2)
+        # ...only the bookmark brings the client's version up to the server's.
+        await until(lambda: cache.resource_version == str(kubeapi.rv),
+                    what=f"the bookmark's version {kubeapi.rv} at the client (was {listed_at})")
         kubeapi.compact()  # without the bookmark the client's version would now be too old
         await kubeapi.drop_watches()
         kubeapi.add(make_pod("llm", "after", "u-after"))
@@ -147,12 +151,19 @@ async def test_silent_watch_is_abandoned_after_the_inactivity_timeout(
         await until(lambda: kubeapi.watching > 0)
         watches = kubeapi.watches
         kubeapi.hang_watches = True  # the server keeps the connection but sends nothing
-        kubeapi.add(make_pod("llm", "late", "u-late"))
-        await asyncio.sleep(0.3)
-        assert names(cache) == set()
+        kubeapi.add(make_pod("llm", "late", "u-late"))  # the hung watch swallows it
+
+        def reconnected() -> bool:
+            # Until the client gives up on the silent watch, the pod cannot have arrived.
+            assert names(cache) == set() or kubeapi.watches > watches, \
+                "the pod came through the hung watch"
+            return kubeapi.watches > watches
+
+        await until(reconnected, within=5, what="a new watch after 0.5 s of silence")
         kubeapi.hang_watches = False
+        # The new watch resumes from before the swallowed change and replays it.
         await until(lambda: names(cache) == {"late"}, within=5)
-        assert kubeapi.watches > watches
+        assert (kubeapi.lists, cache.relists) == (1, 0)
 
 
 async def test_garbage_in_the_watch_stream_reconnects(kubeapi: KubeApiPeer) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -12,6 +11,13 @@ import pytest
 from tests.peers.fakenvml import NvmlProcess, big_mig_scenario, build, gpu_line, mig_line, proc_line
 
 GIB = 2**30
+T0 = 1_700_000_000_000_000  # a frozen driver clock (epoch us), on every sample grid used here
+PERIOD = 1_000_000  # sample_us: the driver's sample period in the per-process tests
+
+
+def clock(us: int) -> str:
+    """The scenario's first line: the driver's clock stands at ``us``."""
+    return f"global clock_us={us}"
 
 
 @pytest.fixture(scope="session")
@@ -61,7 +67,7 @@ def gpu(snap: dict[str, Any], index: int) -> dict[str, Any]:
 
 
 def test_reads_identity_memory_power_thermals(nvml: Callable[..., NvmlProcess]) -> None:
-    p = nvml("global driver=550.90.07",
+    p = nvml(f"global driver=550.90.07 clock_us={T0}",
              gpu_line(0, minor=3, mem_used=10 * GIB, mem_reserved=GIB // 2, power_mw=312500,
                       limit_mw=700000, temp=61, sm_clock=1755, energy_mj=5000, util=40))
     snap = p.sample()
@@ -79,32 +85,31 @@ def test_reads_identity_memory_power_thermals(nvml: Callable[..., NvmlProcess]) 
     assert g["power_limit_watts"] == pytest.approx(700.0)
     assert g["temperature_c"] == 61
     assert g["sm_clock_mhz"] == 1755
-    assert g["energy_millijoules"] >= 5000
+    assert g["energy_millijoules"] == 5000  # the clock stands at the load: nothing added
     assert g["utilization_percent"] == pytest.approx(40.0)
     assert g["pcie_tx_bytes_per_second"] == "unsupported"  # not asked for
 
 
 def test_utilization_is_the_mean_of_driver_samples_since_the_cursor(
-        nvml: Callable[..., NvmlProcess]) -> None:
-    # The driver's samples alternate 20 and 80 % every 50 ms: one instantaneous read would
-    # say 20 or 80; the window average says 50.
-    p = nvml(gpu_line(0, util="20,80", sample_us=50000), args=("--interval", "0.5"))
+        nvml: Callable[..., NvmlProcess], scenario: Callable[..., Path]) -> None:
+    # The driver's samples alternate 20 and 80 % every 50 ms (20 on the sample at T0, an
+    # even one): one instantaneous read would say 20 or 80; the window average says 50.
+    gpu0 = gpu_line(0, util="20,80", sample_us=50_000)
+    p = nvml(clock(T0), gpu0, args=("--interval", "0.5"))
     first = gpu(p.sample(), 0)
-    # First read: only the samples of the last interval (0.5 s -> ~10 of the 120 buffered).
-    assert 8 <= first["utilization_samples"] <= 11
-    assert 35 <= first["utilization_percent"] <= 65
-    time.sleep(0.6)
+    # First read: only the samples of the last interval (0.5 s: 10 of the 120 buffered).
+    assert (first["utilization_samples"], first["utilization_percent"]) == (10, 50)
+    # Three samples later (80, 20, 80): only those newer than the cursor count.
+    scenario(clock(T0 + 150_000), gpu0)
     second = gpu(p.sample(), 0)
-    assert second["utilization_samples"] >= 10  # only samples newer than the cursor
-    assert second["utilization_samples"] <= 20
-    assert 40 <= second["utilization_percent"] <= 60
+    assert (second["utilization_samples"], second["utilization_percent"]) == (3, 60)
 
 
 def test_no_new_sample_falls_back_to_the_drivers_latest_value(
         nvml: Callable[..., NvmlProcess]) -> None:
-    p = nvml(gpu_line(0, util=70, sample_us=10_000_000))  # one sample every 10 s
+    p = nvml(clock(T0), gpu_line(0, util=70, sample_us=10_000_000))  # a sample every 10 s
     p.sample()
-    again = gpu(p.sample(), 0)  # same 10-second tick: no sample newer than the cursor
+    again = gpu(p.sample(), 0)  # the clock stands: no sample newer than the cursor
     assert again["utilization_samples"] == 0
     assert again["utilization_percent"] == 70
 
@@ -323,14 +328,22 @@ def test_xid_events_are_counted(nvml: Callable[..., NvmlProcess],
 
 
 def test_nvlink_throughput_is_differenced_from_counters(
-        nvml: Callable[..., NvmlProcess]) -> None:
-    p = nvml(gpu_line(0, nvlink_kib_s=4096))
+        nvml: Callable[..., NvmlProcess], scenario: Callable[..., Path]) -> None:
+    # Both clocks frozen and stepped together: the driver's counters (KiB since the load)
+    # move by 0.5 s worth, the backend's monotonic clock by 0.5 s.
+    gpu0 = gpu_line(0, nvlink_kib_s=4096)
+    p = nvml(clock(T0), gpu0, args=("--frozen-monotonic",))
     first = gpu(p.sample(), 0)
     assert first["nvlink_tx_bytes_per_second"] == "no_data"  # one counter read is no rate
-    time.sleep(0.5)
+    scenario(clock(T0 + 500_000), gpu0)
+    p.ask("advance 0.5")
     second = gpu(p.sample(), 0)
-    assert second["nvlink_tx_bytes_per_second"] == pytest.approx(4096 * 1024, rel=0.25)
-    assert second["nvlink_rx_bytes_per_second"] == pytest.approx(2 * 4096 * 1024, rel=0.25)
+    # 2048 KiB tx and 4096 KiB rx over 0.5 s.
+    assert second["nvlink_tx_bytes_per_second"] == 4096 * 1024
+    assert second["nvlink_rx_bytes_per_second"] == 2 * 4096 * 1024
+    # The clocks stand: the counters did not move, and no time passed - no rate, not 0.
+    third = gpu(p.sample(), 0)
+    assert third["nvlink_tx_bytes_per_second"] == "no_data"
 
 
 def test_pcie_only_when_enabled(nvml: Callable[..., NvmlProcess]) -> None:
@@ -354,15 +367,6 @@ def test_gpus_table_shows_unsupported_not_zero(nvml: Callable[..., NvmlProcess])
 
 def procs_of(snap: dict[str, Any], index: int) -> dict[int, dict[str, Any]]:
     return {q["pid"]: q for q in gpu(snap, index)["processes"]}
-
-
-T0 = 1_700_000_000_000_000  # a frozen driver clock (epoch us), on the 1 s grid below
-PERIOD = 1_000_000  # sample_us: the driver's sample period in these tests
-
-
-def clock(us: int) -> str:
-    """The scenario's first line: the driver's clock stands at ``us``."""
-    return f"global clock_us={us}"
 
 
 def test_idle_process_listed_without_a_sample_used_zero(

@@ -74,6 +74,11 @@ class NodePodCache:
     def relists(self) -> int:
         return self._lw.relists
 
+    @property
+    def resource_version(self) -> str:
+        """The watch's resume point (ListWatch.resource_version)."""
+        return self._lw.resource_version
+
     def pods(self) -> Mapping[tuple[str, str], PodInfo] | Absent:
         """(namespace, name) -> PodInfo, or UNAVAILABLE before the first successful list."""
         return Absent.UNAVAILABLE if self._lw.synced_at is None else self._pods

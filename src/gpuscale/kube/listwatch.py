@@ -93,6 +93,12 @@ class ListWatch:
         self._attempt = 0  # failures since the watch last delivered something
         self._gone = 0  # 410s since the watch last delivered something
 
+    @property
+    def resource_version(self) -> str:
+        """Where a resumed watch starts: the version of the last list, event or bookmark
+        seen ("" before the first list)."""
+        return self._rv
+
     def state(self) -> tuple[bool, str]:
         """(connected, reason). Disconnected with items means "serving the last known"."""
         if self.error:

@@ -1,8 +1,11 @@
 """Runs the NVML backend under the fake library; one command per stdin line.
 
 Commands: ``sample`` prints the snapshot as one JSON line; ``close`` shuts NVML down and
-prints ``{}``; ``gpus`` prints ``gpuscale gpus`` output as {"table": ...}. Arguments:
-``--pcie``, ``--interval S``, ``--mig-refresh S``. Logs go to stderr.
+prints ``{}``; ``gpus`` prints ``gpuscale gpus`` output as {"table": ...}; ``advance S``
+moves the backend's monotonic clock on by S seconds and prints ``{}`` (only with
+``--frozen-monotonic``). Arguments: ``--pcie``, ``--interval S``, ``--mig-refresh S``,
+``--frozen-monotonic`` (the backend's monotonic clock stands still until ``advance``: with
+the fake's ``clock_us``, a test steps both clocks instead of sleeping). Logs go to stderr.
 
 With ``--attribute KUBELET_SOCKET PROC_ROOT KUBECONFIG NODE`` it instead runs the agent's
 attribution once against those peers (waiting for the pod list) and prints
@@ -17,6 +20,7 @@ import asyncio
 import json
 import logging
 import sys
+import time
 from pathlib import Path
 
 from gpuscale.agent.records import pod_records
@@ -32,11 +36,15 @@ def main() -> None:
     parser.add_argument("--interval", type=float, default=1.0)
     parser.add_argument("--mig-refresh", type=float, default=30.0)
     parser.add_argument("--attribute", nargs=4, default=None)
+    parser.add_argument("--frozen-monotonic", action="store_true")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(levelname)s %(name)s: %(message)s")
+    frozen = [1000.0]
     backend = NvmlBackend(pcie=args.pcie, interval=args.interval, node="test-node",
-                          mig_refresh_s=args.mig_refresh)
+                          mig_refresh_s=args.mig_refresh,
+                          monotonic=(lambda: frozen[0]) if args.frozen_monotonic
+                          else time.monotonic)
     if args.attribute:
         print(json.dumps(asyncio.run(attribute_once(backend, *args.attribute))), flush=True)
         backend.close()
@@ -47,6 +55,9 @@ def main() -> None:
             out = snapshot_to_json(backend.sample())
         elif cmd == "gpus":
             out = {"table": format_gpus(backend.sample())}
+        elif cmd.startswith("advance ") and args.frozen_monotonic:
+            frozen[0] += float(cmd.split()[1])
+            out = {}
         elif cmd == "close":
             backend.close()
             out = {}
