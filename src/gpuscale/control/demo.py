@@ -53,8 +53,8 @@ async def serve_scenario(args: argparse.Namespace) -> None:
                                            backend.scenario_time))
     demand = DemandSources(load_config(args.scaler_config) if args.scaler_config
                            else ScalerConfig())
-    server = ScalerServer(ScalerService(fleet, demand=demand.pending), host=args.host,
-                          port=args.port)
+    service = ScalerService(fleet, demand=demand.pending)
+    server = ScalerServer(service, host=args.host, port=args.port)
     host = "localhost" if args.host in ("0.0.0.0", "::", "[::]") else args.host
     cancel_on_signals()
 
@@ -78,6 +78,7 @@ async def serve_scenario(args: argparse.Namespace) -> None:
             for agent, node in zip(agents, scenario.nodes, strict=True):
                 tg.create_task(agent.run(agent_up(node.name)), name=f"agent-{node.name}")
             tg.create_task(server.serve(scaler_up), name="scaler")
+            tg.create_task(service.plan_loop(), name="planner")
             tg.create_task(demand.run(), name="demand-sources")
     except asyncio.CancelledError:
         log.info("stopping on signal")

@@ -104,6 +104,10 @@ class FleetView:
         pods = self._pods
         return [pods[k] for k in hit[1] if k in pods]
 
+    def now(self) -> float:
+        """The view's clock (records' ``sampled_at`` are on it)."""
+        return self._monotonic()
+
     def age(self, record: PodRecord) -> float:
         return self._monotonic() - record.sampled_at
 

@@ -23,6 +23,7 @@ from gpuscale.common.errors import ConfigError
 from gpuscale.common.shutdown import cancel_on_signals
 from gpuscale.scaler.demand import DemandSources, ScalerConfig, load_config
 from gpuscale.scaler.fleet import FleetView
+from gpuscale.scaler.planning import PlanBook
 from gpuscale.scaler.roster import AgentRoster, PodRoster, Roster
 from gpuscale.scaler.service import ScalerServer, ScalerService
 from gpuscale.stream.subscriber import AgentSubscriber
@@ -62,6 +63,28 @@ class ScalerCollector(Collector):
         pods = GaugeMetricFamily("gpuscale_scaler_fleet_pods", "Pods in the fleet view.")
         pods.add_metric([], float(self._fleet.pod_count()))
         return [up, age, reconnects, pods]
+
+
+class PlanCollector(Collector):
+    """Every planned workload's plan and the terms it came from (scaler.planner)."""
+
+    def __init__(self, plans: PlanBook) -> None:
+        self._plans = plans
+
+    def collect(self) -> Iterable[Metric]:
+        labels = ["namespace", "scaledobject"]
+        replicas = GaugeMetricFamily("gpuscale_plan_replicas", "The planner's replica count "
+                                     "(what KEDA's HPA is asked for).", labels=labels)
+        terms = GaugeMetricFamily(
+            "gpuscale_plan_term", "The planner's terms, in replicas (steady, burst, "
+            "concurrency, kv, backlog, required), replica-seconds (arrived: work that "
+            "arrived in the last second; request_work: of one request) or pods (ready, "
+            "starting).", labels=[*labels, "term"])
+        for (namespace, name), plan in self._plans.plans():
+            replicas.add_metric([namespace, name], float(plan.replicas))
+            for term, value in plan.terms().items():
+                terms.add_metric([namespace, name, term], value)
+        return [replicas, terms]
 
 
 async def serve(args: argparse.Namespace) -> None:
@@ -106,9 +129,10 @@ async def serve(args: argparse.Namespace) -> None:
     requests = Counter("gpuscale_scaler_requests", "KEDA calls answered, by method and gRPC "
                        "status (UNAVAILABLE: missing or stale data).",
                        ["method", "code"], registry=registry)
-    server = ScalerServer(ScalerService(fleet, demand=demand.pending, workloads=workloads,
-                                        count=lambda m, c: requests.labels(m, c).inc(),
-                                        roster=roster),
+    service = ScalerService(fleet, demand=demand.pending, workloads=workloads,
+                            count=lambda m, c: requests.labels(m, c).inc(), roster=roster)
+    registry.register(PlanCollector(service.plans))
+    server = ScalerServer(service,
                           host=args.host, port=args.port,
                           credentials=server_credentials(args.tls) if args.tls else None)
 
@@ -153,6 +177,7 @@ async def serve(args: argparse.Namespace) -> None:
                 f"agents: {args.agent_service or ', '.join(args.agents)}", flush=True)))
             tg.create_task(demand.run())
             tg.create_task(sweep())
+            tg.create_task(service.plan_loop())
             if workloads is not None:
                 tg.create_task(workloads.run())
             if pod_roster is not None:

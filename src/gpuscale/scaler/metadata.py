@@ -16,6 +16,26 @@ podSelector        label selector (``app=vllm,tier in (a,b)``)   the scale targe
 demandSource       name of a demand source in the scaler's config   none
 ================== ============================= ===================================
 
+Profile ``vllm-planner`` (the planner, ``scaler.planner``) also takes, each optional:
+
+======================== ========================================== ==================
+key                      meaning                                    default
+======================== ========================================== ==================
+ttftSeconds              time-to-first-token objective, seconds     2
+queueDelaySeconds        or: queueing-delay objective, seconds      (from ttftSeconds)
+startupSeconds           creation to Ready of a new replica          180
+prefillTokensPerSecond   prompt tokens/s one replica prefills        30000
+decodeTokensPerSecond    generated tokens/s one replica decodes      12000
+maxBatch                 sequences one replica batches (max_num_seqs)  256
+utilization              busy fraction to plan for, 0.1 to 1          0.8
+holdSeconds              scale-down hold                            startupSeconds
+memorySeconds            how long a burst is remembered, 60 to 86400   900
+======================== ========================================== ==================
+
+With ``ttftSeconds`` the queueing budget is the objective less the prefill of a
+``promptTokens`` prompt (1000 unless given) at the replica's prefill rate. Its metric is
+``gpuscale-planned-replicas``, an AverageValue: planned replicas x ``targetValue`` (1).
+
 Numbers are what KEDA's own scalers accept (ASCII decimal, optional sign and exponent; no
 ``७०``, ``1_000`` or spaces). Targets are at least 0.001: KEDA writes a target as a quantity
 with three decimals, so a smaller one would reach the HPA as 0. ``<key>FromEnv`` is accepted
@@ -40,7 +60,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from gpuscale.common.errors import ConfigError
-from gpuscale.scaler.profiles import PROFILES, SIGNALS, ProfileName, Target, ValueMode
+from gpuscale.scaler.planner import PlannerConfig
+from gpuscale.scaler.profiles import PLANNED, PROFILES, SIGNALS, ProfileName, Target, ValueMode
 from gpuscale.scaler.selector import Selector, SelectorError, parse_selector
 
 MAX_KEYS = 64
@@ -55,8 +76,11 @@ _NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?
 
 PASSTHROUGH = frozenset({"scalerAddress", "caCert", "tlsClientCert", "tlsClientKey",
                          "tlsCertFile", "unsafeSsl", "enableTLS", "cert", "key"})
+PLANNER_KEYS = frozenset({"ttftSeconds", "queueDelaySeconds", "startupSeconds",
+                          "prefillTokensPerSecond", "decodeTokensPerSecond", "maxBatch",
+                          "utilization", "holdSeconds", "memorySeconds", "promptTokens"})
 KNOWN = frozenset({"profile", "signal", "targetValue", "activationThreshold", "valueMode",
-                   "metricType", "podSelector", "demandSource"})
+                   "metricType", "podSelector", "demandSource"}) | PLANNER_KEYS
 _URL_KEYS = ("endpoint", "url", "uri", "address", "host", "port")
 
 
@@ -71,6 +95,7 @@ class TriggerConfig:
     value_mode: ValueMode
     selector: Selector | None  # None: the ScaledObject's scale target's pods
     demand_source: str | None
+    planner: PlannerConfig | None = None  # profile vllm-planner
 
     def metric_name(self, target: Target) -> str:
         return f"gpuscale-{target.signal}"
@@ -126,10 +151,16 @@ def _parse(items: frozenset[tuple[str, str]]) -> TriggerConfig:
                             f"{', '.join(sorted(PROFILES))}")
     profile = PROFILES[ProfileName(profile_name)]
     targets = list(profile.targets)
+    planner = _planner(md) if profile.name is ProfileName.VLLM_PLANNER else None
+    if planner is None and (extra := sorted(PLANNER_KEYS & md.keys())):
+        raise MetadataError(f"{extra[0]}: only with profile vllm-planner")
     if "signal" in md:
         sig = md["signal"]
         if sig not in SIGNALS:
             raise MetadataError(f"signal: {sig!r} is not one of {', '.join(sorted(SIGNALS))}")
+        if (sig == PLANNED) != (planner is not None):
+            raise MetadataError(f"signal: {PLANNED} is the vllm-planner profile's only signal"
+                                f", and only it has it")
         same = [t for t in targets if t.signal == sig]
         if not same and "targetValue" not in md:
             raise MetadataError(f"targetValue: required with signal {sig!r}, which profile "
@@ -162,8 +193,9 @@ def _parse(items: frozenset[tuple[str, str]]) -> TriggerConfig:
                                 f"(which means valueMode {implied.value!r}); give one of the "
                                 f"two")
         mode = implied
-
-    selector = None
+    if planner is not None and mode is ValueMode.AVERAGE:
+        raise MetadataError("metricType: the planner's value is a replica count for the "
+                            "whole workload: use AverageValue (the default)")
     if "podSelector" in md:
         try:
             selector = parse_selector(md["podSelector"])
@@ -173,7 +205,45 @@ def _parse(items: frozenset[tuple[str, str]]) -> TriggerConfig:
     if demand is not None and not demand.replace("-", "").replace("_", "").isalnum():
         raise MetadataError("demandSource: a name (letters, digits, '-', '_') from the "
                             "scaler's configuration")
-    return TriggerConfig(profile.name, tuple(targets), mode or ValueMode.SUM, selector, demand)
+    return TriggerConfig(profile.name, tuple(targets), mode or ValueMode.SUM, selector, demand,
+                         planner)
+
+
+def _planner(md: Mapping[str, str]) -> PlannerConfig:
+    """The planner's keys, each checked against a range that can be true."""
+    def get(key: str, default: float, low: float, high: float) -> float:
+        if key not in md:
+            return default
+        value = _number(md, key, positive=True)
+        if not low <= value <= high:
+            raise MetadataError(f"{key}: must be between {low:g} and {high:g}, got "
+                                f"{md[key][:40]!r}")
+        return value
+
+    base = PlannerConfig()
+    prefill = get("prefillTokensPerSecond", base.prefill_tps, 10.0, 1e8)
+    prompt = get("promptTokens", base.prompt_tokens, 1.0, 1e7)
+    if "ttftSeconds" in md and "queueDelaySeconds" in md:
+        raise MetadataError("queueDelaySeconds: give ttftSeconds or queueDelaySeconds, not "
+                            "both")
+    if "queueDelaySeconds" in md:
+        delay = get("queueDelaySeconds", 0.0, 0.01, 3600.0)
+    else:
+        ttft = get("ttftSeconds", 2.0, 0.01, 3600.0)
+        delay = ttft - prompt / prefill
+        if delay < 0.01:
+            raise MetadataError(f"ttftSeconds: {ttft:g}s leaves no time to queue: a "
+                                f"{prompt:g}-token prompt alone takes {prompt / prefill:.3g}s "
+                                f"to prefill at {prefill:g} tokens/s")
+    startup = get("startupSeconds", base.startup_s, 1.0, 7200.0)
+    return PlannerConfig(
+        delay_s=delay, startup_s=startup, prefill_tps=prefill,
+        decode_tps=get("decodeTokensPerSecond", base.decode_tps, 1.0, 1e8),
+        max_batch=int(get("maxBatch", base.max_batch, 1.0, 1e6)),
+        utilization=get("utilization", base.utilization, 0.1, 1.0),
+        hold_s=get("holdSeconds", startup, 0.0, 86400.0) if "holdSeconds" in md else None,
+        memory_s=get("memorySeconds", base.memory_s, 60.0, 86400.0),
+        prompt_tokens=prompt)
 
 
 def _number(md: Mapping[str, str], key: str, positive: bool) -> float:

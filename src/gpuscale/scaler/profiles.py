@@ -28,7 +28,12 @@ class Signal:
 #: Per-pod plausibility bounds by unit: far above any real reading (a percentage is at most
 #: 100; time-sliced process sums can overshoot a little), far below what overflows a sum
 #: over a fleet or KEDA's 3-decimal quantities.
-PLAUSIBLE: dict[str, float] = {"%": 1_000.0, "requests": 10_000_000.0, "ms": 1e9}
+PLAUSIBLE: dict[str, float] = {"%": 1_000.0, "requests": 10_000_000.0, "ms": 1e9,
+                                "replicas": 1_000_000.0}
+
+#: The planner's output (profile vllm-planner): a workload's replica count, not a per-pod
+#: signal; no other profile can use it.
+PLANNED = "planned-replicas"
 
 
 SIGNALS: dict[str, Signal] = {s.name: s for s in (
@@ -50,6 +55,9 @@ SIGNALS: dict[str, Signal] = {s.name: s for s in (
            "from nv_inference_queue_duration_us / nv_inference_request_success", "triton"),
     Signal("tgi-queue", "requests", "tgi_queue_size", "tgi"),
     Signal("tgi-batch", "requests", "tgi_batch_current_size", "tgi"),
+    Signal(PLANNED, "replicas", "the planner's replica count for the whole workload (profile "
+           "vllm-planner only; from the vllm token and request rates, queue and KV cache)",
+           "vllm"),
 )}
 
 
@@ -67,6 +75,7 @@ class ProfileName(enum.StrEnum):
     VLLM_INFERENCE = "vllm-inference"
     TRITON_INFERENCE = "triton-inference"
     TGI_INFERENCE = "tgi-inference"
+    VLLM_PLANNER = "vllm-planner"
     TRAINING = "training"
     BATCH = "batch"
 
@@ -99,6 +108,14 @@ PROFILES: dict[ProfileName, Profile] = {p.name: p for p in (
             "usage near full means the batch cannot grow. Scale on whichever needs more "
             "pods. (Measured in BENCHMARKS.md: 75 % of the batch misses the SLO in more "
             "minutes; waiting requests alone overshoot while new replicas load the model.)"),
+    Profile(ProfileName.VLLM_PLANNER, (Target(PLANNED, 1.0, 0.0),),
+            "LLM serving where a new replica takes minutes to start: the planner (scaler."
+            "planner) turns the engines' token rates, queue and KV cache into the replicas "
+            "the workload needs now and for the bursts it had in the last 15 minutes, held "
+            "for a start-up time, so capacity is there before the queue grows. The value is "
+            "planned replicas x targetValue (AverageValue). Give it your SLO and start-up "
+            "time (ttftSeconds or queueDelaySeconds, startupSeconds) and, once measured, "
+            "your replica's capacity (prefillTokensPerSecond, decodeTokensPerSecond)."),
     Profile(ProfileName.TRITON_INFERENCE, (Target("triton-pending", 10.0, 0.0),
                                  Target("triton-queue-time", 50.0, 0.0)),
             "Triton's pending requests and the time requests wait in its queue are direct "

@@ -33,7 +33,9 @@ from gpuscale.proto import externalscaler_pb2_grpc as pb_grpc
 from gpuscale.scaler.evaluate import WorkloadUnavailable, evaluate
 from gpuscale.scaler.fleet import FleetView
 from gpuscale.scaler.metadata import TriggerConfig, parse_metadata
-from gpuscale.scaler.profiles import Target
+from gpuscale.scaler.planner import Observation
+from gpuscale.scaler.planning import PlanBook, observe
+from gpuscale.scaler.profiles import PLANNED, Target
 from gpuscale.stream.records import PodRecord
 
 if TYPE_CHECKING:  # the Kubernetes client is imported only where the resolver is built
@@ -94,10 +96,13 @@ class ScalerService(pb_grpc.ExternalScalerServicer):
     def __init__(self, fleet: FleetView, demand: DemandCheck | None = None,
                  resend_s: float = STREAM_RESEND_S,
                  workloads: WorkloadResolver | None = None,
-                 count: Count | None = None, roster: Roster | None = None) -> None:
+                 count: Count | None = None, roster: Roster | None = None,
+                 plans: PlanBook | None = None) -> None:
         """``roster``: which pods must have reported (scaler.roster); None only where the
-        fleet view is fed in-process and complete by construction (the demo, tests)."""
+        fleet view is fed in-process and complete by construction (the demo, tests).
+        ``plans``: the planners of vllm-planner triggers (``plan_loop`` ticks them)."""
         self.fleet = fleet
+        self.plans = plans if plans is not None else PlanBook()
         self._roster = roster
         self._answered = _Answered(count)
         self._demand = demand
@@ -164,8 +169,21 @@ class ScalerService(pb_grpc.ExternalScalerServicer):
         return records, gaps
 
     def _value(self, ref: pb.ScaledObjectRef, cfg: TriggerConfig, target: Target) -> float:
+        if target.signal == PLANNED and cfg.planner is not None:
+            def sample() -> Observation:
+                return observe(self.fleet, *self._pods(ref, cfg))
+            plan = self.plans.plan((ref.namespace, ref.name, cfg), (ref.namespace, ref.name),
+                                   cfg.planner, sample, self.fleet.now())
+            return plan.replicas * target.target
         records, gaps = self._pods(ref, cfg)
         return evaluate(self.fleet, records, target, cfg.value_mode, gaps).value
+
+    async def plan_loop(self, period: float = 1.0) -> None:
+        """Observe every planned workload each ``period`` until the service stops."""
+        while not self.stopping.is_set():
+            self.plans.tick(self.fleet.now())
+            with suppress(TimeoutError):
+                await asyncio.wait_for(self.stopping.wait(), period)
 
     def _active(self, ref: pb.ScaledObjectRef, cfg: TriggerConfig) -> bool:
         """Active when any target's value is strictly above its activation threshold, or
@@ -173,9 +191,7 @@ class ScalerService(pb_grpc.ExternalScalerServicer):
         only. When the pods say inactive and the demand source cannot tell (unreachable,
         stale, a reply that is not a number), the answer is UNAVAILABLE, not "inactive": a
         workload at zero replicas has no pods to show its load. Raises DataUnavailable."""
-        records, gaps = self._pods(ref, cfg)
-        if any(evaluate(self.fleet, records, t, cfg.value_mode, gaps).value > t.activation
-               for t in cfg.targets):
+        if any(self._value(ref, cfg, t) > t.activation for t in cfg.targets):
             return True
         if cfg.demand_source and self._demand is not None:
             return self._demand(cfg.demand_source)

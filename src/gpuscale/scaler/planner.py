@@ -1,0 +1,264 @@
+"""The planner: how many replicas an LLM workload needs ahead of its traffic.
+
+A reactive signal (requests in the server over a per-pod target) pays for every burst with
+minutes of missed SLO, because a new replica needs minutes to become Ready. The planner
+turns what the engines report every second into a replica count, in units of the work one
+replica does in one second (a "replica-second"):
+
+- **Work per second.** A replica that prefills ``prefill_tps`` prompt tokens or decodes
+  ``decode_tps`` generated tokens in a second is fully busy, so the work served in a second
+  is ``prompt tokens/s / prefill_tps + generation tokens/s / decode_tps`` (from vLLM's
+  counters, per pod). Work that *arrived* in that second is what was served plus the growth
+  of the waiting queue times the mean work of one request (served work over finished
+  requests, over the last minutes).
+- **steady** (Little's law): the mean arrived work over the last minute, over the target
+  busy fraction ``utilization``: replicas that carry the work in flight with room left.
+- **burst**: the smallest service rate that keeps every arrival of the remembered
+  history (``memory_s``, at 1-s resolution) within the queueing-delay budget ``delay_s``:
+  a server of rate c keeps each arrival's wait within D exactly when the work arriving in
+  every interval of length L is at most c x (L + D) (the delay bound of a constant-rate
+  server). Taken over intervals up to ``BURST_SPANS[-1]`` seconds (longer ones are what
+  ``steady`` follows). This is what a 15 s scrape cannot see.
+- **concurrency**: sequences in the servers over ``max_batch`` (a replica cannot batch
+  more); **kv**: the Ready pods' KV-cache use over ``kv_target`` (a full cache stops the
+  batch from growing).
+- **backlog**: the waiting queue's work spread over ``startup_s``, the time a new
+  replica needs to become Ready: the extra capacity that drains it by the time it arrives.
+
+planned = ceil(max(steady, burst, concurrency, kv) + backlog), then held at the largest
+count of the last ``hold_s`` (default: the start-up time; capacity given back that is needed
+again within a start-up costs a cold start of missed SLO). Until the planner has seen a
+whole hold window it never plans below the pods that exist (it has not seen enough to know
+they are not needed).
+
+The plan is a total, not an increment: pods that are starting are part of it (they are on
+their way; the HPA counts them in its current replicas) and are never asked for twice. KEDA's
+AverageValue target T makes the HPA compute ceil(value / T): the service answers
+``planned x T``. Missing data is never a smaller plan: a Ready pod without its counters
+makes the observation unusable (the caller raises UNAVAILABLE), and a planner that has had
+no usable observation for ``stale_s`` answers UNAVAILABLE with the last reason.
+
+Pure: no I/O, no clock of its own (the caller passes ``now``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+
+from gpuscale.common.errors import DataUnavailable
+
+BURST_SPANS = (1, 2, 3, 5, 8, 13, 20, 30, 45, 60, 90, 120)  # seconds
+STEADY_S = 60  # the window of the steady term
+REQUEST_MEMORY_S = 300  # the window of the mean work of one request
+MAX_GAP_S = 30  # a longer gap between observations restarts the arrival history
+
+
+class PlanUnavailable(DataUnavailable):
+    """The planner cannot give a count it can stand behind; the message says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class PlannerConfig:
+    """One workload's planning parameters (trigger metadata; see ``scaler.metadata``)."""
+
+    delay_s: float = 2.0  # the queueing-delay budget (the SLO less the prefill itself)
+    startup_s: float = 180.0  # creation to Ready of a new replica
+    prefill_tps: float = 30_000.0  # prompt tokens/s one replica prefills, fully busy
+    decode_tps: float = 12_000.0  # generated tokens/s one replica decodes at full batch
+    max_batch: int = 256  # sequences one replica runs at once (vLLM's max_num_seqs)
+    utilization: float = 0.8  # the busy fraction the steady term aims at
+    kv_target: float = 90.0  # percent of KV cache a pod may use before another is needed
+    memory_s: float = 900.0  # how long a burst is remembered
+    hold_s: float | None = None  # scale-down hold; None: startup_s
+    prompt_tokens: float = 1_000.0  # a request's tokens until the engine has shown its own
+    output_tokens: float = 250.0
+    stale_s: float = 10.0  # no usable observation for this long: UNAVAILABLE
+
+    @property
+    def hold(self) -> float:
+        return self.startup_s if self.hold_s is None else self.hold_s
+
+    def work(self, prompt: float, output: float) -> float:
+        """Replica-seconds of ``prompt`` prefilled and ``output`` generated tokens."""
+        return prompt / self.prefill_tps + output / self.decode_tps
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """One moment of a workload: sums over its Ready pods that report, and its pods."""
+
+    prompt_tps: float
+    generation_tps: float
+    finished_rate: float  # requests/s
+    waiting: float
+    running: float
+    kv_cache: float  # percent, summed over Ready pods
+    ready: int
+    starting: int  # pods of the workload that are not Ready yet
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """A planned replica count and every term it came from (for a person, and /metrics)."""
+
+    replicas: int
+    at: float  # when it was made (the caller's clock)
+    steady: float
+    burst: float
+    concurrency: float
+    kv: float
+    backlog: float
+    required: float  # max(steady, burst, concurrency, kv) + backlog
+    unheld: int  # ceil(required), before the hold
+    arrived: float  # work that arrived in the last second, replica-seconds
+    request_work: float  # mean replica-seconds of one request
+    ready: int
+    starting: int
+    warming: bool  # the planner has not seen a whole hold window yet
+
+    def terms(self) -> dict[str, float]:
+        return {"steady": self.steady, "burst": self.burst, "concurrency": self.concurrency,
+                "kv": self.kv, "backlog": self.backlog, "required": self.required,
+                "arrived": self.arrived, "request_work": self.request_work,
+                "ready": float(self.ready), "starting": float(self.starting)}
+
+
+@dataclass(slots=True)
+class _Window:
+    """Per-second values over a bounded span, with prefix sums for interval sums."""
+
+    span: int
+    values: deque[float] = field(default_factory=deque)
+    prefix: deque[float] = field(default_factory=lambda: deque([0.0]))
+
+    def push(self, value: float) -> None:
+        self.values.append(value)
+        self.prefix.append(self.prefix[-1] + value)
+        while len(self.values) > self.span:
+            self.values.popleft()
+            self.prefix.popleft()
+
+    def last(self, n: int) -> float:
+        """The sum of the last ``n`` values (fewer if fewer are held)."""
+        n = min(n, len(self.values))
+        return self.prefix[-1] - self.prefix[-1 - n]
+
+    def clear(self) -> None:
+        self.values.clear()
+        self.prefix.clear()
+        self.prefix.append(0.0)
+
+
+class Planner:
+    """One workload's planner; call ``observe`` about once a second."""
+
+    def __init__(self, config: PlannerConfig = PlannerConfig()) -> None:
+        self.config = config
+        self._second: int | None = None  # the last second observed
+        self._waiting = 0.0
+        self._arrived = _Window(max(BURST_SPANS[-1], STEADY_S))
+        self._served = _Window(REQUEST_MEMORY_S)
+        self._finished = _Window(REQUEST_MEMORY_S)
+        self._bursts: deque[tuple[int, float]] = deque()  # (second, rate), decreasing
+        self._unheld: deque[tuple[int, int]] = deque()  # (second, count), decreasing
+        self._since: int | None = None  # first second of the current history
+        self.plan: Plan | None = None
+        self._failed_at: float | None = None
+        self._why = "no observation yet"
+
+    def fail(self, now: float, why: str) -> None:
+        """An observation could not be made (the caller's reason, for the answer)."""
+        if self._failed_at is None:
+            self._failed_at = now
+        self._why = why
+
+    def current(self, now: float) -> Plan:
+        """The latest plan, or PlanUnavailable when there is none fresh enough."""
+        plan = self.plan
+        if plan is None:
+            raise PlanUnavailable(f"planner: no plan yet ({self._why})")
+        if now - plan.at > self.config.stale_s:
+            raise PlanUnavailable(f"planner: no usable observation for "
+                                  f"{now - plan.at:.0f}s ({self._why})")
+        return plan
+
+    def observe(self, now: float, obs: Observation) -> Plan:
+        c = self.config
+        second = math.floor(now)
+        served = c.work(obs.prompt_tps, obs.generation_tps)
+        self._failed_at, self._why = None, "ok"
+        if self._second is not None and second <= self._second:
+            # A second observation within one second: the queue change is kept for the
+            # next second; the plan is made again from what is known.
+            return self._make(now, obs, served)
+        gap = 1 if self._second is None else second - self._second
+        if gap > MAX_GAP_S:  # a long gap: what came before says nothing about now
+            self._restart()
+            gap = 1
+        request = self._request_work()
+        grown = 0.0 if self._second is None else (obs.waiting - self._waiting) * request
+        arrived = max(0.0, served + grown / gap)
+        for _ in range(gap):  # unseen seconds are taken as the one seen after them
+            self._arrived.push(arrived)
+            self._served.push(served)
+            self._finished.push(obs.finished_rate)
+        self._second, self._waiting = second, obs.waiting
+        if self._since is None:
+            self._since = second
+        self._remember_burst(second, c.delay_s)
+        return self._make(now, obs, served, arrived)
+
+    def _restart(self) -> None:
+        for window in (self._arrived, self._served, self._finished):
+            window.clear()
+        self._bursts.clear()
+        self._unheld.clear()
+        self._since = None
+
+    def _request_work(self) -> float:
+        """Mean replica-seconds of one request: served work over finished requests in the
+        recent window, the configured request until requests have finished."""
+        n = len(self._served.values)
+        finished = self._finished.last(n)
+        if finished >= 10:  # enough requests for a mean
+            return self._served.last(n) / finished
+        c = self.config
+        return c.work(c.prompt_tokens, c.output_tokens)
+
+    def _remember_burst(self, second: int, delay: float) -> None:
+        rate = max(self._arrived.last(span) / (span + delay) for span in BURST_SPANS)
+        while self._bursts and self._bursts[-1][1] <= rate:
+            self._bursts.pop()
+        self._bursts.append((second, rate))
+        while self._bursts[0][0] <= second - self.config.memory_s:
+            self._bursts.popleft()
+
+    def _make(self, now: float, obs: Observation, served: float,
+              arrived: float | None = None) -> Plan:
+        c = self.config
+        second = self._second if self._second is not None else math.floor(now)
+        request = self._request_work()
+        n = min(STEADY_S, len(self._arrived.values))
+        steady = (self._arrived.last(n) / n if n else served) / c.utilization
+        burst = self._bursts[0][1] if self._bursts else 0.0
+        concurrency = (obs.running + obs.waiting) / c.max_batch
+        kv = obs.kv_cache / c.kv_target
+        backlog = obs.waiting * request / c.startup_s
+        required = max(steady, burst, concurrency, kv) + backlog
+        unheld = math.ceil(required - 1e-9) if required > 0 else 0
+        while self._unheld and self._unheld[-1][1] <= unheld:
+            self._unheld.pop()
+        self._unheld.append((second, unheld))
+        while self._unheld[0][0] <= second - c.hold:
+            self._unheld.popleft()
+        replicas = self._unheld[0][1]
+        warming = self._since is None or second - self._since < c.hold
+        if warming:
+            replicas = max(replicas, obs.ready + obs.starting)
+        self.plan = Plan(replicas, now, steady, burst, concurrency, kv, backlog, required,
+                         unheld, arrived if arrived is not None else
+                         (self.plan.arrived if self.plan else served),
+                         request, obs.ready, obs.starting, warming)
+        return self.plan

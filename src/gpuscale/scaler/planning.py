@@ -1,0 +1,113 @@
+"""The planners of the workloads KEDA asks about, ticked once a second from the fleet view.
+
+KEDA polls a scaler every ``pollingInterval`` (30 s by default), and the HPA reads the
+metric every 15 s; the planner needs every second. So a workload's planner is created the
+first time KEDA asks about it, observed by ``PlanBook.tick`` once a second (the scaler runs
+the loop), and forgotten when nobody has asked for ``IDLE_S``. The answer to KEDA is the
+latest plan, from memory.
+
+An observation is the sum over the workload's pods of the planner's signals, made by
+``evaluate`` with the same rules as every other answer: a Ready pod without a usable value,
+a stale one, or a gap the roster found makes the observation fail (the planner keeps the
+reason and, once its plan is older than its staleness bound, answers UNAVAILABLE with it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Iterator
+from dataclasses import dataclass
+
+from gpuscale.common.errors import DataUnavailable, Overloaded
+from gpuscale.scaler.evaluate import evaluate
+from gpuscale.scaler.fleet import FleetView
+from gpuscale.scaler.planner import Observation, Plan, Planner, PlannerConfig
+from gpuscale.scaler.profiles import Target, ValueMode
+from gpuscale.stream.records import PodRecord
+
+IDLE_S = 900.0  # a planner nobody asked about for this long is dropped
+MAX_WORKLOADS = 10_000
+
+#: The per-pod signals an observation sums (engines.signals names them).
+PLANNER_SIGNALS = ("vllm-prompt-tps", "vllm-generation-tps", "vllm-finished-rate",
+                   "vllm-waiting", "vllm-running", "vllm-kv-cache")
+
+
+class TooManyPlans(Overloaded):
+    """More distinct planned workloads than the scaler keeps."""
+
+
+def observe(fleet: FleetView, pods: list[PodRecord], gaps: list[str]) -> Observation:
+    """The workload's sums now. Raises WorkloadUnavailable (naming pods and why)."""
+    sums = {}
+    ready = 0
+    for name in PLANNER_SIGNALS:
+        got = evaluate(fleet, pods, Target(name, 1.0, 0.0), ValueMode.SUM, gaps)
+        sums[name] = got.value
+        ready = got.ready
+    return Observation(
+        prompt_tps=sums["vllm-prompt-tps"], generation_tps=sums["vllm-generation-tps"],
+        finished_rate=sums["vllm-finished-rate"], waiting=sums["vllm-waiting"],
+        running=sums["vllm-running"], kv_cache=sums["vllm-kv-cache"], ready=ready,
+        starting=sum(1 for p in pods if not p.ready))
+
+
+@dataclass(slots=True)
+class _Entry:
+    planner: Planner
+    asked_at: float
+    label: tuple[str, str]  # namespace, ScaledObject name (for /metrics)
+
+
+Sample = Callable[[], Observation]  # raises DataUnavailable
+
+
+class PlanBook:
+    """Planners by key (the ScaledObject and its trigger's configuration)."""
+
+    def __init__(self, max_workloads: int = MAX_WORKLOADS, idle_s: float = IDLE_S) -> None:
+        self._entries: dict[Hashable, _Entry] = {}
+        self._samplers: dict[Hashable, Sample] = {}
+        self.max_workloads = max_workloads
+        self.idle_s = idle_s
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def plan(self, key: Hashable, label: tuple[str, str], config: PlannerConfig,
+             sample: Sample, now: float) -> Plan:
+        """The workload's current plan; the first ask creates its planner and observes at
+        once. Raises PlanUnavailable (DataUnavailable), TooManyPlans."""
+        entry = self._entries.get(key)
+        if entry is None:
+            if len(self._entries) >= self.max_workloads:
+                raise TooManyPlans(f"this scaler already plans {len(self._entries)} "
+                                   f"workloads (limit {self.max_workloads}); shard the "
+                                   "ScaledObjects over more scalers")
+            entry = self._entries[key] = _Entry(Planner(config), now, label)
+            self._samplers[key] = sample
+            self._observe(entry.planner, sample, now)
+        entry.asked_at = now
+        self._samplers[key] = sample  # the newest way to read the pods
+        return entry.planner.current(now)
+
+    def tick(self, now: float) -> None:
+        """Observe every planned workload once; drop the ones nobody asks about."""
+        for key, entry in list(self._entries.items()):
+            if now - entry.asked_at > self.idle_s:
+                del self._entries[key]
+                del self._samplers[key]
+                continue
+            self._observe(entry.planner, self._samplers[key], now)
+
+    @staticmethod
+    def _observe(planner: Planner, sample: Sample, now: float) -> None:
+        try:
+            planner.observe(now, sample())
+        except DataUnavailable as exc:
+            planner.fail(now, str(exc))
+
+    def plans(self) -> Iterator[tuple[tuple[str, str], Plan]]:
+        """(namespace, name) and the latest plan of every workload that has one."""
+        for entry in self._entries.values():
+            if entry.planner.plan is not None:
+                yield entry.label, entry.planner.plan
