@@ -171,3 +171,41 @@ def test_any_selector_text_parses_or_raises_selector_error(text: str) -> None:
     except SelectorError:
         return
     sel.matches({"app": "x"})
+
+
+def test_planner_profile_defaults_and_keys() -> None:
+    cfg = parse_metadata({"profile": "vllm-planner"})
+    assert [(t.signal, t.target) for t in cfg.targets] == [("planned-replicas", 1.0)]
+    assert cfg.metric_name(cfg.targets[0]) == "gpuscale-planned-replicas"
+    assert cfg.planner is not None
+    # ttftSeconds 2 (default) less the prefill of a 1000-token prompt at 30k tokens/s.
+    assert cfg.planner.delay_s == pytest.approx(2.0 - 1000 / 30_000)
+    cfg = parse_metadata({"profile": "vllm-planner", "queueDelaySeconds": "0.5",
+                          "startupSeconds": "240", "prefillTokensPerSecond": "20000",
+                          "decodeTokensPerSecond": "8000", "maxBatch": "128",
+                          "utilization": "0.7", "holdSeconds": "600", "memorySeconds": "3600",
+                          "targetValue": "10"})
+    p = cfg.planner
+    assert p is not None
+    assert (p.delay_s, p.startup_s, p.prefill_tps, p.decode_tps, p.max_batch, p.utilization,
+            p.hold, p.memory_s) == (0.5, 240.0, 20_000.0, 8_000.0, 128, 0.7, 600.0, 3600.0)
+    assert cfg.targets[0].target == 10.0
+    assert parse_metadata({"profile": "vllm-planner", "startupSeconds": "90"}).planner \
+        .hold == 90.0  # the hold follows the start-up time unless given
+
+
+@pytest.mark.parametrize(("md", "message"), [
+    ({"startupSeconds": "90"}, "startupSeconds: only with profile vllm-planner"),
+    ({"profile": "vllm-planner", "ttftSeconds": "1", "queueDelaySeconds": "1"}, "not both"),
+    ({"profile": "vllm-planner", "ttftSeconds": "0.02"}, "leaves no time to queue"),
+    ({"profile": "vllm-planner", "utilization": "1.5"}, "utilization: must be between"),
+    ({"profile": "vllm-planner", "startupSeconds": "1e9"}, "startupSeconds: must be between"),
+    ({"profile": "vllm-planner", "maxBatch": "NaN"}, "maxBatch: 'NaN' is not a number"),
+    ({"profile": "vllm-planner", "metricType": "Value"}, "use AverageValue"),
+    ({"profile": "vllm-planner", "signal": "vllm-waiting"}, "only signal"),
+    ({"profile": "vllm-inference", "signal": "planned-replicas", "targetValue": "1"},
+     "only signal"),
+])
+def test_planner_keys_refused(md: dict[str, str], message: str) -> None:
+    with pytest.raises(MetadataError, match=message):
+        parse_metadata(md)

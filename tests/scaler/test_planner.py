@@ -8,9 +8,9 @@ import pytest
 
 from gpuscale.scaler.planner import (
     Observation,
-    PlanUnavailable,
     Planner,
     PlannerConfig,
+    PlanUnavailable,
 )
 
 CFG = PlannerConfig(delay_s=2.0, startup_s=100.0, prefill_tps=30_000.0, decode_tps=12_000.0,
@@ -39,7 +39,8 @@ def test_steady_load_is_carried_at_the_target_utilization() -> None:
     assert plan.steady == pytest.approx(2.4 / 0.8)
     # The longest burst span (120 s) of a steady 2.4/s: 288 / 122.
     assert plan.burst == pytest.approx(2.4 * 120 / 122)
-    assert plan.replicas == 3 and plan.unheld == 3
+    assert plan.replicas == 3
+    assert plan.unheld == 3
     assert not plan.warming  # 200 s seen, hold window 100 s
 
 
@@ -102,7 +103,8 @@ def test_warming_up_never_plans_below_the_pods_that_exist() -> None:
     p = Planner(CFG)
     run(p, range(0, 50), busy(0.1, ready=4, starting=2))
     plan = p.current(49.0)
-    assert plan.unheld == 1 and plan.warming
+    assert plan.unheld == 1
+    assert plan.warming
     assert plan.replicas == 6  # 4 ready + 2 starting: not seen enough to give them back
     run(p, range(50, 160), busy(0.1, ready=4, starting=2))
     assert p.current(159.0).replicas == 1
@@ -126,7 +128,7 @@ def test_no_observation_is_unavailable_with_the_reason() -> None:
     p.observe(0.0, busy(1.0))
     p.fail(1.0, "vllm-0 has no vllm-prompt-tps")
     assert p.current(5.0).replicas >= 1  # still within the staleness bound
-    with pytest.raises(PlanUnavailable, match="no usable observation for 11s.*vllm-0"):
+    with pytest.raises(PlanUnavailable, match=r"no usable observation for 11s.*vllm-0"):
         p.current(11.0)
 
 
@@ -135,7 +137,8 @@ def test_a_long_gap_restarts_the_history() -> None:
     run(p, range(0, 10), busy(20.0, ready=20))
     p.observe(100.0, busy(0.1, ready=1))
     plan = p.current(100.0)
-    assert plan.burst < 1 and plan.warming
+    assert plan.burst < 1
+    assert plan.warming
 
 
 def test_two_observations_in_one_second_count_the_second_once() -> None:

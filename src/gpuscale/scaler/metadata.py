@@ -196,6 +196,8 @@ def _parse(items: frozenset[tuple[str, str]]) -> TriggerConfig:
     if planner is not None and mode is ValueMode.AVERAGE:
         raise MetadataError("metricType: the planner's value is a replica count for the "
                             "whole workload: use AverageValue (the default)")
+
+    selector = None
     if "podSelector" in md:
         try:
             selector = parse_selector(md["podSelector"])
