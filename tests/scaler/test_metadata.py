@@ -190,8 +190,9 @@ def test_planner_profile_defaults_and_keys() -> None:
     assert (p.delay_s, p.startup_s, p.prefill_tps, p.decode_tps, p.max_batch, p.utilization,
             p.hold, p.memory_s) == (0.5, 240.0, 20_000.0, 8_000.0, 128, 0.7, 600.0, 3600.0)
     assert cfg.targets[0].target == 10.0
-    assert parse_metadata({"profile": "vllm-planner", "startupSeconds": "90"}).planner \
-        .hold == 90.0  # the hold follows the start-up time unless given
+    short = parse_metadata({"profile": "vllm-planner", "startupSeconds": "90"}).planner
+    assert short is not None
+    assert short.hold == 90.0  # the hold follows the start-up time unless given
 
 
 @pytest.mark.parametrize(("md", "message"), [
