@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from pathlib import Path
 
 import pytest
@@ -24,18 +24,34 @@ from gpuscale.telemetry.simulated import SimulatedBackend
 from tests.conftest import until
 
 VLLM = (Path(__file__).parents[1] / "engines" / "data" / "vllm_metrics.txt").read_bytes()
+RATES = ("vllm-prompt-tps", "vllm-generation-tps", "vllm-finished-rate")
 
 
 class CountingEngine:
-    """A pod's /metrics: ``body`` on every request, counted."""
+    """A pod's /metrics: ``body`` (of the request number, from 1) on every request,
+    counted."""
 
-    def __init__(self, body: bytes) -> None:
+    def __init__(self, body: bytes | Callable[[int], bytes]) -> None:
         self.body = body
         self.requests = 0
 
     async def handle(self, _: web.Request) -> web.Response:
         self.requests += 1
-        return web.Response(body=self.body, content_type="text/plain")
+        body = self.body(self.requests) if callable(self.body) else self.body
+        return web.Response(body=body, content_type="text/plain")
+
+
+def serving(n: int) -> bytes:
+    """VLLM (whose prompt counter stays put) with counters that grow on every request: 100
+    generated tokens and 3 finished requests (2 stop, 1 length) per request."""
+    labels = 'engine="0",model_name="meta-llama/Llama-3.1-8B-Instruct"'
+    return VLLM + (
+        "# TYPE vllm:generation_tokens counter\n"
+        f"vllm:generation_tokens_total{{{labels}}} {100 * n}.0\n"
+        "# TYPE vllm:request_success counter\n"
+        f'vllm:request_success_total{{{labels},finished_reason="stop"}} {2 * n}.0\n'
+        f'vllm:request_success_total{{{labels},finished_reason="length"}} {n}.0\n'
+    ).encode()
 
 
 class FixedSources:
@@ -76,10 +92,13 @@ class Records:
 
 @pytest.fixture
 async def engines() -> AsyncIterator[dict[str, tuple[CountingEngine, int]]]:
-    """Three engine pods: 'small' and 'large' (8 KiB) hold GPUs, 'cpu' holds none."""
+    """Three engine pods: 'small' (serving: its counters grow) and 'large' (8 KiB) hold
+    GPUs, 'cpu' holds none."""
     out: dict[str, tuple[CountingEngine, int]] = {}
     runners = []
-    for name, body in (("small", VLLM), ("large", VLLM + b"#" * 8192), ("cpu", VLLM)):
+    bodies: tuple[tuple[str, bytes | Callable[[int], bytes]], ...] = (
+        ("small", serving), ("large", VLLM + b"#" * 8192), ("cpu", VLLM))
+    for name, body in bodies:
         engine = CountingEngine(body)
         app = web.Application()
         app.router.add_get("/metrics", engine.handle)
@@ -109,9 +128,11 @@ async def test_agent_scrapes_only_its_gpu_pods_within_the_body_limit(
     try:
         def small_read() -> bool:
             r = records.latest.get("small")
-            return r is not None and r.signals.get("vllm-waiting") == 7.0
+            return r is not None and r.signals.get("vllm-waiting") == 7.0 and \
+                isinstance(r.signals.get("vllm-finished-rate"), float)
 
-        await until(small_read, what="the GPU pod's engine signals in its record")
+        await until(small_read, what="the GPU pod's engine signals and rates in its record")
+        small_rates = {s: records.latest["small"].signals[s] for s in RATES}
         small, _ = engines["small"]
         seen = small.requests
         await until(lambda: small.requests >= seen + 3, what="three more scrapes")
@@ -128,11 +149,22 @@ async def test_agent_scrapes_only_its_gpu_pods_within_the_body_limit(
     # ... and the reason travels with the record (to the scaler's UNAVAILABLE message).
     assert records.latest["large"].reasons["vllm-waiting"].startswith("body over 4096 bytes")
     assert "vllm-waiting" not in records.latest["small"].reasons
+    # Rates over one scrape interval: the prompt counter did not move; the other two grew
+    # 100 : 3 on every request, whatever the interval.
+    prompt, generated, finished = (small_rates[s] for s in RATES)
+    assert prompt == 0.0
+    assert isinstance(generated, float)
+    assert isinstance(finished, float)
+    assert generated > 0
+    assert finished / generated == pytest.approx(0.03)
+    assert {large[s] for s in RATES} == {Absent.UNAVAILABLE}
     update = encode("n", "id", 1, 0.0, 1.0, list(records.latest.values()))
     back = {r.name: r for r in decode(update, 5.0, 3.0)}
     assert back["large"].reasons == {k: v[:200] for k, v in
                                      records.latest["large"].reasons.items()}
     assert back["large"].signals["vllm-waiting"] is Absent.UNAVAILABLE
+    assert {s: back["small"].signals[s] for s in RATES} == {
+        s: records.latest["small"].signals[s] for s in RATES}
 
 
 @pytest.mark.parametrize("value", ["10", "100000000"])

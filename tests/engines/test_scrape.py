@@ -21,7 +21,7 @@ from tests.conftest import free_port, until
 
 DATA = Path(__file__).parent / "data"
 VLLM = (DATA / "vllm_metrics.txt").read_bytes()
-U = Absent.UNAVAILABLE
+U, N = Absent.UNAVAILABLE, Absent.NO_DATA
 
 
 def pod(name: str, port: int, engine: str = "vllm", path: str = "/metrics",
@@ -251,7 +251,8 @@ async def test_hostile_values_over_http(serve: Serve, value: str, why: str) -> N
     async with scraper.session() as http:
         got = await scraper.scrape(http, t)
     assert got.signals == {"vllm-waiting": U, "vllm-running": 21.0, "vllm-requests": U,
-                           "vllm-kv-cache": pytest.approx(57.0)}
+                           "vllm-kv-cache": pytest.approx(57.0), "vllm-prompt-tps": N,
+                           "vllm-generation-tps": N, "vllm-finished-rate": N}
     assert got.error == why
 
 

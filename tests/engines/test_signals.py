@@ -16,6 +16,7 @@ from gpuscale.engines.signals import (
     EngineParseError,
     EngineSignals,
     TritonWindow,
+    VllmRates,
     engine_signals,
     samples,
 )
@@ -23,6 +24,7 @@ from gpuscale.telemetry.model import Absent
 
 DATA = Path(__file__).parent / "data"
 U, N = Absent.UNAVAILABLE, Absent.NO_DATA
+NO_RATES = {"vllm-prompt-tps": N, "vllm-generation-tps": N, "vllm-finished-rate": N}
 
 
 def triton_text(a: tuple[float, float], b: tuple[float, float], pending: str = "7") -> str:
@@ -37,14 +39,14 @@ def triton_text(a: tuple[float, float], b: tuple[float, float], pending: str = "
 def test_vllm_signals_sum_over_engines() -> None:
     got = engine_signals("vllm", (DATA / "vllm_metrics.txt").read_text(), 0.0)
     assert got.signals == {"vllm-waiting": 7.0, "vllm-running": 21.0, "vllm-requests": 28.0,
-                           "vllm-kv-cache": pytest.approx(57.0)}
+                           "vllm-kv-cache": pytest.approx(57.0), **NO_RATES}
     assert got.problems == ()
 
 
 def test_vllm_old_kv_cache_name_falls_back() -> None:
     got = engine_signals("vllm", (DATA / "vllm_old_metrics.txt").read_text(), 0.0)
     assert got.signals == {"vllm-waiting": 0.0, "vllm-running": 4.0, "vllm-requests": 4.0,
-                           "vllm-kv-cache": 25.0}
+                           "vllm-kv-cache": 25.0, **NO_RATES}
 
 
 def test_missing_metrics_are_no_data_never_zero() -> None:
@@ -109,7 +111,7 @@ def test_a_hostile_value_blanks_its_signals_and_says_why(waiting: str, why: str)
     running and the KV cache do not use the bad metric and stay."""
     got = engine_signals("vllm", vllm_body(waiting=waiting), 0.0)
     assert got.signals == {"vllm-waiting": U, "vllm-running": 4.0, "vllm-requests": U,
-                           "vllm-kv-cache": 50.0}
+                           "vllm-kv-cache": 50.0, **NO_RATES}
     assert len(got.problems) == 1
     assert why in got.problems[0]
 
@@ -117,7 +119,7 @@ def test_a_hostile_value_blanks_its_signals_and_says_why(waiting: str, why: str)
 def test_every_bad_metric_is_named_and_a_fraction_above_one_is_refused() -> None:
     got = engine_signals("vllm", vllm_body(running="-1", kv="1.5"), 0.0)
     assert got.signals == {"vllm-waiting": 53.0, "vllm-running": U, "vllm-requests": U,
-                           "vllm-kv-cache": U}
+                           "vllm-kv-cache": U, **NO_RATES}
     assert sorted(got.problems) == ["vllm:kv_cache_usage_perc = 1.5 (above 1: a fraction)",
                                     "vllm:num_requests_running = -1 (negative)"]
 
@@ -154,7 +156,8 @@ def test_triton_hostile_values() -> None:
 NAMES = ["vllm:num_requests_waiting", "vllm:num_requests_running", "vllm:kv_cache_usage_perc",
          "vllm:gpu_cache_usage_perc", "nv_inference_pending_request_count",
          "nv_inference_queue_duration_us", "nv_inference_request_success", "tgi_queue_size",
-         "tgi_batch_current_size", "other_metric"]
+         "tgi_batch_current_size", "vllm:prompt_tokens_total", "vllm:generation_tokens_total",
+         "vllm:request_success_total", "other_metric"]
 VALUES = st.one_of(
     st.sampled_from(["-43", "NaN", "+Inf", "-Inf", "1e300", "-0", "0", "1", "0.5", "1e-300",
                      "123456789012345678901234567890", "9" * 400, "0x10", "1_0", "", "1 2",
@@ -181,9 +184,10 @@ def assert_sound(engine: str, got: EngineSignals) -> None:
         assert got.problems, "an UNAVAILABLE signal without a reason"
 
 
-def signals_or_parse_error(engine: str, text: str, at: float, window: TritonWindow) -> None:
+def signals_or_parse_error(engine: str, text: str, at: float, window: TritonWindow,
+                           rates: VllmRates) -> None:
     try:
-        got = engine_signals(engine, text, at, window)
+        got = engine_signals(engine, text, at, window, rates)
     except EngineParseError as exc:
         why = str(exc)
     else:
@@ -197,9 +201,9 @@ def signals_or_parse_error(engine: str, text: str, at: float, window: TritonWind
 def test_any_text_gives_sound_signals_or_a_parse_error(first: str, second: str) -> None:
     """Whatever the engine sends, the parser raises nothing but EngineParseError and no
     signal is negative, non-finite or above its bound (two bodies in a row, so Triton's
-    windowed mean is computed too)."""
+    windowed mean and vLLM's rates are computed too)."""
     for engine in ENGINES:
-        window = TritonWindow()
+        window, rates = TritonWindow(), VllmRates()
         for at, text in ((0.0, first), (10.0, second)):
-            signals_or_parse_error(engine, text, at, window)
+            signals_or_parse_error(engine, text, at, window, rates)
 

@@ -20,8 +20,10 @@ make the others wait for a slot). Bodies are parsed in one worker thread, one at
 so a large body does not stall the event loop. A failed scrape makes all of the pod's
 engine signals UNAVAILABLE, and a scrape with unusable values (engines.signals) those
 signals, until the next success; ``EngineReading.error`` says why in words a person can
-act on, and the log says it once per pod and reason. Pods that leave (the node, or the
-attribution) are dropped at once and their tasks stopped. Nothing here is driven by
+act on, and the log says it once per pod and reason. Triton's windowed mean and vLLM's
+rates need each pod's counters from earlier scrapes: that history is the pod's own, timed
+by the end of each body's read. Pods that leave (the node, or the attribution) are dropped
+at once, with their history, and their tasks stopped. Nothing here is driven by
 ScaledObject metadata.
 """
 
@@ -47,6 +49,7 @@ from gpuscale.engines.signals import (
     EngineParseError,
     EngineSignals,
     TritonWindow,
+    VllmRates,
     engine_signals,
     unavailable,
 )
@@ -153,7 +156,10 @@ class EngineScraper:
         self._starting: set[PodKey] = set()  # not Ready: failures are expected, not warned
         self._gpu_pods: frozenset[PodKey] | None = None  # None: not known yet
         self._skipped: dict[PodKey, str] = {}  # annotated pods not scraped: reason logged
+        # Counter history per pod (Triton's windowed mean, vLLM's rates): a pod's own,
+        # forgotten with the pod, so a new pod (or a new IP) starts a fresh history.
         self._triton: dict[PodKey, TritonWindow] = {}
+        self._vllm: dict[PodKey, VllmRates] = {}
         self._logged: dict[PodKey, str] = {}
         self._limit = asyncio.Semaphore(MAX_CONCURRENT)
         self._parser = ThreadPoolExecutor(max_workers=1, thread_name_prefix="engine-parse")
@@ -246,6 +252,7 @@ class EngineScraper:
         self._targets.pop(key, None)
         self._readings.pop(key, None)
         self._triton.pop(key, None)
+        self._vllm.pop(key, None)
         self._logged.pop(key, None)
         self._starting.discard(key)
 
@@ -287,11 +294,13 @@ class EngineScraper:
                 return self._fail(key, t, f"no complete answer in {float(self._timeout)}s")
             except aiohttp.ClientError as exc:
                 return self._fail(key, t, describe(exc))
-            window = self._triton.setdefault(key, TritonWindow())
+            triton = (self._triton.setdefault(key, TritonWindow()) if t.engine == "triton"
+                      else None)
+            vllm = self._vllm.setdefault(key, VllmRates()) if t.engine == "vllm" else None
             loop = asyncio.get_running_loop()
             try:
                 got = await loop.run_in_executor(self._parser, _parse, t.engine, body,
-                                                 self._monotonic(), window)
+                                                 self._monotonic(), triton, vllm)
             except EngineParseError as exc:
                 return self._fail(key, t, str(exc)[:200])
         scraped = self._monotonic()
@@ -318,12 +327,12 @@ class EngineScraper:
             log.warning("%s/%s: cannot use engine metrics from %s: %s", *key, t.url, why)
 
 
-def _parse(engine: str, body: bytes, scraped_at: float,
-           window: TritonWindow) -> EngineSignals:
+def _parse(engine: str, body: bytes, scraped_at: float, triton: TritonWindow | None,
+           vllm: VllmRates | None) -> EngineSignals:
     """Decode and parse one body (in the parser thread). Raises EngineParseError."""
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise EngineParseError(f"body is not UTF-8 (byte 0x{body[exc.start]:02x} at offset "
                                f"{exc.start})") from None
-    return engine_signals(engine, text, scraped_at, window)
+    return engine_signals(engine, text, scraped_at, triton, vllm)

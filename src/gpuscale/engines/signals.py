@@ -6,7 +6,23 @@ Parsed with prometheus_client's text parser. Each engine's signals, per pod:
   ``vllm:num_requests_running`` over all label sets (``model_name``, ``engine``), and
   ``vllm-requests`` their sum;
   ``vllm-kv-cache`` = 100 x the largest ``vllm:kv_cache_usage_perc`` (0-1), falling back to
-  the older ``vllm:gpu_cache_usage_perc``.
+  the older ``vllm:gpu_cache_usage_perc``;
+  ``vllm-prompt-tps`` / ``vllm-generation-tps`` (tokens/s) and ``vllm-finished-rate``
+  (requests/s) = the per-second increase of ``vllm:prompt_tokens_total`` /
+  ``vllm:generation_tokens_total`` / ``vllm:request_success_total`` (each summed over all
+  label sets: ``model_name``, ``engine``, and ``finished_reason`` for the last) between
+  the pod's last two scrapes, divided by the difference of the scrape times (not the
+  asker's clock). The latest interval, not a longer window, because the planner wants
+  the rate at the scrape cadence (1 s); a scrape that failed in between makes that one
+  rate the mean over the gap. Fewer than two scrapes with the counter, a zero (or
+  backward) time difference, or a counter lower than before (the engine restarted: every
+  rate's history starts over) -> no data for that scrape. A counter missing from the body
+  (or unusable) is no data for its signal only, and its history is forgotten. A rate
+  above ``MAX_TOKENS_PER_S`` / ``MAX_FINISHED_PER_S`` is UNAVAILABLE, with the reason.
+  Names as vLLM declares them in ``vllm/v1/metrics/loggers.py`` (``PrometheusStatLogger``,
+  github.com/vllm-project/vllm at 005a810bc40faa25b8870fbc8559c3462581eee3:
+  ``vllm:prompt_tokens``, ``vllm:generation_tokens``, ``vllm:request_success`` with
+  ``labelnames + ["finished_reason"]``), which prometheus_client exposes with ``_total``.
 - Triton: ``triton-pending`` = sum of ``nv_inference_pending_request_count``;
   ``triton-queue-time`` (ms) = increase of ``nv_inference_queue_duration_us`` over increase
   of ``nv_inference_request_success`` within the last window, both summed over models, with
@@ -63,6 +79,28 @@ REQUESTS = Bound(1_000_000, "not plausible for one engine pod")
 FRACTION = Bound(1.0, "a fraction")
 COUNTER = Bound(2.0 ** 53, "float64 no longer counts in ones")
 MAX_QUEUE_MS = 3_600_000.0  # a mean wait over an hour: no client waits that long
+# Per pod: a node of eight H100s prefills ~1e5-1e6 tokens/s; 100x that is a broken peer.
+MAX_TOKENS_PER_S = 10_000_000.0
+MAX_FINISHED_PER_S = 100_000.0  # requests finished per second in one engine pod
+
+
+@dataclass(frozen=True, slots=True)
+class Rate:
+    """A rate signal made of one counter, and its plausible bound (per second)."""
+
+    signal: str
+    counter: str
+    limit: float
+    unit: str
+
+
+VLLM_RATES = (
+    Rate("vllm-prompt-tps", "vllm:prompt_tokens_total", MAX_TOKENS_PER_S, "tokens/s"),
+    Rate("vllm-generation-tps", "vllm:generation_tokens_total", MAX_TOKENS_PER_S,
+         "tokens/s"),
+    Rate("vllm-finished-rate", "vllm:request_success_total", MAX_FINISHED_PER_S,
+         "requests/s"),
+)
 
 #: Plausible range of every metric a signal is made of: [0, limit].
 BOUNDS: Mapping[str, Bound] = {
@@ -70,6 +108,9 @@ BOUNDS: Mapping[str, Bound] = {
     "vllm:num_requests_running": REQUESTS,
     "vllm:kv_cache_usage_perc": FRACTION,
     "vllm:gpu_cache_usage_perc": FRACTION,
+    "vllm:prompt_tokens_total": COUNTER,
+    "vllm:generation_tokens_total": COUNTER,
+    "vllm:request_success_total": COUNTER,
     "nv_inference_pending_request_count": REQUESTS,
     "nv_inference_queue_duration_us_total": COUNTER,
     "nv_inference_queue_duration_us": COUNTER,
@@ -83,6 +124,7 @@ BOUNDS: Mapping[str, Bound] = {
 SIGNAL_BOUNDS: Mapping[str, float] = {
     "vllm-waiting": REQUESTS.limit, "vllm-running": REQUESTS.limit,
     "vllm-requests": 2 * REQUESTS.limit, "vllm-kv-cache": 100.0,
+    **{r.signal: r.limit for r in VLLM_RATES},
     "triton-pending": REQUESTS.limit, "triton-queue-time": MAX_QUEUE_MS,
     "tgi-queue": REQUESTS.limit, "tgi-batch": REQUESTS.limit,
 }
@@ -194,8 +236,11 @@ class _Checked:
         return got if isinstance(got, Absent) else max(got[1])
 
 
-def vllm_signals(values: Mapping[str, list[float]]) -> EngineSignals:
+def vllm_signals(values: Mapping[str, list[float]], scraped_at: float = 0.0,
+                 rates: VllmRates | None = None) -> EngineSignals:
+    """vLLM's signals; the rates need the pod's ``rates`` (no data without)."""
     read = _Checked(values)
+    rated = (rates or VllmRates()).signals(values, scraped_at)
     kv = read.max("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
     waiting = read.sum("vllm:num_requests_waiting")
     running = read.sum("vllm:num_requests_running")
@@ -206,7 +251,53 @@ def vllm_signals(values: Mapping[str, list[float]]) -> EngineSignals:
         "vllm-running": running,
         "vllm-requests": requests,
         "vllm-kv-cache": kv if isinstance(kv, Absent) else 100.0 * kv,
-    }, tuple(read.problems))
+        **rated.signals,
+    }, (*read.problems, *rated.problems))
+
+
+@dataclass
+class VllmRates:
+    """Counter history of one vLLM pod: each counter's value at the last scrape that had
+    it, to turn vLLM's counters into rates over the latest scrape interval."""
+
+    last: dict[str, tuple[float, float]] = field(default_factory=dict)  # counter -> t, n
+
+    def signals(self, values: Mapping[str, list[float]], scraped_at: float,
+                ) -> EngineSignals:
+        """The rate signals of one scrape at monotonic time ``scraped_at``."""
+        read = _Checked(values)
+        out: dict[str, Reading] = {}
+        now: dict[str, float] = {}
+        for rate in VLLM_RATES:
+            got = read.sum(rate.counter)
+            if isinstance(got, Absent):
+                out[rate.signal] = got
+            else:
+                now[rate.counter] = got
+        if any(n < self.last[c][1] for c, n in now.items() if c in self.last):
+            self.last.clear()  # a counter went back: the engine restarted
+        before, self.last = self.last, {c: (scraped_at, n) for c, n in now.items()}
+        for rate in VLLM_RATES:
+            if rate.counter not in now:
+                continue
+            out[rate.signal] = Absent.NO_DATA
+            if rate.counter not in before:
+                continue
+            t0, n0 = before[rate.counter]
+            dt = scraped_at - t0
+            if not (math.isfinite(dt) and dt > 0):
+                continue  # no time between the scrapes: no rate
+            rose = now[rate.counter] - n0
+            value = rose / dt
+            if value > rate.limit:  # also +inf, from a tiny dt
+                read.problems.append(f"{rate.counter} rose by {rose:g} in {dt:g} s: "
+                                     f"{value:g} {rate.unit} (above {rate.limit:.15g} "
+                                     f"{rate.unit}: not plausible for one engine pod)")
+                out[rate.signal] = Absent.UNAVAILABLE
+            else:
+                out[rate.signal] = value
+        return EngineSignals({rate.signal: out[rate.signal] for rate in VLLM_RATES},
+                             tuple(read.problems))
 
 
 def tgi_signals(values: Mapping[str, list[float]]) -> EngineSignals:
@@ -255,13 +346,16 @@ class TritonWindow:
 
 
 def engine_signals(engine: str, text: str, scraped_at: float,
-                   triton: TritonWindow | None = None) -> EngineSignals:
-    """Signals of one scrape. Raises EngineParseError; ValueError for an unknown engine."""
+                   triton: TritonWindow | None = None,
+                   vllm: VllmRates | None = None) -> EngineSignals:
+    """Signals of one scrape at monotonic time ``scraped_at``, with the pod's counter
+    history (``triton`` or ``vllm``; without it, the rates have no data). Raises
+    EngineParseError; ValueError for an unknown engine."""
     if engine not in ENGINES:
         raise ValueError(f"unknown engine {engine!r}; known: {', '.join(ENGINES)}")
     values = samples(text)
     if engine == "vllm":
-        return vllm_signals(values)
+        return vllm_signals(values, scraped_at, vllm)
     if engine == "tgi":
         return tgi_signals(values)
     return (triton or TritonWindow()).signals(values, scraped_at)
@@ -270,7 +364,7 @@ def engine_signals(engine: str, text: str, scraped_at: float,
 def unavailable(engine: str) -> dict[str, Reading]:
     """Every signal of ``engine`` marked unavailable (the scrape failed)."""
     names: Iterable[str] = {"vllm": ("vllm-waiting", "vllm-running", "vllm-requests",
-                                     "vllm-kv-cache"),
+                                     "vllm-kv-cache", *(r.signal for r in VLLM_RATES)),
                             "triton": ("triton-pending", "triton-queue-time"),
                             "tgi": ("tgi-queue", "tgi-batch")}.get(engine, ())
     return dict.fromkeys(names, Absent.UNAVAILABLE)

@@ -6,12 +6,19 @@ The load -> queue mapping is deliberately simple and only meant to make the demo
 a replica runs a batch proportional to its load (up to 64 for vLLM, 32 for TGI), requests
 start to queue above 75 % load (20 waiting at 100 %), vLLM's KV cache fills from 15 % to
 95 %, and Triton completes 2 requests/s per load-percent with a queue time that grows above
-70 %. The control-model issue replaces this with a serving model fed by a real trace.
+70 %. vLLM's counters grow with its running requests: each generates
+``VLLM_DECODE_TPS`` tokens/s and finishes after ``VLLM_OUTPUT_TOKENS``, and each finished
+request had read ``VLLM_PROMPT_TOKENS`` (so at load L: 64 L/100 x 30 generated tokens/s,
+a 256th of that in finished requests/s, 512 prompt tokens per finished request); 90 % end
+on a stop token, the rest at their length limit. Counters advance with scenario time, so
+at ``--speed`` N the rates an agent sees (per second of its own clock) are N times the
+scenario's. The control-model issue replaces this with a serving model fed by a real trace.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -21,9 +28,30 @@ from gpuscale.attribution.model import PodInfo
 from gpuscale.engines.scrape import ANNOTATION, PORT_ANNOTATION
 from gpuscale.telemetry.load import LoadCurve
 
+VLLM_DECODE_TPS = 30.0  # tokens/s each running request generates
+VLLM_OUTPUT_TOKENS = 256.0
+VLLM_PROMPT_TOKENS = 512.0
+
 
 def _queue(load: float) -> float:
     return max(0.0, (load - 75.0) / 25.0 * 20.0)
+
+
+@dataclass(frozen=True, slots=True)
+class VllmCounters:
+    """vLLM's counters since the engine started (``vllm:prompt_tokens_total``,
+    ``vllm:generation_tokens_total``, ``vllm:request_success_total``)."""
+
+    prompt_tokens: float = 0.0
+    generation_tokens: float = 0.0
+    finished: float = 0.0
+
+    def after(self, running: int, dt: float) -> VllmCounters:
+        """The counters ``dt`` seconds later, ``running`` requests having run meanwhile."""
+        generated = running * VLLM_DECODE_TPS * max(0.0, dt)
+        done = generated / VLLM_OUTPUT_TOKENS
+        return VllmCounters(self.prompt_tokens + done * VLLM_PROMPT_TOKENS,
+                            self.generation_tokens + generated, self.finished + done)
 
 
 @dataclass
@@ -39,12 +67,18 @@ class SimulatedEngine:
     engine: str
     load: LoadCurve
     triton: _Triton = field(default_factory=_Triton)
+    vllm: VllmCounters = field(default_factory=VllmCounters)
+    vllm_last: float | None = None  # scenario time of the last render
 
     def render(self, t: float) -> str:
         load = self.load.at(t)
         if self.engine == "vllm":
-            return vllm_metrics(self.pod.name.rsplit("-", 1)[0], round(load / 100 * 64),
-                                round(_queue(load)), 0.15 + 0.8 * load / 100)
+            running = round(load / 100 * 64)
+            if self.vllm_last is not None and t > self.vllm_last:
+                self.vllm = self.vllm.after(running, t - self.vllm_last)
+            self.vllm_last = t if self.vllm_last is None else max(t, self.vllm_last)
+            return vllm_metrics(self.pod.name.rsplit("-", 1)[0], running,
+                                round(_queue(load)), 0.15 + 0.8 * load / 100, self.vllm)
         if self.engine == "tgi":
             return ("# TYPE tgi_queue_size gauge\n"
                     f"tgi_queue_size {round(_queue(load))}\n"
@@ -65,15 +99,32 @@ class SimulatedEngine:
                 f"nv_inference_pending_request_count{{{model}}} {round(_queue(load))}\n")
 
 
-def vllm_metrics(model: str, running: int, waiting: int, kv_fraction: float) -> str:
-    """vLLM's /metrics text (v1 names) for one engine."""
+def vllm_metrics(model: str, running: int, waiting: int, kv_fraction: float,
+                 counters: VllmCounters | None = None) -> str:
+    """vLLM's /metrics text (v1 names) for one engine; the counters (as whole numbers, the
+    way vLLM counts them) only when given."""
     labels = f'engine="0",model_name="{model}"'
-    return ("# TYPE vllm:num_requests_running gauge\n"
+    text = ("# TYPE vllm:num_requests_running gauge\n"
             f"vllm:num_requests_running{{{labels}}} {running}\n"
             "# TYPE vllm:num_requests_waiting gauge\n"
             f"vllm:num_requests_waiting{{{labels}}} {waiting}\n"
             "# TYPE vllm:kv_cache_usage_perc gauge\n"
             f"vllm:kv_cache_usage_perc{{{labels}}} {kv_fraction:.4f}\n")
+    if counters is None:
+        return text
+    # Each part rounded down on its own: every series, and so their sum, only grows.
+    stop = math.floor(0.9 * counters.finished)
+    length = math.floor(0.1 * counters.finished)
+    return (text +
+            "# TYPE vllm:prompt_tokens counter\n"
+            f"vllm:prompt_tokens_total{{{labels}}} {math.floor(counters.prompt_tokens)}.0\n"
+            "# TYPE vllm:generation_tokens counter\n"
+            f"vllm:generation_tokens_total{{{labels}}} "
+            f"{math.floor(counters.generation_tokens)}.0\n"
+            "# TYPE vllm:request_success counter\n"
+            f'vllm:request_success_total{{{labels},finished_reason="stop"}} {stop}.0\n'
+            f'vllm:request_success_total{{{labels},finished_reason="length"}} {length}.0\n'
+            f'vllm:request_success_total{{{labels},finished_reason="abort"}} 0.0\n')
 
 
 async def serve_metrics(ip: str, port: int, render: Callable[[], str]) -> web.AppRunner:

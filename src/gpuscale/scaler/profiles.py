@@ -27,9 +27,10 @@ class Signal:
 
 #: Per-pod plausibility bounds by unit: far above any real reading (a percentage is at most
 #: 100; time-sliced process sums can overshoot a little), far below what overflows a sum
-#: over a fleet or KEDA's 3-decimal quantities.
+#: over a fleet or KEDA's 3-decimal quantities; never below what an agent may publish
+#: (engines.signals.SIGNAL_BOUNDS).
 PLAUSIBLE: dict[str, float] = {"%": 1_000.0, "requests": 10_000_000.0, "ms": 1e9,
-                                "replicas": 1_000_000.0}
+                               "tokens/s": 1e8, "requests/s": 1e6, "replicas": 1_000_000.0}
 
 #: The planner's output (profile vllm-planner): a workload's replica count, not a per-pod
 #: signal; no other profile can use it.
@@ -49,6 +50,17 @@ SIGNALS: dict[str, Signal] = {s.name: s for s in (
            "+ vllm:num_requests_waiting, summed over engines", "vllm"),
     Signal("vllm-kv-cache", "%", "vllm:kv_cache_usage_perc (or the older "
            "vllm:gpu_cache_usage_perc) x 100, the largest over engines", "vllm"),
+    # Rates for the planner, not in the vllm-inference profile: throughput says what a pod
+    # serves, not how much demand waits.
+    Signal("vllm-prompt-tps", "tokens/s", "prompt (prefill) tokens per second: increase of "
+           "vllm:prompt_tokens_total over the latest scrape interval, summed over engines",
+           "vllm"),
+    Signal("vllm-generation-tps", "tokens/s", "generated tokens per second: increase of "
+           "vllm:generation_tokens_total over the latest scrape interval, summed over "
+           "engines", "vllm"),
+    Signal("vllm-finished-rate", "requests/s", "requests finished per second: increase of "
+           "vllm:request_success_total (every finished_reason) over the latest scrape "
+           "interval, summed over engines", "vllm"),
     Signal("triton-pending", "requests", "nv_inference_pending_request_count, summed over "
            "models", "triton"),
     Signal("triton-queue-time", "ms", "mean queue time per request over the last window, "
