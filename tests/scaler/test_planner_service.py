@@ -24,12 +24,12 @@ METADATA = {"podSelector": "app=vllm", "profile": "vllm-planner", "targetValue":
 
 
 def pod(name: str, busy: float, *, at: float, ready: bool = True, waiting: float = 0.0,
-        **override: Reading) -> PodRecord:
+        override: dict[str, Reading] | None = None) -> PodRecord:
     """A vLLM pod doing ``busy`` replica-seconds of work per second (half prefill)."""
     signals: dict[str, Reading] = {
         "vllm-prompt-tps": busy / 2 * 30_000, "vllm-generation-tps": busy / 2 * 12_000,
         "vllm-finished-rate": 0.0, "vllm-waiting": waiting, "vllm-running": 10.0,
-        "vllm-kv-cache": 20.0, **override}
+        "vllm-kv-cache": 20.0, **(override or {})}
     return PodRecord("llm", name, "node-a", {"app": "vllm"}, None, ready,
                      signals if ready else {}, at)
 
@@ -82,7 +82,7 @@ async def test_a_ready_pod_without_counters_is_unavailable_naming_it(
     service, stub = served
     fleet.update_node("node-a", [pod("v-0", 1.0, at=clock.now),
                                  pod("v-1", 1.0, at=clock.now,
-                                     **{"vllm-prompt-tps": Absent.NO_DATA})])
+                                     override={"vllm-prompt-tps": Absent.NO_DATA})])
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await value(stub)
     assert err.value.code() is grpc.StatusCode.UNAVAILABLE
@@ -96,7 +96,7 @@ async def test_a_ready_pod_without_counters_is_unavailable_naming_it(
     assert await value(stub) >= 20.0  # two pods exist: warming up, never below them
     fleet.update_node("node-a", [pod("v-0", 1.0, at=clock.now),
                                  pod("v-1", 1.0, at=clock.now,
-                                     **{"vllm-generation-tps": Absent.UNAVAILABLE})])
+                                     override={"vllm-generation-tps": Absent.UNAVAILABLE})])
     for _ in range(11):
         clock.now += 1
         service.plans.tick(clock.now)
