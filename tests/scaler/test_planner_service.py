@@ -52,7 +52,7 @@ def ref() -> pb.ScaledObjectRef:
 async def value(stub: pb_grpc.ExternalScalerStub) -> float:
     got = await stub.GetMetrics(pb.GetMetricsRequest(
         scaledObjectRef=ref(), metricName="s0-gpuscale-planned-replicas"), timeout=5)
-    return got.metricValues[0].metricValueFloat
+    return float(got.metricValues[0].metricValueFloat)
 
 
 async def test_spec_and_value_are_planned_replicas_times_the_target(
