@@ -18,6 +18,13 @@ Sources (read at the commits named; a default quoted here sits next to its const
   (``GLOBAL_OPT_INTERVAL`` 60s), pkg/analyzer (a queueing model of each variant),
   internal/collector/registration/saturation.go (token means over ``[5m]``).
 
+How ``run_policy``'s loop reads an HPA-based policy: KEDA polls every 30 s
+(``ScaledObjectSpec.polling_s``; it only matters for 0 <-> 1), and the HPA syncs every 15 s,
+reading the signal afresh each time, as KEDA's metrics server queries its scaler on every
+HPA request. Staleness from Prometheus is therefore modelled in the signal (``Delayed``).
+The production-stack example's ``pollingInterval: 15`` cannot be set through
+``run_policy``; above zero replicas it changes nothing.
+
 Every policy sees only what a real one can: per-replica telemetry (``signals``), the
 engine's counters (requests finished, running, waiting), never future arrivals.
 
@@ -290,7 +297,14 @@ def aibrix_kpa() -> Kpa:
     """AIBrix's KPA (v0.4.1, a port of Knative's ``Scale``) with its own defaults,
     on gpu_cache_usage_perc: scaler/kpa.go NewKpaScalingContext: StableWindow 60 s,
     PanicWindow 10 s, PanicThreshold 2.0, ScaleDownDelay 30 min; common/context.go:
-    MaxScaleUpRate 2, MaxScaleDownRate 2; metrics fetched each 10 s resync."""
+    MaxScaleUpRate 2, MaxScaleDownRate 2; metrics fetched each 10 s resync.
+
+    Releases v0.5.0 to v0.7.0 changed this: stable/panic windows 180/60 s
+    (metrics/client.go), panic when panic mean / stable mean > 2 with no hold, a 300 s
+    scale-down cooldown, and the window holds the pods' *mean* while the desired count is
+    still ceil(value / target) (algorithm/kpa.go) - per pod over per pod, which caps the
+    count near ceil(100 % / target). We model v0.4.1, whose sum matches Knative's and the
+    algorithm's own unit tests."""
     return Kpa(KpaSpec(target=KV_TARGET, stable_s=60.0, panic_s=10.0, panic_threshold=2.0,
                        max_up_rate=2.0, max_down_rate=2.0, scale_down_delay_s=30 * 60.0,
                        to_zero_grace_s=0.0, tick_s=AIBRIX_SYNC_S, collect_s=AIBRIX_SYNC_S),
