@@ -31,6 +31,10 @@ SLO_TTFT_S = 2.0
 _SELECTOR = parse_selector("app=llm")
 
 Signal = Callable[[ServingModel, float], list[Metric]]
+# A policy with its own control loop (not the HPA's), called every step with (model, now,
+# current replicas): the replica count it wants, or None to leave the decision to the
+# HPA/KEDA loop (when a signal is given) or keep the current count.
+Decider = Callable[[ServingModel, float, int], int | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,10 +116,13 @@ def run_policy(name: str, requests: Sequence[TraceRequest], duration: float,
                static: int | None = None, plan: list[int] | None = None,
                min_replicas: int = 1, max_replicas: int = 64, dt: float = 1.0,
                progress: Callable[[float], None] | None = None,
-               start: int | None = None, scale_down: Rules = SCALE_DOWN) -> Result:
+               start: int | None = None, scale_down: Rules = SCALE_DOWN,
+               decider: Decider | None = None) -> Result:
     """One policy over the requests. The replicas running when the window opens (warm):
     ``static``, the oracle's plan, else ``start`` (default ``min_replicas``, at least 1).
-    ``scale_down``: the HPA's scale-down behavior (Kubernetes' default)."""
+    ``scale_down``: the HPA's scale-down behavior (Kubernetes' default). ``decider``: a
+    policy's own loop (see ``Decider``); a count it returns, clamped to [min, max],
+    replaces that step's HPA/KEDA decision."""
     model = ServingModel(params)
     loop = ScaledObjectLoop(ScaledObjectSpec(min_replicas=min_replicas,
                                              max_replicas=max_replicas),
@@ -144,9 +151,12 @@ def run_policy(name: str, requests: Sequence[TraceRequest], duration: float,
         model.arrive(batch)
         model.step(now, dt)
         desired = replicas
+        wanted = decider(model, now, replicas) if decider is not None else None
         if plan is not None:  # the oracle: provision ahead by the cold start
             ahead = min(len(plan) - 1, int(now + params.cold_start_s))
             desired = max(plan[int(now):ahead + 1] or [replicas])
+        elif wanted is not None:
+            desired = max(min_replicas, min(max_replicas, wanted))
         elif signal is not None and loop.due(now, replicas):
             metrics = signal(model, now)
             values = [m.value for m in metrics]
@@ -171,7 +181,8 @@ def run_policy(name: str, requests: Sequence[TraceRequest], duration: float,
     last_arrival = order[-1].arrival_s if order else 0.0
     rise = sharpest_rise(order)
     react = next((t - rise for t in ups if t >= rise), None) \
-        if rise is not None and signal is not None else None  # static/oracle: no reaction
+        if rise is not None and (signal is not None or decider is not None) \
+        else None  # static/oracle: no reaction
     return Result(name, model.gpu_seconds / 3600.0, len(slo.bad_minutes), slo.minutes,
                   changes / (duration / 3600.0), max(t[1] for t in timeline),
                   slo.p95_ttft_s, slo.unserved,
