@@ -158,6 +158,10 @@ def test_demo_serves_keda_and_stops_cleanly_with_streams_open() -> None:
 def test_profiles_lists_every_profile() -> None:
     out = run("profiles")
     assert out.returncode == 0
-    for name in ("gpu-utilization", "vllm-inference", "triton-inference", "tgi-inference",
-                 "training", "batch"):
+    for name in ("gpu-utilization", "vllm-inference", "vllm-planner", "triton-inference",
+                 "tgi-inference", "training", "batch"):
         assert f"{name}: " in out.stdout
+    # Units read as quantities: "70% per pod", "32 requests per pod" (not "32requests").
+    assert "gpu-utilization target 70% per pod" in out.stdout
+    assert "vllm-requests target 32 requests per pod" in out.stdout
+    assert "triton-queue-time target 50 ms per pod" in out.stdout

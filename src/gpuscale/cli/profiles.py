@@ -12,13 +12,19 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from gpuscale.scaler.profiles import PROFILES, SIGNALS
+    from gpuscale.scaler.profiles import PLANNED, PROFILES, SIGNALS
 
     for p in PROFILES.values():
-        targets = ", ".join(f"{t.signal} target {t.target:g}{SIGNALS[t.signal].unit} per pod"
+        targets = ", ".join(f"{t.signal} target {_quantity(t.target, SIGNALS[t.signal].unit)}"
+                            f"{'' if t.signal == PLANNED else ' per pod'}"
                             f" (active above {t.activation:g})" for t in p.targets)
         print(f"{p.name}: {targets}\n    {p.why}\n")
     print("signals:")
     for sig in SIGNALS.values():
         print(f"  {sig.name} [{sig.unit}]: {sig.help}")
     return 0
+
+
+def _quantity(value: float, unit: str) -> str:
+    """``70%``, ``32 requests``."""
+    return f"{value:g}{unit}" if unit == "%" else f"{value:g} {unit}"
