@@ -80,7 +80,7 @@ def test_queue_growth_counts_as_arrived_work_and_the_queue_as_backlog() -> None:
     plan = p.current(10.0)
     assert plan.arrived == pytest.approx(1.0 + 100 * REQUEST)
     assert plan.backlog == pytest.approx(100 * REQUEST / 100.0)
-    assert plan.concurrency == pytest.approx(100 / 256)
+    assert plan.concurrency == 0  # nothing running: waiting requests are backlog
 
 
 def test_the_mean_request_is_learned_from_the_engines_counters() -> None:
@@ -94,7 +94,7 @@ def test_concurrency_and_kv_terms() -> None:
     p = Planner(CFG)
     p.observe(0.0, busy(0.1, running=600.0, ready=2, kv=190.0))
     plan = p.current(0.0)
-    assert plan.concurrency == pytest.approx(600 / 256)
+    assert plan.concurrency == pytest.approx(600 / (256 * 0.8))
     assert plan.kv == pytest.approx(190 / 90)
     assert plan.replicas == 3
 
@@ -148,3 +148,27 @@ def test_two_observations_in_one_second_count_the_second_once() -> None:
     p.observe(5.7, busy(1.0, waiting=10.0))
     p.observe(6.1, busy(1.0, waiting=10.0))
     assert p.current(6.1).arrived == pytest.approx(1.0)  # the growth counted in second 5
+
+
+def test_growth_over_a_start_up_is_planned_for() -> None:
+    cfg = PlannerConfig(startup_s=100.0, memory_s=60.0, burst_s=30.0)
+    p = Planner(cfg)
+    for t in range(400):  # work rising 0.01 replica-seconds per second, every second
+        p.observe(float(t), busy(1.0 + 0.01 * t, ready=5))
+    plan = p.current(399.0)
+    # The last minute's mean is 1 + 0.01 x 369.5; the slope 0.01/s over a start-up of
+    # 100 s adds 1.0 (below the cap of half the load); over utilization 0.8.
+    assert plan.steady == pytest.approx((1 + 0.01 * 369.5 + 1.0) / 0.8)
+    flat = Planner(PlannerConfig(startup_s=100.0, trend=False))
+    for t in range(400):
+        flat.observe(float(t), busy(1.0 + 0.01 * t, ready=5))
+    assert flat.current(399.0).steady == pytest.approx((1 + 0.01 * 369.5) / 0.8)
+
+
+def test_growth_is_capped_at_half_the_load() -> None:
+    p = Planner(PlannerConfig(startup_s=1000.0))
+    for t in range(400):
+        p.observe(float(t), busy(0.5 if t < 340 else 4.0, ready=5))
+    plan = p.current(399.0)
+    now = 4.0  # the last minute is all at 4.0
+    assert plan.steady == pytest.approx(now * 1.5 / 0.8)

@@ -11,17 +11,20 @@ replica does in one second (a "replica-second"):
   counters, per pod). Work that *arrived* in that second is what was served plus the growth
   of the waiting queue times the mean work of one request (served work over finished
   requests, over the last minutes).
-- **steady** (Little's law): the mean arrived work over the last minute, over the target
-  busy fraction ``utilization``: replicas that carry the work in flight with room left.
+- **steady** (Little's law): the mean arrived work over the last minute, plus its growth
+  over one start-up (the least-squares slope of the last ``TREND_S`` seconds, when
+  positive, times ``startup_s``, at most ``TREND_CAP`` of the load: a replica asked for
+  now serves the load of a start-up from now), over the target busy fraction
+  ``utilization``: replicas that carry the work in flight with room left.
 - **burst**: the smallest service rate that keeps every arrival of the remembered
   history (``memory_s``, at 1-s resolution) within the queueing-delay budget ``delay_s``:
   a server of rate c keeps each arrival's wait within D exactly when the work arriving in
   every interval of length L is at most c x (L + D) (the delay bound of a constant-rate
   server). Taken over intervals up to ``BURST_SPANS[-1]`` seconds (longer ones are what
   ``steady`` follows). This is what a 15 s scrape cannot see.
-- **concurrency**: sequences in the servers over ``max_batch`` (a replica cannot batch
-  more); **kv**: the Ready pods' KV-cache use over ``kv_target`` (a full cache stops the
-  batch from growing).
+- **concurrency**: running sequences over ``max_batch`` at ``utilization`` (full batches
+  cannot take the next request; waiting ones are the backlog's); **kv**: the Ready pods'
+  KV-cache use over ``kv_target`` (a full cache stops the batch from growing).
 - **backlog**: the waiting queue's work spread over ``startup_s``, the time a new
   replica needs to become Ready: the extra capacity that drains it by the time it arrives.
 
@@ -51,6 +54,8 @@ from gpuscale.common.errors import DataUnavailable
 
 BURST_SPANS = (1, 2, 3, 5, 8, 13, 20, 30, 45, 60, 90, 120)  # seconds
 STEADY_S = 60  # the window of the steady term
+TREND_S = 300  # the load's growth is the least-squares slope over this window
+TREND_CAP = 0.5  # growth planned for over a start-up, at most this fraction of the load
 REQUEST_MEMORY_S = 300  # the window of the mean work of one request
 MAX_GAP_S = 30  # a longer gap between observations restarts the arrival history
 
@@ -71,6 +76,8 @@ class PlannerConfig:
     utilization: float = 0.8  # the busy fraction the steady term aims at
     kv_target: float = 90.0  # percent of KV cache a pod may use before another is needed
     memory_s: float = 900.0  # how long a burst is remembered
+    burst_s: float = 120.0  # the longest burst the burst term looks at
+    trend: bool = True  # plan for the load's growth over a start-up
     hold_s: float | None = None  # scale-down hold; None: startup_s
     prompt_tokens: float = 1_000.0  # a request's tokens until the engine has shown its own
     output_tokens: float = 250.0
@@ -127,28 +134,46 @@ class Plan:
 
 @dataclass(slots=True)
 class _Window:
-    """Per-second values over a bounded span, with prefix sums for interval sums."""
+    """Per-second values over a bounded span, with prefix sums for interval sums and
+    least-squares slopes."""
 
     span: int
     values: deque[float] = field(default_factory=deque)
     prefix: deque[float] = field(default_factory=lambda: deque([0.0]))
+    moments: deque[float] = field(default_factory=lambda: deque([0.0]))  # of k x value
+    count: int = 0  # values ever pushed (the index k of the next one)
 
     def push(self, value: float) -> None:
         self.values.append(value)
         self.prefix.append(self.prefix[-1] + value)
+        self.moments.append(self.moments[-1] + self.count * value)
+        self.count += 1
         while len(self.values) > self.span:
             self.values.popleft()
             self.prefix.popleft()
+            self.moments.popleft()
 
     def last(self, n: int) -> float:
         """The sum of the last ``n`` values (fewer if fewer are held)."""
         n = min(n, len(self.values))
         return self.prefix[-1] - self.prefix[-1 - n]
 
+    def slope(self, n: int) -> float:
+        """Least-squares slope of the last ``n`` values per step (0 with fewer than 2)."""
+        n = min(n, len(self.values))
+        if n < 2:
+            return 0.0
+        total = self.last(n)
+        weighted = self.moments[-1] - self.moments[-1 - n]
+        mean_k = self.count - (n + 1) / 2  # mean index of the last n
+        return (weighted - mean_k * total) / (n * (n * n - 1) / 12)
+
     def clear(self) -> None:
         self.values.clear()
         self.prefix.clear()
         self.prefix.append(0.0)
+        self.moments.clear()
+        self.moments.append(0.0)
 
 
 class Planner:
@@ -158,7 +183,7 @@ class Planner:
         self.config = config
         self._second: int | None = None  # the last second observed
         self._waiting = 0.0
-        self._arrived = _Window(max(BURST_SPANS[-1], STEADY_S))
+        self._arrived = _Window(max(BURST_SPANS[-1], STEADY_S, TREND_S))
         self._served = _Window(REQUEST_MEMORY_S)
         self._finished = _Window(REQUEST_MEMORY_S)
         self._bursts: deque[tuple[int, float]] = deque()  # (second, rate), decreasing
@@ -228,7 +253,8 @@ class Planner:
         return c.work(c.prompt_tokens, c.output_tokens)
 
     def _remember_burst(self, second: int, delay: float) -> None:
-        rate = max(self._arrived.last(span) / (span + delay) for span in BURST_SPANS)
+        rate = max(self._arrived.last(span) / (span + delay) for span in BURST_SPANS
+                   if span <= self.config.burst_s)
         while self._bursts and self._bursts[-1][1] <= rate:
             self._bursts.pop()
         self._bursts.append((second, rate))
@@ -240,10 +266,16 @@ class Planner:
         c = self.config
         second = self._second if self._second is not None else math.floor(now)
         request = self._request_work()
-        n = min(STEADY_S, len(self._arrived.values))
-        steady = (self._arrived.last(n) / n if n else served) / c.utilization
+        held = len(self._arrived.values)
+        n = min(STEADY_S, held)
+        now_rate = self._arrived.last(n) / n if n else served
+        growth = 0.0
+        if c.trend and held >= TREND_S:
+            growth = min(max(0.0, self._arrived.slope(TREND_S)) * c.startup_s,
+                         TREND_CAP * now_rate)
+        steady = (now_rate + growth) / c.utilization
         burst = self._bursts[0][1] if self._bursts else 0.0
-        concurrency = (obs.running + obs.waiting) / c.max_batch
+        concurrency = obs.running / (c.max_batch * c.utilization)
         kv = obs.kv_cache / c.kv_target
         backlog = obs.waiting * request / c.startup_s
         required = max(steady, burst, concurrency, kv) + backlog
