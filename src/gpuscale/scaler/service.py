@@ -19,7 +19,7 @@ import logging
 import re
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager, suppress
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -77,6 +77,7 @@ def check_ref(ref: pb.ScaledObjectRef) -> None:
                           f"(lowercase letters, digits, '-' and '.', at most 253)")
 
 
+_Reply = TypeVar("_Reply")
 Count = Callable[[str, str], None]  # (method, status code name) -> record one answer
 
 
@@ -216,17 +217,24 @@ class ScalerService(pb_grpc.ExternalScalerServicer):
 
     # -- the contract --------------------------------------------------------------------
 
+    async def _unary(self, method: str, context: Context, ref: pb.ScaledObjectRef,
+                     answer: Callable[[], _Reply]) -> _Reply:
+        """One unary call: the answer, or its error as a status (a bug as INTERNAL,
+        logged); every outcome counted."""
+        try:
+            return answer()
+        except GpuscaleError as exc:
+            await abort(context, exc, ref)
+        except Exception as exc:  # a bug: INTERNAL, logged, never counted as OK
+            await internal(context, method, exc)
+        finally:
+            self._answered(method, context)
+        raise AssertionError("unreachable")
+
     async def IsActive(self, request: pb.ScaledObjectRef,
                        context: Context) -> pb.IsActiveResponse:
-        try:
-            return pb.IsActiveResponse(result=self._active(request, self._config(request)))
-        except GpuscaleError as exc:
-            await abort(context, exc, request)
-        except Exception as exc:  # a bug: INTERNAL, logged, never counted as OK
-            await internal(context, "IsActive", exc)
-        finally:
-            self._answered("IsActive", context)
-        raise AssertionError("unreachable")
+        return await self._unary("IsActive", context, request, lambda: pb.IsActiveResponse(
+            result=self._active(request, self._config(request))))
 
     async def StreamIsActive(self, request: pb.ScaledObjectRef,
                              context: Context) -> AsyncIterator[pb.IsActiveResponse]:
@@ -273,15 +281,8 @@ class ScalerService(pb_grpc.ExternalScalerServicer):
 
     async def GetMetricSpec(self, request: pb.ScaledObjectRef,
                             context: Context) -> pb.GetMetricSpecResponse:
-        try:
-            return self._spec(self._config(request))
-        except GpuscaleError as exc:
-            await abort(context, exc, request)
-        except Exception as exc:  # a bug: INTERNAL, logged, never counted as OK
-            await internal(context, "GetMetricSpec", exc)
-        finally:
-            self._answered("GetMetricSpec", context)
-        raise AssertionError("unreachable")
+        return await self._unary("GetMetricSpec", context, request,
+                                 lambda: self._spec(self._config(request)))
 
     async def StreamMetricSpec(self, request: pb.ScaledObjectRef,
                                context: Context) -> AsyncIterator[pb.GetMetricSpecResponse]:
@@ -297,15 +298,8 @@ class ScalerService(pb_grpc.ExternalScalerServicer):
 
     async def GetMetrics(self, request: pb.GetMetricsRequest,
                          context: Context) -> pb.GetMetricsResponse:
-        try:
-            return self._metrics(request)
-        except GpuscaleError as exc:
-            await abort(context, exc, request.scaledObjectRef)
-        except Exception as exc:  # a bug: INTERNAL, logged, never counted as OK
-            await internal(context, "GetMetrics", exc)
-        finally:
-            self._answered("GetMetrics", context)
-        raise AssertionError("unreachable")
+        return await self._unary("GetMetrics", context, request.scaledObjectRef,
+                                 lambda: self._metrics(request))
 
 
 async def abort(context: Context, exc: GpuscaleError, ref: pb.ScaledObjectRef) -> None:
