@@ -29,7 +29,7 @@ decodeTokensPerSecond    generated tokens/s one replica decodes      12000
 maxBatch                 sequences one replica batches (max_num_seqs)  256
 utilization              busy fraction to plan for, 0.1 to 1          0.8
 holdSeconds              scale-down hold                            startupSeconds
-memorySeconds            how long a burst is remembered, 60 to 86400   900
+memorySeconds            how long a burst is remembered, 1 to 86400    900
 ======================== ========================================== ==================
 
 With ``ttftSeconds`` the queueing budget is the objective less the prefill of a
@@ -244,7 +244,7 @@ def _planner(md: Mapping[str, str]) -> PlannerConfig:
         max_batch=int(get("maxBatch", base.max_batch, 1.0, 1e6)),
         utilization=get("utilization", base.utilization, 0.1, 1.0),
         hold_s=get("holdSeconds", startup, 0.0, 86400.0) if "holdSeconds" in md else None,
-        memory_s=get("memorySeconds", base.memory_s, 60.0, 86400.0),
+        memory_s=get("memorySeconds", base.memory_s, 1.0, 86400.0),
         prompt_tokens=prompt)
 
 

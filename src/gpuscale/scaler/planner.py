@@ -205,8 +205,10 @@ class Planner:
         if plan is None:
             raise PlanUnavailable(f"planner: no plan yet ({self._why})")
         if now - plan.at > self.config.stale_s:
+            why = (self._why if self._failed_at is not None else
+                   "not observed since: is the scaler's planner loop running?")
             raise PlanUnavailable(f"planner: no usable observation for "
-                                  f"{now - plan.at:.0f}s ({self._why})")
+                                  f"{now - plan.at:.0f}s ({why})")
         return plan
 
     def observe(self, now: float, obs: Observation) -> Plan:

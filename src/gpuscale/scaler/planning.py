@@ -14,7 +14,7 @@ reason and, once its plan is older than its staleness bound, answers UNAVAILABLE
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import dataclass
 
 from gpuscale.common.errors import DataUnavailable, Overloaded
@@ -90,9 +90,16 @@ class PlanBook:
         self._samplers[key] = sample  # the newest way to read the pods
         return entry.planner.current(now)
 
-    def tick(self, now: float) -> None:
-        """Observe every planned workload once; drop the ones nobody asks about."""
-        for key, entry in list(self._entries.items()):
+    def keys(self) -> list[Hashable]:
+        return list(self._entries)
+
+    def tick(self, now: float, keys: Iterable[Hashable] | None = None) -> None:
+        """Observe every planned workload (or those of ``keys``) once; drop the ones nobody
+        asks about."""
+        for key in self.keys() if keys is None else keys:
+            entry = self._entries.get(key)
+            if entry is None:
+                continue
             if now - entry.asked_at > self.idle_s:
                 del self._entries[key]
                 del self._samplers[key]

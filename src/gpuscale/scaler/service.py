@@ -51,6 +51,7 @@ SERVICE = "externalscaler.ExternalScaler"
 REFLECTION_V1 = "grpc.reflection.v1.ServerReflection"
 MAX_CONCURRENT_STREAMS = 1000  # per HTTP/2 connection (gRPC's setting)
 MAX_STREAMS_PER_PEER = 400  # long-lived streams one peer may hold: unary calls keep room
+PLAN_CHUNK = 50  # planned workloads observed between two turns of the event loop
 MAX_VALUE = 9.2e15  # KEDA's quantities are exact below this; nothing real is near it
 _NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", re.ASCII)  # DNS-1123 label
 _OBJECT_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?", re.ASCII)  # DNS-1123 subdomain
@@ -179,10 +180,14 @@ class ScalerService(pb_grpc.ExternalScalerServicer):
         records, gaps = self._pods(ref, cfg)
         return evaluate(self.fleet, records, target, cfg.value_mode, gaps).value
 
-    async def plan_loop(self, period: float = 1.0) -> None:
-        """Observe every planned workload each ``period`` until the service stops."""
+    async def plan_loop(self, period: float = 1.0, chunk: int = PLAN_CHUNK) -> None:
+        """Observe every planned workload each ``period`` until the service stops, a
+        ``chunk`` of workloads at a time, so answers to KEDA wait for one chunk at most."""
         while not self.stopping.is_set():
-            self.plans.tick(self.fleet.now())
+            keys = self.plans.keys()
+            for i in range(0, len(keys), chunk):
+                self.plans.tick(self.fleet.now(), keys[i:i + chunk])
+                await asyncio.sleep(0)
             with suppress(TimeoutError):
                 await asyncio.wait_for(self.stopping.wait(), period)
 
