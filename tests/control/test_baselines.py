@@ -145,10 +145,11 @@ def test_mm1_sizing_by_hand() -> None:
 
 def test_queue_model_sizes_from_the_engine_counters() -> None:
     """2,400 requests (prompt 1,000, output 250) finished in the 60 s interval: 40/s.
-    Default profile: prefill 1,000 / 20,000 = 0.05 s, service 0.05 + 250 / 2,500 = 0.15 s;
-    a 0.4 s TTFT SLO leaves 0.35 s to wait: 9 replicas (test_mm1_sizing_by_hand)."""
+    With prefill 20,000 tokens/s and decode 2,500: prefill 1,000 / 20,000 = 0.05 s, service
+    0.05 + 250 / 2,500 = 0.15 s; a 0.4 s TTFT SLO leaves 0.35 s to wait: 9 replicas
+    (test_mm1_sizing_by_hand)."""
     model = warm(2)
-    wva = QueueModel(ServingParams(), slo_s=0.4)
+    wva = QueueModel(ServingParams(prefill_tps=20_000.0, decode_tps_max=2_500.0), slo_s=0.4)
     assert wva(model, 0.0, 2) is None  # the first look only sets the counters
     for i in range(2_400):
         r = InFlightRequest(i / 40.0, 1_000, 250, generated=250.0, prefilled=True)
