@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from gpuscale.control.serving import InFlightRequest, ServingModel, ServingParams
+
+# Round figures for arithmetic by hand (not the calibrated defaults): a replica with a
+# batch of 64, 400k tokens of KV cache, prefill at 20,000 tokens/s, decode at 60 tokens/s
+# per sequence and 2,500 tokens/s in all, and no cold start.
+HAND = ServingParams(max_batch=64, kv_tokens=400_000, prefill_tps=20_000.0,
+                     decode_tps_per_seq=60.0, decode_tps_max=2_500.0, cold_start_s=0.0)
 
 
 def run(model: ServingModel, rate: float, seconds: int, prompt: int = 500,
@@ -22,7 +30,7 @@ def ttfts(model: ServingModel) -> list[float]:
 
 
 def test_light_load_completes_with_short_time_to_first_token() -> None:
-    model = ServingModel(ServingParams(cold_start_s=0.0))
+    model = ServingModel(HAND)
     model.set_replicas(1, 0.0)
     run(model, rate=2.0, seconds=120)
     assert len(model.done) > 200
@@ -34,10 +42,10 @@ def test_overload_queues_and_more_replicas_fix_it() -> None:
     # 15 req/s x 200 output tokens = 3,000 tok/s to decode. One replica decodes at most
     # 2,500 tok/s, less the time prefill takes (15 x 500 / 20,000 = 0.375 s of each second):
     # ~1,560 tok/s - overloaded. Two replicas: ~2,030 tok/s each - enough.
-    one = ServingModel(ServingParams(cold_start_s=0.0))
+    one = ServingModel(HAND)
     one.set_replicas(1, 0.0)
     run(one, rate=15.0, seconds=120)
-    two = ServingModel(ServingParams(cold_start_s=0.0))
+    two = ServingModel(HAND)
     two.set_replicas(2, 0.0)
     run(two, rate=15.0, seconds=120)
     assert len(one.queue) > 100  # capacity short: the queue grows
@@ -46,7 +54,7 @@ def test_overload_queues_and_more_replicas_fix_it() -> None:
 
 
 def test_cold_start_is_billed_but_serves_nothing() -> None:
-    model = ServingModel(ServingParams(cold_start_s=90.0))
+    model = ServingModel(replace(HAND, cold_start_s=90.0, cold_start_spread=(90.0, 90.0)))
     model.set_replicas(1, 0.0)
     run(model, rate=1.0, seconds=60)
     assert model.done == []
@@ -55,7 +63,7 @@ def test_cold_start_is_billed_but_serves_nothing() -> None:
 
 
 def test_duty_cycle_saturates_long_before_the_batch_is_full() -> None:
-    model = ServingModel(ServingParams(cold_start_s=0.0, saturating_batch=4))
+    model = ServingModel(replace(HAND, saturating_batch=4))
     model.set_replicas(1, 0.0)
     model.arrive([InFlightRequest(0.0, 100, 3_000) for _ in range(4)])
     model.step(0.0, 1.0)
@@ -69,7 +77,7 @@ def test_duty_cycle_saturates_long_before_the_batch_is_full() -> None:
 
 
 def test_scale_down_loses_no_request() -> None:
-    model = ServingModel(ServingParams(cold_start_s=0.0))
+    model = ServingModel(HAND)
     model.set_replicas(3, 0.0)
     arrived = [InFlightRequest(0.0, 200, 5_000) for _ in range(50)]
     model.arrive(arrived)
@@ -92,7 +100,7 @@ def test_scale_down_loses_no_request() -> None:
 
 
 def test_draining_finishes_short_requests_and_is_billed() -> None:
-    model = ServingModel(ServingParams(cold_start_s=0.0, drain_s=30.0))
+    model = ServingModel(replace(HAND, drain_s=30.0))
     model.set_replicas(2, 0.0)
     model.arrive([InFlightRequest(0.0, 200, 100) for _ in range(20)])
     model.step(0.0, 1.0)
@@ -106,3 +114,17 @@ def test_draining_finishes_short_requests_and_is_billed() -> None:
     assert len(model.done) == 20  # nothing was cut off or restarted
     assert model.draining == []
     assert len(model.queue) == 0
+
+
+def test_a_new_replica_is_billed_and_starts_cold_from_the_same_instant() -> None:
+    model = ServingModel(replace(HAND, cold_start_s=90.0, cold_start_spread=(90.0, 90.0)))
+    model.set_replicas(1, 0.0, warm=True)
+    model.step(0.0, 1.0)
+    model.set_replicas(2, 1.0)  # decided in [0, 1): created at its end
+    new = model.replicas[1]
+    assert (new.created, new.ready_at) == (1.0, 91.0)
+    for t in range(1, 91):
+        model.step(float(t), 1.0)
+    assert model.gpu_seconds == 91.0 + 90.0  # the second billed from 1 s, not ready yet
+    assert model.signals(90.0)[1].ready is False
+    assert model.signals(91.0)[1].ready is True

@@ -6,6 +6,7 @@ import json
 import math
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -21,13 +22,22 @@ from gpuscale.control.simulate import (
 )
 from gpuscale.telemetry.load import TraceRequest, read_trace
 
+# Round figures for arithmetic by hand (not the calibrated defaults).
+HAND = ServingParams(max_batch=64, kv_tokens=400_000, prefill_tps=20_000.0,
+                     decode_tps_per_seq=60.0, decode_tps_max=2_500.0, cold_start_s=90.0,
+                     cold_start_spread=(90.0, 90.0))
 TRACE = Path(__file__).resolve().parents[3] / "shared" / "traces" / \
     "azure-llm-inference-2023-conv.csv"
 
 
 def test_policies_side_by_side_on_a_slice() -> None:
-    requests = scale_trace(read_trace(TRACE), rate=4.0, speedup=1.0, limit_s=600.0)
-    results = {r.policy.split(" (")[0]: r for r in compare(requests, 600.0)}
+    # The vllm-inference profile targets 32 requests per pod: its documented rule, half of
+    # the sequences the engine batches (32 of 64). So the engine here batches 64 (the
+    # calibrated default is vLLM's 256, for which the rule gives 128); at 12x the trace
+    # the fleet needs ~10 such replicas.
+    requests = scale_trace(read_trace(TRACE), rate=12.0, speedup=1.0, limit_s=600.0)
+    engine = replace(ServingParams(), max_batch=64)
+    results = {r.policy.split(" (")[0]: r for r in compare(requests, 600.0, engine)}
     assert set(results) == {"gpuscale vllm-inference", "gpuscale gpu-utilization",
                             "node-max GPU util", "CPU-based HPA", "static at peak",
                             "oracle"}
@@ -55,17 +65,18 @@ def test_policies_side_by_side_on_a_slice() -> None:
 
 
 def test_a_hand_computed_three_minutes_on_one_replica() -> None:
-    """Five requests on one warm replica (default ServingParams: prefill 20,000 tokens/s,
-    KV cache 400,000 tokens), each outcome worked out by hand."""
+    """Four requests on one warm replica (prefill 20,000 tokens/s, KV cache 400,000 tokens,
+    decode 60 tokens/s per sequence), each outcome worked out by hand."""
     requests = [
         TraceRequest(10.0, 2_000, 60),  # prefill 0.1 s: TTFT 0.1 s
         TraceRequest(70.0, 50_000, 10),  # prefill 2.5 s: over the 2 s SLO, minute 1 bad
         TraceRequest(170.0, 1_000, 10_000),  # 10,000 tokens at 60/s: still running at 180 s
         # 5,000 + 395,000 tokens cannot fit beside the one running: queued to the end,
-        # never served - minute 2 bad, its worst TTFT infinite.
+        # never served - minute 2 bad (its p95 of 0.05 s and infinity is infinite), its
+        # worst TTFT infinite.
         TraceRequest(171.0, 5_000, 395_000),
     ]
-    r = run_policy("one", requests, 180.0, ServingParams(), static=1)
+    r = run_policy("one", requests, 180.0, HAND, static=1)
     assert r.gpu_hours == pytest.approx(180.0 / 3600.0)  # one replica, three minutes
     assert (r.minutes, r.slo_violation_minutes, r.unserved) == (3, 2, 2)
     assert r.p95_ttft_s == pytest.approx(2.5)  # of the two finished: 0.1 and 2.5
@@ -76,13 +87,14 @@ def test_a_hand_computed_three_minutes_on_one_replica() -> None:
 
 def test_a_new_replica_is_billed_from_its_creation_not_from_when_it_is_ready() -> None:
     # The plan asks for a second replica from 120 s; provisioning ahead by the 90 s cold
-    # start, the oracle's loop creates it at 30 s: 180 s of one replica plus 150 s of the
-    # other, though the second serves only from 120 s (billing only while ready: 60 s).
+    # start, the oracle's loop decides on it in the step [30, 31) and creates it at its
+    # end, 31 s: 180 s of one replica plus 149 s of the other, though the second serves
+    # only from 121 s (billing only while ready: 59 s). Its cold start counts from 31 s too
+    # (see test_serving_model for the serving side).
     plan = [1] * 120 + [2] * 62
-    r = run_policy("plan", [], 180.0, ServingParams(), plan=plan)
+    r = run_policy("plan", [], 180.0, HAND, plan=plan)
     billed = r.gpu_hours * 3600.0
-    # Decided at the end of the 1 s step at 30 s, it is billed from the next one.
-    assert billed == pytest.approx(180.0 + 150.0, abs=1.0)
+    assert billed == pytest.approx(180.0 + 149.0)
     assert [n for _, n, *_ in r.timeline] == [1, 2, 2]
 
 
@@ -138,7 +150,9 @@ def test_reaction_to_a_burst() -> None:
     requests = synthetic("bursts", 1800.0, 8.0)
     rise = sharpest_rise(requests)
     assert rise is not None
-    assert abs(rise - 360.0) <= 60.0  # the first burst starts at 20 % of the duration
+    # Three equal bursts start at 20, 50 and 80 % of the duration (360, 900, 1440 s): the
+    # sharpest rise is at one of them (which one is the luck of the seeded draw).
+    assert min(abs(rise - b) for b in (360.0, 900.0, 1440.0)) <= 60.0
     results = {r.policy: r for r in compare(requests, 1800.0)}
     gpu = results["gpuscale gpu-utilization"]
     assert gpu.react_s is not None
@@ -175,9 +189,10 @@ def test_timeline_carries_the_worst_ttft_per_minute() -> None:
         assert len(r.timeline) == 5
         assert all(len(point) == 4 for point in r.timeline)
         assert [p[0] for p in r.timeline] == [0.0, 60.0, 120.0, 180.0, 240.0]
-        # A minute counted as violating the SLO shows a worst TTFT above it.
-        bad = sum(1 for p in r.timeline if p[3] > SLO_TTFT_S)
-        assert bad == r.slo_violation_minutes
+        # A minute counted as violating the SLO (its p95 above it) shows a worst TTFT
+        # above it too; a minute may have one slow request and still meet its p95.
+        assert len(r.bad_minutes) == r.slo_violation_minutes
+        assert all(r.timeline[m][3] > SLO_TTFT_S for m in r.bad_minutes)
 
 
 def test_progress_reports_reach_the_end_in_order() -> None:
