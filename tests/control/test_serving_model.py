@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from gpuscale.control.serving import InFlightRequest, ServingModel, ServingParams
+import pytest
+
+from gpuscale.control.serving import (
+    GPU_TYPES,
+    InFlightRequest,
+    ServingModel,
+    ServingParams,
+    kv_capacity_tokens,
+)
 
 # Round figures for arithmetic by hand (not the calibrated defaults): a replica with a
 # batch of 64, 400k tokens of KV cache, prefill at 20,000 tokens/s, decode at 60 tokens/s
@@ -128,3 +136,71 @@ def test_a_new_replica_is_billed_and_starts_cold_from_the_same_instant() -> None
     assert model.gpu_seconds == 91.0 + 90.0  # the second billed from 1 s, not ready yet
     assert model.signals(90.0)[1].ready is False
     assert model.signals(91.0)[1].ready is True
+
+
+def test_ttft_counts_from_arrival_and_prefill_overflow_carries() -> None:
+    model = ServingModel(HAND)
+    model.set_replicas(1, 0.0)
+    late = InFlightRequest(0.9, 2_000, 10)  # arrives late in the step: 0.1 s of prefill
+    long = InFlightRequest(1.0, 30_000, 10)  # 1.5 s of prefill: past the next step's end
+    after = InFlightRequest(1.2, 2_000, 10)
+    model.arrive([late])
+    model.step(0.0, 1.0)
+    assert late.first_token == pytest.approx(1.0)  # from its arrival, not from 0
+    model.arrive([long, after])
+    model.step(1.0, 1.0)
+    assert long.first_token == pytest.approx(2.5)
+    model.step(2.0, 1.0)  # the replica is busy until 2.5: the next prefill waits for it
+    assert after.admitted == pytest.approx(2.5)
+    assert after.first_token == pytest.approx(2.6)
+    for r in (late, long, after):
+        assert r.first_token is not None
+        assert r.admitted is not None
+        assert r.first_token - r.arrival >= r.prompt / HAND.prefill_tps - 1e-9
+        assert r.admitted >= r.arrival
+
+
+def test_a_replica_never_does_more_than_a_second_of_work_per_second() -> None:
+    # Far more arrivals than one replica can serve, with long prompts that overflow steps.
+    model = ServingModel(HAND)
+    model.set_replicas(1, 0.0)
+    rep = model.replicas[0]
+    prompt_s = gen_s = 0.0
+    for k in range(300):
+        now = k * 1.0
+        model.arrive([InFlightRequest(now + j / 7, 3_000 + 997 * j, 150 + 31 * j)
+                      for j in range(7)])
+        model.step(now, 1.0)
+        work = ((rep.prompt_tokens - prompt_s) / HAND.prefill_tps
+                + (rep.generation_tokens - gen_s) / HAND.decode_tps_max)
+        assert work <= 1.0 + 1e-9
+        prompt_s, gen_s = rep.prompt_tokens, rep.generation_tokens
+    # ...and it is busy: the bound is met, not undershot by an idle model.
+    assert (rep.prompt_tokens / HAND.prefill_tps
+            + rep.generation_tokens / HAND.decode_tps_max) > 0.95 * 300
+    signals = model.signals(300.0)[0]
+    assert signals.prompt_tokens_total == rep.prompt_tokens
+    assert signals.generation_tokens_total == rep.generation_tokens
+    assert signals.finished_total == rep.finished == len(model.done) > 0
+    assert rep.generation_tokens >= sum(r.output for r in model.done)
+
+
+def test_cold_starts_are_drawn_per_replica_within_the_spread() -> None:
+    p = ServingParams()
+    starts = [p.cold_start(i) for i in range(2_000)]
+    assert all(80.0 <= s <= 300.0 for s in starts)
+    assert abs(sum(starts) / len(starts) - p.cold_start_s) < 5.0
+    assert len({round(s, 3) for s in starts[:10]}) == 10  # not all the same
+    assert starts == [ServingParams().cold_start(i) for i in range(2_000)]  # seeded
+    model = ServingModel(p)
+    model.set_replicas(3, 10.0)
+    assert [r.ready_at - 10.0 for r in model.replicas] == starts[:3]
+
+
+def test_gpu_types_follow_their_hardware() -> None:
+    h100, a100, l4 = (GPU_TYPES[k] for k in ("h100", "a100", "l4"))
+    assert h100 == ServingParams()
+    assert h100.kv_tokens == kv_capacity_tokens(81559) == 456_504
+    assert h100.prefill_tps > a100.prefill_tps > l4.prefill_tps
+    assert h100.decode_tps_max > a100.decode_tps_max > l4.decode_tps_max
+    assert l4.kv_tokens < 40_000  # 24 GB holds the 16 GB of weights and little else

@@ -287,8 +287,10 @@ def scale_trace(requests: Sequence[TraceRequest], rate: float, speedup: float,
     one before), cut at ``limit_s`` simulated seconds; sorted by arrival.
 
     More load superposes shifted copies of the trace: with N = ceil(rate) copies, copy k
-    (k = 0 .. N-1) is the trace circularly shifted by k x span / N, wrapped inside the
-    trace's span (copy 0 is the trace itself). When ``rate`` is not whole, the last copy is
+    (k = 0 .. N-1) is the trace circularly shifted by k x P / N and wrapped into [0, P),
+    where P is the period a loop repeats with (the span plus the mean gap; wrapping at
+    the span itself would land the first and last requests on one instant). Copy 0 is the
+    trace itself. When ``rate`` is not whole, the last copy is
     thinned to its fractional part, deterministically: of its requests, in trace order,
     the j-th is kept when floor((j + 1) x f) > floor(j x f). (rate < 1 thins the trace
     itself that way.) Repeating each request ``rate`` times at the same instant instead
@@ -306,17 +308,17 @@ def scale_trace(requests: Sequence[TraceRequest], rate: float, speedup: float,
     span = order[-1].arrival_s - first
     period = span + (span / (len(order) - 1) if len(order) > 1 else 1.0)
     copies = math.ceil(rate)
-    frac = rate - (copies - 1)  # of the last copy: 1.0 when rate is whole
+    frac = round(rate - (copies - 1), 9)  # of the last copy: 1.0 when rate is whole
     one: list[TraceRequest] = []  # one loop's worth, times from 0
     for k in range(copies):
-        shift = k * span / copies
+        shift = k * period / copies
         thin = k == copies - 1 and frac < 1.0
         for j, r in enumerate(order):
             if thin and math.floor((j + 1) * frac) <= math.floor(j * frac):
                 continue
             t = r.arrival_s - first + shift
-            if k and t >= span:
-                t -= span
+            if t >= period:
+                t -= period
             one.append(TraceRequest(t, r.input_tokens, r.output_tokens))
     one.sort(key=lambda r: r.arrival_s)
     out: list[TraceRequest] = []
