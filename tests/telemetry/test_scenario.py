@@ -174,13 +174,15 @@ def test_real_trace_drives_load() -> None:
 
 
 @pytest.mark.parametrize(("content", "message"), [
-    ("", "header must contain"),
+    ("", "empty file"),
     ("a,b\n1,2\n", "header must contain"),
     ("TIMESTAMP,ContextTokens,GeneratedTokens\n", "no requests"),
-    ("TIMESTAMP,ContextTokens,GeneratedTokens\nyesterday,1,2\n", ":2: bad TIMESTAMP"),
-    ("TIMESTAMP,ContextTokens,GeneratedTokens\n1.0,x,2\n", ":2: token counts must be integers"),
-    ("TIMESTAMP,ContextTokens,GeneratedTokens\n1.0,-1,2\n", ":2: negative token count"),
-    ("TIMESTAMP,ContextTokens,GeneratedTokens\n1.0,1\n", ":2: token counts must be integers"),
+    ("TIMESTAMP,ContextTokens,GeneratedTokens\nyesterday,1,2\n",
+     ":2: TIMESTAMP must be a number"),
+    ("TIMESTAMP,ContextTokens,GeneratedTokens\n1.0,x,2\n", ":2: ContextTokens must be a number"),
+    ("TIMESTAMP,ContextTokens,GeneratedTokens\n1.0,-1,2\n",
+     ":2: ContextTokens must be a whole number"),
+    ("TIMESTAMP,ContextTokens,GeneratedTokens\n1.0,1\n", ":2: 2 fields, the header has 3"),
 ])
 def test_bad_traces(tmp_path: Path, content: str, message: str) -> None:
     path = tmp_path / "t.csv"

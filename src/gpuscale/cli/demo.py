@@ -18,6 +18,7 @@ from gpuscale.control.live.defaults import (
     DEFAULT_SPEED,
     GPUS_PER_NODE,
 )
+from gpuscale.control.patterns import PATTERNS
 from gpuscale.telemetry.scenario import builtin_scenarios
 
 
@@ -35,7 +36,7 @@ def add_parser(sub: Any) -> None:
     live = demo.add_mutually_exclusive_group()
     live.add_argument("--trace", type=Path,
                       help="loop: replay this request trace (CSV as for simulate)")
-    live.add_argument("--pattern", choices=["diurnal", "bursts", "idle-night"],
+    live.add_argument("--pattern", choices=PATTERNS,
                       help="loop: a synthetic load shape (default diurnal)")
     demo.add_argument("--rate", type=float, default=None,
                       help=f"loop: busiest requests/s of a pattern (default {DEFAULT_RATE:g}), "

@@ -11,6 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from gpuscale.cli.common import fail
+from gpuscale.control.patterns import PATTERNS
+from gpuscale.control.serving import DEFAULT_GPU, GPU_TYPES
+from gpuscale.control.slo import SLO_SPECS
 
 
 def add_parser(sub: Any) -> None:
@@ -18,8 +21,11 @@ def add_parser(sub: Any) -> None:
                                           "compare scaling policies")
     src = sim.add_mutually_exclusive_group(required=True)
     src.add_argument("--trace", type=Path,
-                     help="CSV: TIMESTAMP, ContextTokens, GeneratedTokens (Azure LLM format)")
-    src.add_argument("--pattern", choices=["diurnal", "bursts", "idle-night"],
+                     help="a request trace: Azure LLM inference CSV (TIMESTAMP, "
+                          "ContextTokens, GeneratedTokens; 2023 and 2024 files), JSONL "
+                          "(Mooncake style: timestamp in ms, input_length, output_length), "
+                          "or CSV arrival_s,input_tokens,output_tokens")
+    src.add_argument("--pattern", choices=PATTERNS,
                      help="a synthetic load shape instead of a trace (with --duration; "
                           "--rate is then requests/s)")
     sim.add_argument("--min-replicas", type=int, default=1,
@@ -32,6 +38,11 @@ def add_parser(sub: Any) -> None:
                      help="simulated seconds (default: the whole trace)")
     sim.add_argument("--loop", type=int, default=1,
                      help="play the trace this many times back to back (default 1)")
+    sim.add_argument("--gpu", choices=sorted(GPU_TYPES), default=DEFAULT_GPU,
+                     help=f"the GPU each replica runs on (default {DEFAULT_GPU})")
+    sim.add_argument("--slo", choices=list(SLO_SPECS), default="ttft",
+                     help="the objective each minute is judged by: "
+                          + "; ".join(f"{k}: {v.describe()}" for k, v in SLO_SPECS.items()))
     sim.add_argument("--plot", type=Path, default=None,
                      help="also write a PNG: load, replicas and latency over time per "
                           "policy (needs matplotlib: pip install 'gpuscale[plot]')")
@@ -50,8 +61,9 @@ def run(args: argparse.Namespace) -> int:
         return fail(str(exc), 2)
     if not requests:
         return fail("the pattern has no request in that duration", 2)
-    results = compare(requests, duration, min_replicas=args.min_replicas,
-                      progress=_progress_bar() if sys.stderr.isatty() else None)
+    slo = SLO_SPECS[args.slo]
+    results = compare(requests, duration, GPU_TYPES[args.gpu], min_replicas=args.min_replicas,
+                      progress=_progress_bar() if sys.stderr.isatty() else None, slo=slo)
     if args.plot is not None:
         from gpuscale.control.plot import PlotUnavailable, plot_results
 
@@ -61,11 +73,12 @@ def run(args: argparse.Namespace) -> int:
             return fail(str(exc), 2)
         print(f"plot written to {args.plot}", file=sys.stderr)
     if args.json:
-        print(json.dumps([{k: v for k, v in asdict(r).items() if k != "timeline"}
+        print(json.dumps([{k: v for k, v in asdict(r).items()
+                           if k not in ("timeline", "bad_minutes")}
                           for r in results], indent=2))
     else:
-        print(f"{len(requests)} requests over {duration / 60:.0f} simulated minutes; SLO: "
-              f"time to first token <= 2 s")
+        print(f"{len(requests)} requests over {duration / 60:.0f} simulated minutes on "
+              f"{args.gpu}; SLO per minute: {slo.describe()}")
         print(format_results(results))
     return 0
 

@@ -12,14 +12,15 @@ HPA, static provisioning at the peak, and an oracle that knows the future load.
 from __future__ import annotations
 
 import math
-import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from gpuscale.control.hpa import SCALE_DOWN, Metric, MetricSource, Rules, TargetType
 from gpuscale.control.keda import ScaledObjectLoop, ScaledObjectSpec
+from gpuscale.control.patterns import PATTERNS, synthetic
 from gpuscale.control.serving import InFlightRequest, ServingModel, ServingParams
+from gpuscale.control.slo import DEFAULT_SLO, SLO_SPECS, Slo, SloSpec
 from gpuscale.scaler.evaluate import WorkloadUnavailable, evaluate
 from gpuscale.scaler.fleet import FleetView
 from gpuscale.scaler.metadata import parse_metadata
@@ -27,7 +28,12 @@ from gpuscale.scaler.selector import parse_selector
 from gpuscale.stream.records import PodRecord
 from gpuscale.telemetry.load import TraceRequest
 
-SLO_TTFT_S = 2.0
+__all__ = ["PATTERNS", "SLO_SPECS", "SLO_TTFT_S", "Progress", "Result", "Signal", "Slo",
+           "SloSpec", "compare", "cpu_signal", "format_results", "needed_replicas",
+           "node_max_signal", "oracle_plan", "profile_signal", "run_policy", "scale_trace",
+           "sharpest_rise", "synthetic"]
+
+SLO_TTFT_S = DEFAULT_SLO.target_s  # the default objective: p95 TTFT <= 2 s per minute
 _SELECTOR = parse_selector("app=llm")
 
 Signal = Callable[[ServingModel, float], list[Metric]]
@@ -50,8 +56,9 @@ class Result:
     time_to_zero_s: float | None = None  # from the last arrival to zero replicas (min 0)
     react_s: float | None = None  # from the sharpest load rise to the next scale-up
     timeline: tuple[tuple[float, int, float, float], ...] = field(default=(), repr=False)
-    #   (minute start, replicas, requests waiting, worst time to first token of the
-    #   requests that arrived in that minute), one per minute
+    #   (minute start, replicas, requests waiting, worst SLO measure - time to first token
+    #   by default - of the requests that arrived in that minute), one per minute
+    bad_minutes: tuple[int, ...] = ()  # the minutes that missed the SLO, in order
 
 
 def profile_signal(metadata: dict[str, str]) -> Signal:
@@ -97,12 +104,14 @@ def cpu_signal(model: ServingModel, now: float) -> list[Metric]:
 def needed_replicas(requests: Sequence[TraceRequest], duration: float, params: ServingParams,
                     window_s: float = 60.0, busy: float = 0.8) -> list[int]:
     """Per second: replicas the next window's work needs at ``busy`` (the oracle's plan).
-    A request costs a replica prompt/prefill_tps seconds of prefill and output/decode_max
-    seconds of decode (at full batch)."""
+    A request costs a replica prompt/prefill_tps seconds of prefill and output/decode
+    seconds of decode (at full batch: decode_tps_max, or max_batch x decode_tps_per_seq
+    where the batch caps it first)."""
+    decode = min(params.decode_tps_max, params.max_batch * params.decode_tps_per_seq)
     per_s = [0.0] * (int(duration) + 2)
     for r in requests:
         per_s[min(int(r.arrival_s), len(per_s) - 1)] += (
-            r.input_tokens / params.prefill_tps + r.output_tokens / params.decode_tps_max)
+            r.input_tokens / params.prefill_tps + r.output_tokens / decode)
     out = []
     w = int(window_s)
     for t in range(len(per_s)):
@@ -117,12 +126,17 @@ def run_policy(name: str, requests: Sequence[TraceRequest], duration: float,
                min_replicas: int = 1, max_replicas: int = 64, dt: float = 1.0,
                progress: Callable[[float], None] | None = None,
                start: int | None = None, scale_down: Rules = SCALE_DOWN,
-               decider: Decider | None = None) -> Result:
+               decider: Decider | None = None,
+               slo: SloSpec = DEFAULT_SLO) -> Result:
     """One policy over the requests. The replicas running when the window opens (warm):
     ``static``, the oracle's plan, else ``start`` (default ``min_replicas``, at least 1).
     ``scale_down``: the HPA's scale-down behavior (Kubernetes' default). ``decider``: a
     policy's own loop (see ``Decider``); a count it returns, clamped to [min, max],
-    replaces that step's HPA/KEDA decision."""
+    replaces that step's HPA/KEDA decision. ``slo``: the objective minutes are judged by.
+
+    Each step [now, now + dt) serves its arrivals, then the policy reads the signals at its
+    end and decides; a change takes effect at now + dt, the instant a new replica is billed
+    from and its cold start counts from (a removed one drains from then)."""
     model = ServingModel(params)
     loop = ScaledObjectLoop(ScaledObjectSpec(min_replicas=min_replicas,
                                              max_replicas=max_replicas),
@@ -168,7 +182,7 @@ def run_policy(name: str, requests: Sequence[TraceRequest], duration: float,
         if desired != replicas:
             if desired > replicas:
                 ups.append(now)
-            model.set_replicas(desired, now)
+            model.set_replicas(desired, now + dt)
             changes += 1
             replicas = desired
             if replicas == 0 and i >= len(order) and zero_at is None:
@@ -177,54 +191,19 @@ def run_policy(name: str, requests: Sequence[TraceRequest], duration: float,
             timeline.append((now, replicas, float(len(model.queue))))
     if progress is not None:
         progress(1.0)
-    slo = Slo.of(model, duration)
+    judged = Slo.of(model, duration, slo)
     last_arrival = order[-1].arrival_s if order else 0.0
     rise = sharpest_rise(order)
     react = next((t - rise for t in ups if t >= rise), None) \
         if rise is not None and (signal is not None or decider is not None) \
         else None  # static/oracle: no reaction
-    return Result(name, model.gpu_seconds / 3600.0, len(slo.bad_minutes), slo.minutes,
+    return Result(name, model.gpu_seconds / 3600.0, len(judged.bad_minutes), judged.minutes,
                   changes / (duration / 3600.0), max(t[1] for t in timeline),
-                  slo.p95_ttft_s, slo.unserved,
+                  judged.p95_ttft_s, judged.unserved,
                   None if zero_at is None else zero_at - last_arrival, react,
-                  tuple((t, n, q, slo.worst.get(int(t // 60), 0.0)) for t, n, q in timeline))
-
-
-@dataclass(frozen=True, slots=True)
-class Slo:
-    """How a serving model met the TTFT objective over ``minutes``."""
-
-    minutes: int
-    bad_minutes: frozenset[int]  # minutes with an arrival above the SLO or never served
-    worst: dict[int, float]  # minute -> worst TTFT of its arrivals (inf: never served)
-    p95_ttft_s: float
-    unserved: int  # requests still queued or running
-
-    @classmethod
-    def of(cls, model: ServingModel, duration: float) -> Slo:
-        minutes = max(1, int(duration // 60))
-        bad = set()
-        ttft = []
-        worst: dict[int, float] = {}
-        for req in model.done:
-            if req.first_token is not None:
-                wait = req.first_token - req.arrival
-                ttft.append(wait)
-                minute = int(req.arrival // 60)
-                worst[minute] = max(worst.get(minute, 0.0), wait)
-                if wait > SLO_TTFT_S:
-                    bad.add(minute)
-        unserved = len(model.queue) + sum(len(rep.running)
-                                          for rep in model.replicas + model.draining)
-        # Requests never served count against the minute they arrived in.
-        for queued in list(model.queue):
-            bad.add(int(queued.arrival // 60))
-        bad = {m for m in bad if m < minutes}
-        for m in bad:  # a minute whose requests were never served waits forever
-            worst.setdefault(m, math.inf)
-        ttft.sort()
-        return cls(minutes, frozenset(bad), worst,
-                   ttft[int(len(ttft) * 0.95)] if ttft else 0.0, unserved)
+                  tuple((t, n, q, judged.worst.get(int(t // 60), 0.0))
+                        for t, n, q in timeline),
+                  tuple(sorted(judged.bad_minutes)))
 
 
 def sharpest_rise(requests: Sequence[TraceRequest], window_s: float = 60.0) -> float | None:
@@ -246,10 +225,10 @@ Progress = Callable[[str, float], None]  # (policy, overall fraction done)
 
 def compare(requests: Sequence[TraceRequest], duration: float,
             params: ServingParams | None = None, min_replicas: int = 1,
-            progress: Progress | None = None) -> list[Result]:
+            progress: Progress | None = None, slo: SloSpec = DEFAULT_SLO) -> list[Result]:
     """The six policies over the same requests: gpuscale's two profiles, node-max, CPU,
     static at the oracle's peak, and the oracle (searched first: the others start from
-    its opening model)."""
+    its opening model), every one judged by ``slo``."""
     params = params or ServingParams()
     results: list[Result] = []
     stages = 6  # the oracle's search, then the five other policies
@@ -260,7 +239,7 @@ def compare(requests: Sequence[TraceRequest], duration: float,
                 progress(name, (n + fraction) / stages)
         return show
 
-    plan, oracle = oracle_plan(requests, duration, params, report("oracle", 0))
+    plan, oracle = oracle_plan(requests, duration, params, report("oracle", 0), slo=slo)
     peak = max(plan)
     # Every autoscaled policy opens on the model the oracle starts with, and its HPA has
     # been running at that count (a window of traffic on a running system, not a cold one).
@@ -279,31 +258,33 @@ def compare(requests: Sequence[TraceRequest], duration: float,
     ]
     for n, (name, kwargs) in enumerate(policies, start=1):
         results.append(run_policy(name, requests, duration, params,
-                                  progress=report(name, n), **kwargs))
+                                  progress=report(name, n), slo=slo, **kwargs))
     results.append(oracle)
     return results
 
 
 def oracle_plan(requests: Sequence[TraceRequest], duration: float, params: ServingParams,
                 progress: Callable[[float], None] | None = None,
-                rounds: int = 12) -> tuple[list[int], Result]:
+                rounds: int = 12, slo: SloSpec = DEFAULT_SLO) -> tuple[list[int], Result]:
     """The fewest replicas, second by second, that meet the SLO with foresight: start from
     the work each minute needs (``needed_replicas``), replay, add a replica around every
-    minute that missed the SLO (from a cold start before it to its end), and again, until
-    no minute misses or ``rounds`` are spent. Returns the plan and its run."""
+    minute that missed the SLO (from the longest cold start before it to its end), and
+    again, until no minute misses or ``rounds`` are spent. Returns the plan and its run."""
     plan = needed_replicas(requests, duration, params)
-    result = run_policy("oracle", requests, duration, params, plan=plan)
+    result = run_policy("oracle", requests, duration, params, plan=plan, slo=slo)
+    # The plan provisions ahead by the mean cold start; a replica may take up to the
+    # spread's top, so a repair reaches back that far.
+    lead = max(params.cold_start_s, params.cold_start_spread[1])
     for k in range(rounds):
         if progress is not None:
             progress(k / rounds)
         if not result.slo_violation_minutes:
             break
-        bad = [m for m, (_, _, _, worst) in enumerate(result.timeline) if worst > SLO_TTFT_S]
-        for m in bad:
-            lo = max(0, int(m * 60 - params.cold_start_s - 60))
+        for m in result.bad_minutes:
+            lo = max(0, int(m * 60 - lead - 60))
             for t in range(lo, min(len(plan), (m + 1) * 60)):
                 plan[t] += 1
-        result = run_policy("oracle", requests, duration, params, plan=plan)
+        result = run_policy("oracle", requests, duration, params, plan=plan, slo=slo)
     if progress is not None:
         progress(1.0)
     return plan, result
@@ -311,61 +292,52 @@ def oracle_plan(requests: Sequence[TraceRequest], duration: float, params: Servi
 
 def scale_trace(requests: Sequence[TraceRequest], rate: float, speedup: float,
                 limit_s: float | None, loops: int = 1) -> list[TraceRequest]:
-    """``rate`` x the arrivals (each request repeated/thinned), time compressed by
-    ``speedup``, played ``loops`` times back to back (each copy starts one trace span, plus
-    the mean gap between arrivals, after the one before), cut at ``limit_s`` simulated
-    seconds."""
+    """``rate`` x the arrivals, time compressed by ``speedup``, played ``loops`` times back
+    to back (each copy starts one trace span, plus the mean gap between arrivals, after the
+    one before), cut at ``limit_s`` simulated seconds; sorted by arrival.
+
+    More load superposes shifted copies of the trace: with N = ceil(rate) copies, copy k
+    (k = 0 .. N-1) is the trace circularly shifted by k x P / N and wrapped into [0, P),
+    where P is the period a loop repeats with (the span plus the mean gap; wrapping at
+    the span itself would land the first and last requests on one instant). Copy 0 is the
+    trace itself. When ``rate`` is not whole, the last copy is
+    thinned to its fractional part, deterministically: of its requests, in trace order,
+    the j-th is kept when floor((j + 1) x f) > floor(j x f). (rate < 1 thins the trace
+    itself that way.) Repeating each request ``rate`` times at the same instant instead
+    would be a burst no real traffic has: N prompts landing in the same millisecond. A
+    trace whose requests all share one instant (span 0) cannot be shifted; its copies
+    coincide."""
     if loops < 1:
         raise ValueError(f"loops must be at least 1, not {loops}")
-    out: list[TraceRequest] = []
+    if not rate > 0:
+        raise ValueError(f"rate must be positive, not {rate}")
     if not requests:
-        return out
-    first = min(r.arrival_s for r in requests)
-    span = max(r.arrival_s for r in requests) - first
-    period = span + (span / (len(requests) - 1) if len(requests) > 1 else 1.0)
-    acc = 0.0
+        return []
+    order = sorted(requests, key=lambda r: r.arrival_s)
+    first = order[0].arrival_s
+    span = order[-1].arrival_s - first
+    period = span + (span / (len(order) - 1) if len(order) > 1 else 1.0)
+    copies = math.ceil(rate)
+    frac = round(rate - (copies - 1), 9)  # of the last copy: 1.0 when rate is whole
+    one: list[TraceRequest] = []  # one loop's worth, times from 0
+    for k in range(copies):
+        shift = k * period / copies
+        thin = k == copies - 1 and frac < 1.0
+        for j, r in enumerate(order):
+            if thin and math.floor((j + 1) * frac) <= math.floor(j * frac):
+                continue
+            t = r.arrival_s - first + shift
+            if t >= period:
+                t -= period
+            one.append(TraceRequest(t, r.input_tokens, r.output_tokens))
+    one.sort(key=lambda r: r.arrival_s)
+    out: list[TraceRequest] = []
     for loop in range(loops):
-        for r in requests:
-            acc += rate
-            t = (r.arrival_s - first + loop * period) / speedup
+        for r in one:
+            t = (r.arrival_s + loop * period) / speedup
             if limit_s is not None and t >= limit_s:
                 return out
-            while acc >= 1.0:
-                out.append(TraceRequest(t, r.input_tokens, r.output_tokens))
-                acc -= 1.0
-    return out
-
-
-PATTERNS = ("diurnal", "bursts", "idle-night")
-
-
-def synthetic(pattern: str, duration: float, rate: float, seed: int = 1) -> list[TraceRequest]:
-    """Requests for a named load shape at ``rate`` requests/s on average where busy:
-    ``diurnal`` (one slow day-night cycle over the duration, 20-100 % of rate),
-    ``bursts`` (rate/4, with three 2-minute bursts at 2x rate), ``idle-night`` (rate for
-    the first half, nothing after). Token counts are log-normal (prompt ~1,000, output
-    ~250 on average), from a seeded generator: the same arguments give the same requests."""
-    if pattern not in PATTERNS:
-        raise ValueError(f"pattern {pattern!r} is not one of {', '.join(PATTERNS)}")
-    rng = random.Random(seed)
-    out = []
-    t = 0.0
-    bursts = [duration * f for f in (0.2, 0.5, 0.8)]
-    while t < duration:
-        if pattern == "diurnal":
-            r = rate * (0.2 + 0.8 * (1 - math.cos(2 * math.pi * t / duration)) / 2)
-        elif pattern == "bursts":
-            r = rate * (2.0 if any(b <= t < b + 120 for b in bursts) else 0.25)
-        else:
-            r = rate if t < duration / 2 else 0.0
-        if r <= 0:
-            break
-        t += rng.expovariate(r)
-        if pattern == "idle-night" and t >= duration / 2:
-            break
-        if t < duration:
-            out.append(TraceRequest(t, int(rng.lognormvariate(6.7, 0.6)),
-                                    int(rng.lognormvariate(5.3, 0.6))))
+            out.append(TraceRequest(t, r.input_tokens, r.output_tokens))
     return out
 
 

@@ -7,15 +7,15 @@ time gives the same reading - the tests and the demo rely on that.
 from __future__ import annotations
 
 import bisect
-import csv
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
-from pathlib import Path
 from typing import Protocol
 
-from gpuscale.common.errors import ConfigError
+from gpuscale.telemetry.trace import MAX_TRACE_ROWS, TraceError, TraceRequest, read_trace
+
+__all__ = ["MAX_TRACE_ROWS", "Constant", "LoadCurve", "Sine", "Steps", "TraceError",
+           "TraceLoad", "TraceRequest", "read_trace", "trace_load"]
 
 
 class LoadCurve(Protocol):
@@ -100,76 +100,6 @@ class TraceLoad:
         lo = bisect.bisect_left(self.arrivals, a)
         hi = bisect.bisect_left(self.arrivals, b)
         return self.cumulative_tokens[hi] - self.cumulative_tokens[lo]
-
-
-@dataclass(frozen=True, slots=True)
-class TraceRequest:
-    arrival_s: float  # seconds from the trace's first request
-    input_tokens: int
-    output_tokens: int
-
-
-class TraceError(ConfigError):
-    """A request trace that cannot be read; the message names the file and line."""
-
-
-MAX_TRACE_ROWS = 5_000_000
-
-
-def read_trace(path: Path) -> tuple[TraceRequest, ...]:
-    """Read a CSV trace: columns TIMESTAMP, ContextTokens, GeneratedTokens (Azure LLM format).
-
-    TIMESTAMP is either ``YYYY-MM-DD HH:MM:SS[.fraction]`` or seconds as a number. Rows are
-    sorted by arrival. Raises TraceError naming the line for anything malformed.
-    """
-    requests: list[TraceRequest] = []
-    first: float | None = None
-    try:
-        with path.open(newline="", encoding="utf-8") as fh:
-            reader = csv.DictReader(fh)
-            need = {"TIMESTAMP", "ContextTokens", "GeneratedTokens"}
-            if reader.fieldnames is None or not need <= set(reader.fieldnames):
-                raise TraceError(f"{path}: header must contain {sorted(need)}, "
-                                 f"got {reader.fieldnames}")
-            for row in reader:
-                if reader.line_num > MAX_TRACE_ROWS:
-                    raise TraceError(f"{path}: more than {MAX_TRACE_ROWS} rows")
-                ts = _parse_timestamp(row["TIMESTAMP"], path, reader.line_num)
-                first = ts if first is None else first
-                try:
-                    inp, out = int(row["ContextTokens"]), int(row["GeneratedTokens"])
-                except (TypeError, ValueError):
-                    raise TraceError(f"{path}:{reader.line_num}: token counts must be "
-                                     f"integers") from None
-                if inp < 0 or out < 0:
-                    raise TraceError(f"{path}:{reader.line_num}: negative token count")
-                requests.append(TraceRequest(ts - first, inp, out))
-    except OSError as exc:
-        raise TraceError(f"{path}: {exc.strerror or exc}") from exc
-    except UnicodeDecodeError as exc:
-        raise TraceError(f"{path}: not UTF-8 text ({exc.reason})") from exc
-    except csv.Error as exc:
-        raise TraceError(f"{path}: {exc}") from exc
-    if not requests:
-        raise TraceError(f"{path}: no requests")
-    requests.sort(key=lambda r: r.arrival_s)
-    base = requests[0].arrival_s
-    return tuple(TraceRequest(r.arrival_s - base, r.input_tokens, r.output_tokens)
-                 for r in requests)
-
-
-def _parse_timestamp(text: str | None, path: Path, line: int) -> float:
-    text = (text or "").strip()
-    try:
-        return float(text)
-    except ValueError:
-        pass
-    try:
-        # Python's fromisoformat takes at most 6 fraction digits; the Azure trace has 7.
-        head, _, frac = text.partition(".")
-        return datetime.fromisoformat(head).timestamp() + (float("0." + frac) if frac else 0.0)
-    except ValueError:
-        raise TraceError(f"{path}:{line}: bad TIMESTAMP {text[:40]!r}") from None
 
 
 def trace_load(requests: Sequence[TraceRequest], capacity_tokens_per_s: float,
