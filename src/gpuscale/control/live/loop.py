@@ -56,7 +56,8 @@ from gpuscale.control.live.world import (
     SimClock,
     World,
 )
-from gpuscale.control.simulate import Slo, needed_replicas
+from gpuscale.control.planned import planner_metadata
+from gpuscale.control.simulate import SLO_TTFT_S, Slo, needed_replicas
 from gpuscale.proto import externalscaler_pb2 as pb
 from gpuscale.proto import externalscaler_pb2_grpc as pb_grpc
 from gpuscale.scaler.fleet import FleetView
@@ -67,12 +68,23 @@ from gpuscale.stream.subscriber import AgentSubscriber
 log = logging.getLogger(__name__)
 
 
+def trigger_metadata(cfg: LiveConfig) -> dict[str, str]:
+    """The demo ScaledObject's trigger metadata. For the planner: the serving model's
+    start-up, capacity and batch, on the scaler's clock - the loop runs ``speed`` times
+    faster than the scaler's wall clock, so times are divided by it and rates (per wall
+    second) multiplied."""
+    md = {"podSelector": f"app={WORKLOAD}", "profile": cfg.profile}
+    if cfg.profile == "vllm-planner":
+        md.update(planner_metadata(cfg.params, SLO_TTFT_S, speed=cfg.speed))
+    return md
+
+
 async def control(world: World, clock: SimClock, status: Status, address: str,
                   on_decision: Callable[[Decision], None]) -> None:
     """KEDA's operator and the HPA, as gRPC clients of the scaler."""
     cfg = world.cfg
-    ref = pb.ScaledObjectRef(name=WORKLOAD, namespace=NAMESPACE, scalerMetadata={
-        "podSelector": f"app={WORKLOAD}", "profile": cfg.profile})
+    ref = pb.ScaledObjectRef(name=WORKLOAD, namespace=NAMESPACE,
+                             scalerMetadata=trigger_metadata(cfg))
     loop = ScaledObjectLoop(ScaledObjectSpec(polling_s=POLLING_S,
                                              min_replicas=cfg.min_replicas,
                                              max_replicas=cfg.max_replicas))
@@ -163,12 +175,12 @@ async def run_live(cfg: LiveConfig, tty: bool | None = None,
               for b, s in zip(world.backends, world.sources, strict=True)]
     fleet = FleetView(stale_after=max(3.0 * interval, 2.0))
     subscriber = AgentSubscriber(fleet, name="demo")
-    server = ScalerServer(ScalerService(fleet, roster=AgentRoster(subscriber)), host=cfg.host,
-                          port=cfg.port)
+    service = ScalerService(fleet, roster=AgentRoster(subscriber))
+    server = ScalerServer(service, host=cfg.host, port=cfg.port)
     address = f"{'localhost' if cfg.host in ('0.0.0.0', '::', '[::]') else cfg.host}:" \
-              f"{cfg.port}"
+              f"{server.port}"
     status = Status()
-    view = View(world, clock, status, fleet, address, tty, write)
+    view = View(world, clock, status, fleet, address, tty, write, plans=service.plans)
     engines = Engines(world)
     handler = ViewLog(view) if tty else None
     if handler is not None:
@@ -190,13 +202,14 @@ async def run_live(cfg: LiveConfig, tty: bool | None = None,
             tasks = [tg.create_task(a.run(listening), name=f"agent-{a.config.hostname}")
                      for a in agents]
             tasks.append(tg.create_task(server.serve(listening), name="scaler"))
+            tasks.append(tg.create_task(service.plan_loop(), name="planner"))
             await up.wait()
             subscriber.set_addresses(f"127.0.0.1:{a.stream_port}" for a in agents)
             if not tty:
                 write(f"KEDA external scaler on {address}; {cfg.nodes} simulated nodes of "
                       f"{GPUS_PER_NODE}x {GPU_MODEL}; profile {cfg.profile}; simulated "
                       f"{fmt_time(cfg.duration)} at x{cfg.speed:g}. Ask it what KEDA "
-                      f"gets:\n  {grpcurl_hint(address, cfg.profile)}")
+                      f"gets:\n  {grpcurl_hint(address, trigger_metadata(cfg))}")
             tasks.append(tg.create_task(view.run(), name="view"))
             tasks.append(tg.create_task(
                 control(world, clock, status, address, view.decision), name="keda-hpa"))

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from gpuscale.control.live.world import NAMESPACE, WORKLOAD, SimClock, World
 from gpuscale.control.simulate import SLO_TTFT_S
 from gpuscale.scaler.fleet import FleetView
+from gpuscale.scaler.planner import Plan
+from gpuscale.scaler.planning import PlanBook
 from gpuscale.scaler.selector import parse_selector
 from gpuscale.stream.records import PodRecord
 from gpuscale.telemetry.model import Absent
@@ -72,8 +74,10 @@ class View:
     simulated minute) when the output is not a terminal."""
 
     def __init__(self, world: World, clock: SimClock, status: Status, fleet: FleetView,
-                 address: str, tty: bool, out: Callable[[str], None]) -> None:
+                 address: str, tty: bool, out: Callable[[str], None],
+                 plans: PlanBook | None = None) -> None:
         self.world, self.clock, self.status, self.fleet = world, clock, status, fleet
+        self.plans = plans
         self.address = address
         self.tty = tty
         self._out = out
@@ -93,6 +97,13 @@ class View:
                  for name, t, v in self.status.metrics]
         return ", ".join(parts) or "no metric read yet"
 
+    def plan_text(self) -> str:
+        """The demo workload's plan and its terms, when the planner runs it."""
+        if self.plans is None:
+            return ""
+        plan = dict(self.plans.plans()).get((NAMESPACE, WORKLOAD))
+        return "" if plan is None else _plan_line(plan)
+
     def _load(self) -> tuple[float, int]:
         w = self.world
         return len(w.arrivals) / 60.0, len(w.model.queue)
@@ -107,10 +118,12 @@ class View:
                 if minute != self._last_minute:
                     self._last_minute = minute
                     rate, queue = self._load()
+                    plan = self.plan_text()
                     self._out(f"{fmt_time(self.world.now)} load {rate:.1f} req/s, queue "
                               f"{queue}, replicas {len(self.world.pods)} "
                               f"({self.world.ready_count()} ready), GPU-hours "
-                              f"{self.world.model.gpu_seconds / 3600:.2f}")
+                              f"{self.world.model.gpu_seconds / 3600:.2f}"
+                              f"{'; ' + plan if plan else ''}")
                 await asyncio.sleep(0.1)
 
     def screen(self) -> list[str]:
@@ -130,6 +143,9 @@ class View:
         ]
         if s.error:
             lines.append(f"          {s.error[:100]}")
+        plan = self.plan_text()
+        if plan:
+            lines.append(f"planner   {plan}")
         lines.append("decisions")
         lines += [f"  {fmt_time(d.at)} {d.before} -> {d.after}: {d.why[:90]}"
                   for d in list(s.decisions)[-3:]] or ["  none yet"]
@@ -174,8 +190,18 @@ class ViewLog(logging.Handler):
 HIDE_CURSOR, SHOW_CURSOR = "\x1b[?25l", "\x1b[?25h"
 
 
-def grpcurl_hint(address: str, profile: str) -> str:
-    ref = {"scaledObjectRef": {"name": WORKLOAD, "namespace": NAMESPACE, "scalerMetadata": {
-        "podSelector": f"app={WORKLOAD}", "profile": profile}}}
+def _plan_line(plan: Plan) -> str:
+    """How the plan came about, in replicas (the terms of scaler.planner)."""
+    return (f"plan {plan.replicas} (held; now ceil(max(steady {plan.steady:.1f}, burst "
+            f"{plan.burst:.1f}, batch {plan.concurrency:.1f}, kv {plan.kv:.1f}) + backlog "
+            f"{plan.backlog:.1f}) = {plan.unheld}); {plan.ready} ready + {plan.starting} "
+            f"starting{', warming up' if plan.warming else ''}")
+
+
+def grpcurl_hint(address: str, metadata: dict[str, str]) -> str:
+    """A grpcurl command that asks the demo's scaler what KEDA asks, as printed: the
+    ScaledObject reference with the trigger's real metadata, in single quotes (the JSON
+    has none of its own)."""
+    ref = {"name": WORKLOAD, "namespace": NAMESPACE, "scalerMetadata": metadata}
     return (f"grpcurl -plaintext -d '{json.dumps(ref)}' {address} "
             "externalscaler.ExternalScaler/GetMetricSpec")

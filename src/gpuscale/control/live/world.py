@@ -22,7 +22,7 @@ from gpuscale.attribution.model import PodInfo
 from gpuscale.attribution.sources import SIM_ENGINE_PORT, Inputs, ScenarioSources
 from gpuscale.control.live.defaults import DEFAULT_SPEED, GPUS_PER_NODE
 from gpuscale.control.serving import InFlightRequest, ServingModel, ServingParams
-from gpuscale.engines.simulated import serve_metrics, vllm_metrics
+from gpuscale.engines.simulated import VllmCounters, serve_metrics, vllm_metrics
 from gpuscale.telemetry.load import TraceRequest
 from gpuscale.telemetry.model import Absent, NodeSnapshot
 from gpuscale.telemetry.scenario import NodeSpec, PodRef, ProcessSpec, parse_scenario
@@ -184,7 +184,12 @@ class World:
         if i is None:
             return ""
         s = self._signals[i]
-        return vllm_metrics(WORKLOAD, s.running, round(s.waiting), s.kv_cache / 100.0)
+        # The replica's own counters, as its vLLM would count them (cumulative; the agent
+        # turns them into rates on its clock, which the loop fast-forwards).
+        counters = VllmCounters(s.prompt_tokens_total, s.generation_tokens_total,
+                                s.finished_total)
+        return vllm_metrics(WORKLOAD, s.running, round(s.waiting), s.kv_cache / 100.0,
+                            counters)
 
     def is_ready(self, pod: Pod) -> bool:
         return pod.name in self._ready
