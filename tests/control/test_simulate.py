@@ -38,17 +38,22 @@ def test_policies_side_by_side_on_a_slice() -> None:
     requests = scale_trace(read_trace(TRACE), rate=12.0, speedup=1.0, limit_s=600.0)
     engine = replace(ServingParams(), max_batch=64)
     results = {r.policy.split(" (")[0]: r for r in compare(requests, 600.0, engine)}
-    assert set(results) == {"gpuscale vllm-inference", "gpuscale gpu-utilization",
-                            "node-max GPU util", "CPU-based HPA", "static at peak",
-                            "oracle"}
+    assert set(results) == {"gpuscale vllm-planner", "gpuscale vllm-inference",
+                            "gpuscale gpu-utilization", "node-max GPU util", "CPU-based HPA",
+                            "static at peak", "oracle"}
     # Every autoscaled policy opens on the oracle's starting fleet. The GPU-blind and
     # node-max policies cannot scale a loaded fleet out from there; gpuscale's can.
     start = results["oracle"].timeline[0][1]
-    for name in ("CPU-based HPA", "node-max GPU util", "gpuscale vllm-inference"):
+    for name in ("CPU-based HPA", "node-max GPU util", "gpuscale vllm-inference",
+                 "gpuscale vllm-planner"):
         assert results[name].timeline[0][1] == start
     assert results["CPU-based HPA"].max_replicas == start
     assert results["node-max GPU util"].max_replicas == start
     assert results["gpuscale vllm-inference"].max_replicas > start
+    # The planner has not seen a hold window (its start-up, 300 s) for most of the slice,
+    # so it keeps the replicas that exist, and they carry the load.
+    assert results["gpuscale vllm-planner"].max_replicas == start
+    assert results["gpuscale vllm-planner"].slo_violation_minutes == 0
     assert results["CPU-based HPA"].unserved > 10 * results["static at peak"].unserved + 100
     # The oracle meets the SLO (it is searched for), and gpuscale's vLLM profile does too
     # on this slice, with fewer GPU-hours than static provisioning at the peak.
@@ -103,7 +108,7 @@ def test_cli_json(tmp_path: Path) -> None:
                           str(TRACE), "--rate", "2", "--duration", "300", "--json"],
                          capture_output=True, text=True, check=True, timeout=120)
     rows = json.loads(out.stdout)
-    assert len(rows) == 6
+    assert len(rows) == 7
     assert {"policy", "gpu_hours", "slo_violation_minutes", "replica_changes_per_hour",
             "p95_ttft_s"} <= set(rows[0])
 
@@ -203,7 +208,7 @@ def test_progress_reports_reach_the_end_in_order() -> None:
     assert fractions == sorted(fractions)
     assert fractions[0] == 0.0
     assert fractions[-1] == 1.0
-    assert len({name for name, _ in seen}) == 6
+    assert len({name for name, _ in seen}) == 7
 
 
 def test_cli_plot_writes_a_png(tmp_path: Path) -> None:
@@ -348,4 +353,4 @@ def test_cli_accepts_new_patterns_and_trace_formats(tmp_path: Path) -> None:
         out = subprocess.run([sys.executable, "-m", "gpuscale.cli", "simulate", *args,
                               "--json"], capture_output=True, text=True, check=True,
                              timeout=120)
-        assert len(json.loads(out.stdout)) == 6
+        assert len(json.loads(out.stdout)) == 7

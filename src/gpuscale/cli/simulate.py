@@ -80,6 +80,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"{len(requests)} requests over {duration / 60:.0f} simulated minutes on "
               f"{args.gpu}; SLO per minute: {slo.describe()}")
         print(format_results(results))
+        if slo.kind == "ttft":
+            from gpuscale.control.bound import lower_bound
+
+            bound = lower_bound(requests, duration, GPU_TYPES[args.gpu], slo.target_s)
+            print(f"lower bound (no policy can use less; control/bound.py): "
+                  f"{bound.gpu_hours:.2f} GPU-h")
     return 0
 
 

@@ -19,6 +19,7 @@ from typing import Any
 from gpuscale.control.hpa import SCALE_DOWN, Metric, MetricSource, Rules, TargetType
 from gpuscale.control.keda import ScaledObjectLoop, ScaledObjectSpec
 from gpuscale.control.patterns import PATTERNS, synthetic
+from gpuscale.control.planned import planner_policy
 from gpuscale.control.serving import InFlightRequest, ServingModel, ServingParams
 from gpuscale.control.slo import DEFAULT_SLO, SLO_SPECS, Slo, SloSpec
 from gpuscale.scaler.evaluate import WorkloadUnavailable, evaluate
@@ -226,12 +227,13 @@ Progress = Callable[[str, float], None]  # (policy, overall fraction done)
 def compare(requests: Sequence[TraceRequest], duration: float,
             params: ServingParams | None = None, min_replicas: int = 1,
             progress: Progress | None = None, slo: SloSpec = DEFAULT_SLO) -> list[Result]:
-    """The six policies over the same requests: gpuscale's two profiles, node-max, CPU,
-    static at the oracle's peak, and the oracle (searched first: the others start from
-    its opening model), every one judged by ``slo``."""
+    """The seven policies over the same requests: gpuscale's planner and two profiles,
+    node-max, CPU, static at the oracle's peak, and the oracle (searched first: the others
+    start from its opening model), every one judged by ``slo``. (``bench/bench_simulate.py``
+    adds the autoscalers people run and the lower bound.)"""
     params = params or ServingParams()
     results: list[Result] = []
-    stages = 6  # the oracle's search, then the five other policies
+    stages = 7  # the oracle's search, then the six other policies
 
     def report(name: str, n: int) -> Callable[[float], None]:
         def show(fraction: float) -> None:
@@ -245,6 +247,9 @@ def compare(requests: Sequence[TraceRequest], duration: float,
     # been running at that count (a window of traffic on a running system, not a cold one).
     lo, start = min_replicas, max(plan[:int(params.cold_start_s) + 1])
     policies: list[tuple[str, dict[str, Any]]] = [
+        ("gpuscale vllm-planner",
+         {**planner_policy(params, slo.target_s if slo.kind == "ttft" else SLO_TTFT_S),
+          "min_replicas": lo, "start": start}),
         ("gpuscale vllm-inference",
          {"signal": profile_signal({"profile": "vllm-inference"}), "min_replicas": lo,
           "start": start}),
