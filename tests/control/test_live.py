@@ -111,8 +111,11 @@ def test_demo_loop_follows_load_over_grpc_and_summarizes() -> None:
     decisions = [DECISION.match(line) for line in out.splitlines()]
     ups = [m for m in decisions if m and int(m[3]) > int(m[2])]
     assert ups, out
-    # The HPA's reasons carry the numbers it got over gRPC from gpuscale.
-    assert all("vllm-requests" in line for line in out.splitlines() if DECISION.match(line))
+    # The HPA's reasons carry the numbers it got over gRPC from gpuscale's planner (the
+    # default profile), and every minute's line shows the plan and its terms.
+    assert all("planned-replicas" in line for line in out.splitlines()
+               if DECISION.match(line))
+    assert re.search(r"plan \d+ \(held; now ceil\(max\(steady [\d.]+, burst", out), out
     assert "GPU-hours with gpuscale vs" in out
     assert re.search(r"missed in \d+ of 10 minutes", out)
     assert "Traceback" not in err
@@ -123,7 +126,7 @@ def test_demo_loop_scales_to_zero_when_idle_and_stops_on_sigint() -> None:
     port = free_port()
     proc = subprocess.Popen([*DEMO, "--port", str(port), "--pattern", "idle-night",
                              "--rate", "10", "--duration", "1500", "--speed", "60",
-                             "--min-replicas", "0"],
+                             "--min-replicas", "0", "--profile", "vllm-inference"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     seen = []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -172,3 +173,19 @@ def test_growth_is_capped_at_half_the_load() -> None:
     plan = p.current(399.0)
     now = 4.0  # the last minute is all at 4.0
     assert plan.steady == pytest.approx(now * 1.5 / 0.8)
+
+
+def test_a_finer_resolution_plans_the_same_for_the_same_traffic() -> None:
+    """The fast-forwarded demo keeps a bin per simulated second on the scaler's clock:
+    the same traffic observed four times a second at resolution 0.25 s plans as it does
+    once a second at 1 s."""
+    coarse, fine = Planner(CFG), Planner(replace(CFG, resolution_s=0.25))
+    load = [0.4] * 200 + [6.0] * 5 + [0.4] * 100 + [0.4 + 0.01 * t for t in range(300)]
+    for t, work in enumerate(load):
+        coarse.observe(float(t), busy(work, ready=3))
+        for q in range(4):
+            fine.observe(t + q / 4, busy(work, ready=3))
+    a, b = coarse.current(len(load) - 1.0), fine.current(len(load) - 0.25)
+    assert (b.replicas, b.unheld) == (a.replicas, a.unheld)
+    for term in ("steady", "burst", "backlog", "concurrency"):
+        assert getattr(b, term) == pytest.approx(getattr(a, term), rel=0.02), term

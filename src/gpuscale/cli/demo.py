@@ -44,8 +44,9 @@ def add_parser(sub: Any) -> None:
     demo.add_argument("--duration", type=float, default=None,
                       help=f"loop: simulated seconds (default {DEFAULT_DURATION:g} for a "
                            "pattern, the whole trace otherwise)")
-    demo.add_argument("--profile", default="vllm-inference",
-                      help="loop: the gpuscale profile KEDA asks for (default vllm-inference)")
+    demo.add_argument("--profile", default="vllm-planner",
+                      help="loop: the gpuscale profile KEDA asks for (default vllm-planner, "
+                           "whose terms the screen shows)")
     demo.add_argument("--min-replicas", type=int, default=1,
                       help="loop: minReplicaCount (0: scale to zero when idle)")
     demo.add_argument("--max-replicas", type=int, default=16,

@@ -79,17 +79,14 @@ class PlannerPolicy:
         return [Metric(MetricSource.EXTERNAL, TargetType.AVERAGE_VALUE, self.target, value)]
 
 
-def planner_metadata(params: ServingParams, slo_s: float = 2.0,
-                     speed: float = 1.0) -> dict[str, str]:
+def planner_metadata(params: ServingParams, slo_s: float = 2.0) -> dict[str, str]:
     """The trigger metadata a user who measured these replicas would write: start-up time
     (a high percentile of the cold starts, as the README says to take), capacity, batch,
-    and the SLO. ``speed``: simulated seconds per second of the planner's clock (the live
-    demo's fast-forward): times are divided by it, rates multiplied."""
+    and the SLO."""
     startup = max(params.cold_start_s, params.cold_start_spread[1])
-    return {"ttftSeconds": f"{slo_s / speed:.10g}", "startupSeconds": f"{startup / speed:.10g}",
-            "memorySeconds": f"{900.0 / speed:.10g}",
-            "prefillTokensPerSecond": f"{params.prefill_tps * speed:.10g}",
-            "decodeTokensPerSecond": f"{params.decode_tps_max * speed:.10g}",
+    return {"ttftSeconds": f"{slo_s:.10g}", "startupSeconds": f"{startup:.10g}",
+            "prefillTokensPerSecond": f"{params.prefill_tps:.10g}",
+            "decodeTokensPerSecond": f"{params.decode_tps_max:.10g}",
             "maxBatch": str(params.max_batch)}
 
 

@@ -82,10 +82,15 @@ class PlannerConfig:
     prompt_tokens: float = 1_000.0  # a request's tokens until the engine has shown its own
     output_tokens: float = 250.0
     stale_s: float = 10.0  # no usable observation for this long: UNAVAILABLE
+    resolution_s: float = 1.0  # the width of one bin of history (the planner's "second")
 
     @property
     def hold(self) -> float:
         return self.startup_s if self.hold_s is None else self.hold_s
+
+    def bins(self, seconds: float) -> int:
+        """How many bins of history ``seconds`` are (at least one)."""
+        return max(1, round(seconds / self.resolution_s))
 
     def work(self, prompt: float, output: float) -> float:
         """Replica-seconds of ``prompt`` prefilled and ``output`` generated tokens."""
@@ -183,9 +188,10 @@ class Planner:
         self.config = config
         self._second: int | None = None  # the last second observed
         self._waiting = 0.0
-        self._arrived = _Window(max(BURST_SPANS[-1], STEADY_S, TREND_S))
-        self._served = _Window(REQUEST_MEMORY_S)
-        self._finished = _Window(REQUEST_MEMORY_S)
+        bins = config.bins
+        self._arrived = _Window(bins(max(BURST_SPANS[-1], STEADY_S, TREND_S)))
+        self._served = _Window(bins(REQUEST_MEMORY_S))
+        self._finished = _Window(bins(REQUEST_MEMORY_S))
         self._bursts: deque[tuple[int, float]] = deque()  # (second, rate), decreasing
         self._unheld: deque[tuple[int, int]] = deque()  # (second, count), decreasing
         self._since: int | None = None  # first second of the current history
@@ -198,6 +204,11 @@ class Planner:
         if self._failed_at is None:
             self._failed_at = now
         self._why = why
+
+    @property
+    def problem(self) -> str | None:
+        """Why the latest observation failed, while it does (None when it did not)."""
+        return self._why if self._failed_at is not None else None
 
     def current(self, now: float) -> Plan:
         """The latest plan, or PlanUnavailable when there is none fresh enough."""
@@ -213,7 +224,7 @@ class Planner:
 
     def observe(self, now: float, obs: Observation) -> Plan:
         c = self.config
-        second = math.floor(now)
+        second = math.floor(now / c.resolution_s)  # the bin
         served = c.work(obs.prompt_tps, obs.generation_tps)
         self._failed_at, self._why = None, "ok"
         if self._second is not None and second <= self._second:
@@ -221,12 +232,12 @@ class Planner:
             # next second; the plan is made again from what is known.
             return self._make(now, obs, served)
         gap = 1 if self._second is None else second - self._second
-        if gap > MAX_GAP_S:  # a long gap: what came before says nothing about now
+        if gap > c.bins(MAX_GAP_S):  # a long gap: what came before says nothing about now
             self._restart()
             gap = 1
         request = self._request_work()
         grown = 0.0 if self._second is None else (obs.waiting - self._waiting) * request
-        arrived = max(0.0, served + grown / gap)
+        arrived = max(0.0, served + grown / (gap * c.resolution_s))
         for _ in range(gap):  # unseen seconds are taken as the one seen after them
             self._arrived.push(arrived)
             self._served.push(served)
@@ -249,18 +260,19 @@ class Planner:
         recent window, the configured request until requests have finished."""
         n = len(self._served.values)
         finished = self._finished.last(n)
-        if finished >= 10:  # enough requests for a mean
+        if finished * self.config.resolution_s >= 10:  # enough requests for a mean
             return self._served.last(n) / finished
         c = self.config
         return c.work(c.prompt_tokens, c.output_tokens)
 
     def _remember_burst(self, second: int, delay: float) -> None:
-        rate = max(self._arrived.last(span) / (span + delay) for span in BURST_SPANS
-                   if span <= self.config.burst_s)
+        c = self.config
+        rate = max(self._arrived.last(c.bins(span)) * c.resolution_s / (span + delay)
+                   for span in BURST_SPANS if span <= c.burst_s)
         while self._bursts and self._bursts[-1][1] <= rate:
             self._bursts.pop()
         self._bursts.append((second, rate))
-        while self._bursts[0][0] <= second - self.config.memory_s:
+        while self._bursts[0][0] <= second - c.bins(c.memory_s):
             self._bursts.popleft()
 
     def _make(self, now: float, obs: Observation, served: float,
@@ -269,11 +281,12 @@ class Planner:
         second = self._second if self._second is not None else math.floor(now)
         request = self._request_work()
         held = len(self._arrived.values)
-        n = min(STEADY_S, held)
+        n = min(c.bins(STEADY_S), held)
         now_rate = self._arrived.last(n) / n if n else served
         growth = 0.0
-        if c.trend and held >= TREND_S:
-            growth = min(max(0.0, self._arrived.slope(TREND_S)) * c.startup_s,
+        if c.trend and held >= c.bins(TREND_S):
+            slope = self._arrived.slope(c.bins(TREND_S)) / c.resolution_s  # per second
+            growth = min(max(0.0, slope) * c.startup_s,
                          TREND_CAP * now_rate)
         steady = (now_rate + growth) / c.utilization
         burst = self._bursts[0][1] if self._bursts else 0.0
@@ -285,10 +298,10 @@ class Planner:
         while self._unheld and self._unheld[-1][1] <= unheld:
             self._unheld.pop()
         self._unheld.append((second, unheld))
-        while self._unheld[0][0] <= second - c.hold:
+        while self._unheld[0][0] <= second - c.bins(c.hold):
             self._unheld.popleft()
         replicas = self._unheld[0][1]
-        warming = self._since is None or second - self._since < c.hold
+        warming = self._since is None or second - self._since < c.bins(c.hold)
         if warming:
             replicas = max(replicas, obs.ready + obs.starting)
         self.plan = Plan(replicas, now, steady, burst, concurrency, kv, backlog, required,

@@ -64,8 +64,14 @@ Sample = Callable[[], Observation]  # raises DataUnavailable
 class PlanBook:
     """Planners by key (the ScaledObject and its trigger's configuration)."""
 
-    def __init__(self, max_workloads: int = MAX_WORKLOADS, idle_s: float = IDLE_S) -> None:
+    def __init__(self, max_workloads: int = MAX_WORKLOADS, idle_s: float = IDLE_S,
+                 time_scale: float = 1.0) -> None:
+        """``time_scale``: planner seconds per second of the caller's clock (1; the
+        fast-forwarded demo runs its planners on simulated time). ``tick`` should run once
+        per planner second: every ``period`` seconds of the caller's clock."""
         self._entries: dict[Hashable, _Entry] = {}
+        self.time_scale = time_scale
+        self.period = 1.0 / time_scale
         self._samplers: dict[Hashable, Sample] = {}
         self.max_workloads = max_workloads
         self.idle_s = idle_s
@@ -85,10 +91,10 @@ class PlanBook:
                                    "ScaledObjects over more scalers")
             entry = self._entries[key] = _Entry(Planner(config), now, label)
             self._samplers[key] = sample
-            self._observe(entry.planner, sample, now)
+            self._observe(entry.planner, sample, now * self.time_scale)
         entry.asked_at = now
         self._samplers[key] = sample  # the newest way to read the pods
-        return entry.planner.current(now)
+        return entry.planner.current(now * self.time_scale)
 
     def keys(self) -> list[Hashable]:
         return list(self._entries)
@@ -104,7 +110,7 @@ class PlanBook:
                 del self._entries[key]
                 del self._samplers[key]
                 continue
-            self._observe(entry.planner, self._samplers[key], now)
+            self._observe(entry.planner, self._samplers[key], now * self.time_scale)
 
     @staticmethod
     def _observe(planner: Planner, sample: Sample, now: float) -> None:
@@ -112,6 +118,12 @@ class PlanBook:
             planner.observe(now, sample())
         except DataUnavailable as exc:
             planner.fail(now, str(exc))
+
+    def problems(self) -> dict[tuple[str, str], str]:
+        """(namespace, name) -> why its planner's latest observation failed, for those
+        whose did."""
+        return {e.label: e.planner.problem for e in self._entries.values()
+                if e.planner.problem is not None}
 
     def plans(self) -> Iterator[tuple[tuple[str, str], Plan]]:
         """(namespace, name) and the latest plan of every workload that has one."""

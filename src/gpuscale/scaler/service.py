@@ -180,9 +180,11 @@ class ScalerService(pb_grpc.ExternalScalerServicer):
         records, gaps = self._pods(ref, cfg)
         return evaluate(self.fleet, records, target, cfg.value_mode, gaps).value
 
-    async def plan_loop(self, period: float = 1.0, chunk: int = PLAN_CHUNK) -> None:
-        """Observe every planned workload each ``period`` until the service stops, a
-        ``chunk`` of workloads at a time, so answers to KEDA wait for one chunk at most."""
+    async def plan_loop(self, period: float | None = None, chunk: int = PLAN_CHUNK) -> None:
+        """Observe every planned workload each ``period`` (default: one planner second,
+        1 s) until the service stops, a ``chunk`` of workloads at a time, so answers to
+        KEDA wait for one chunk at most."""
+        period = self.plans.period if period is None else period
         while not self.stopping.is_set():
             keys = self.plans.keys()
             for i in range(0, len(keys), chunk):

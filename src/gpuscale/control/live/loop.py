@@ -61,6 +61,7 @@ from gpuscale.control.simulate import SLO_TTFT_S, Slo, needed_replicas
 from gpuscale.proto import externalscaler_pb2 as pb
 from gpuscale.proto import externalscaler_pb2_grpc as pb_grpc
 from gpuscale.scaler.fleet import FleetView
+from gpuscale.scaler.planning import PlanBook
 from gpuscale.scaler.roster import AgentRoster
 from gpuscale.scaler.service import ScalerServer, ScalerService
 from gpuscale.stream.subscriber import AgentSubscriber
@@ -70,12 +71,11 @@ log = logging.getLogger(__name__)
 
 def trigger_metadata(cfg: LiveConfig) -> dict[str, str]:
     """The demo ScaledObject's trigger metadata. For the planner: the serving model's
-    start-up, capacity and batch, on the scaler's clock - the loop runs ``speed`` times
-    faster than the scaler's wall clock, so times are divided by it and rates (per wall
-    second) multiplied."""
+    start-up, capacity and batch, in simulated seconds (its planner runs on simulated
+    time)."""
     md = {"podSelector": f"app={WORKLOAD}", "profile": cfg.profile}
     if cfg.profile == "vllm-planner":
-        md.update(planner_metadata(cfg.params, SLO_TTFT_S, speed=cfg.speed))
+        md.update(planner_metadata(cfg.params, SLO_TTFT_S))
     return md
 
 
@@ -175,7 +175,10 @@ async def run_live(cfg: LiveConfig, tty: bool | None = None,
               for b, s in zip(world.backends, world.sources, strict=True)]
     fleet = FleetView(stale_after=max(3.0 * interval, 2.0))
     subscriber = AgentSubscriber(fleet, name="demo")
-    service = ScalerService(fleet, roster=AgentRoster(subscriber))
+    # The planner runs on simulated time (the engines' counters are served at the rate
+    # of the scaler's clock, see World.engine_text), so its windows are simulated seconds.
+    service = ScalerService(fleet, roster=AgentRoster(subscriber),
+                            plans=PlanBook(time_scale=cfg.speed))
     server = ScalerServer(service, host=cfg.host, port=cfg.port)
     address = f"{'localhost' if cfg.host in ('0.0.0.0', '::', '[::]') else cfg.host}:" \
               f"{server.port}"

@@ -102,7 +102,9 @@ class View:
         if self.plans is None:
             return ""
         plan = dict(self.plans.plans()).get((NAMESPACE, WORKLOAD))
-        return "" if plan is None else _plan_line(plan)
+        problem = self.plans.problems().get((NAMESPACE, WORKLOAD))
+        text = "" if plan is None else _plan_line(plan)
+        return text + (f" [not updated: {problem[:120]}]" if problem else "")
 
     def _load(self) -> tuple[float, int]:
         w = self.world

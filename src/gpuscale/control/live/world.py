@@ -40,7 +40,7 @@ class LiveConfig:
     duration: float  # simulated seconds
     speed: float = DEFAULT_SPEED  # simulated seconds per wall second
     nodes: int = 2
-    profile: str = "vllm-inference"
+    profile: str = "vllm-planner"
     min_replicas: int = 1
     max_replicas: int = 16
     host: str = "127.0.0.1"
@@ -184,10 +184,12 @@ class World:
         if i is None:
             return ""
         s = self._signals[i]
-        # The replica's own counters, as its vLLM would count them (cumulative; the agent
-        # turns them into rates on its clock, which the loop fast-forwards).
-        counters = VllmCounters(s.prompt_tokens_total, s.generation_tokens_total,
-                                s.finished_total)
+        # The replica's own counters, as its vLLM would count them, divided by the
+        # fast-forward: the agent turns them into rates on its wall clock, and these are
+        # then the simulated rates (what the planner, on simulated time, expects).
+        k = 1.0 / self.cfg.speed
+        counters = VllmCounters(k * s.prompt_tokens_total, k * s.generation_tokens_total,
+                                k * s.finished_total)
         return vllm_metrics(WORKLOAD, s.running, round(s.waiting), s.kv_cache / 100.0,
                             counters)
 
