@@ -178,8 +178,10 @@ def test_planner_profile_defaults_and_keys() -> None:
     assert [(t.signal, t.target) for t in cfg.targets] == [("planned-replicas", 1.0)]
     assert cfg.metric_name(cfg.targets[0]) == "gpuscale-planned-replicas"
     assert cfg.planner is not None
-    # ttftSeconds 2 (default) less the prefill of a 1000-token prompt at 30k tokens/s.
+    # ttftSeconds 2 (default) less the prefill of a 1000-token prompt at 30k tokens/s,
+    # until the engines show their own prompts.
     assert cfg.planner.delay_s == pytest.approx(2.0 - 1000 / 30_000)
+    assert cfg.planner.ttft_s == 2.0
     cfg = parse_metadata({"profile": "vllm-planner", "queueDelaySeconds": "0.5",
                           "startupSeconds": "240", "prefillTokensPerSecond": "20000",
                           "decodeTokensPerSecond": "8000", "maxBatch": "128",
@@ -189,6 +191,7 @@ def test_planner_profile_defaults_and_keys() -> None:
     assert p is not None
     assert (p.delay_s, p.startup_s, p.prefill_tps, p.decode_tps, p.max_batch, p.utilization,
             p.hold, p.memory_s) == (0.5, 240.0, 20_000.0, 8_000.0, 128, 0.7, 600.0, 3600.0)
+    assert p.ttft_s is None  # a queue-delay objective does not move with the prompts
     assert cfg.targets[0].target == 10.0
     short = parse_metadata({"profile": "vllm-planner", "startupSeconds": "90"}).planner
     assert short is not None

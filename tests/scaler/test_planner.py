@@ -189,3 +189,18 @@ def test_a_finer_resolution_plans_the_same_for_the_same_traffic() -> None:
     assert (b.replicas, b.unheld) == (a.replicas, a.unheld)
     for term in ("steady", "burst", "backlog", "concurrency"):
         assert getattr(b, term) == pytest.approx(getattr(a, term), rel=0.02), term
+
+
+def test_a_ttft_objective_leaves_the_queue_what_the_mean_prompt_does_not_take() -> None:
+    p = Planner(PlannerConfig(ttft_s=2.0, prefill_tps=30_000.0, prompt_tokens=1_000.0))
+    assert p.delay() == pytest.approx(2.0 - 1_000 / 30_000)  # nothing finished yet
+    long = Observation(prompt_tps=60_000.0, generation_tps=2_000.0, finished_rate=10.0,
+                       waiting=0.0, running=20.0, kv_cache=50.0, ready=2, starting=0)
+    for t in range(30):  # 6,000-token prompts
+        p.observe(float(t), long)
+    assert p.delay() == pytest.approx(2.0 - 6_000 / 30_000)
+    huge = replace(long, prompt_tps=10_000_000.0)
+    for t in range(30, 400):
+        p.observe(float(t), huge)
+    assert p.delay() == pytest.approx(0.1)  # never below 5 % of the objective
+    assert Planner(PlannerConfig(delay_s=0.5)).delay() == 0.5  # a queue-delay objective

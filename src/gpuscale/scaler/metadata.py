@@ -32,8 +32,9 @@ holdSeconds              scale-down hold                            startupSecon
 memorySeconds            how long a burst is remembered, 1 to 86400    900
 ======================== ========================================== ==================
 
-With ``ttftSeconds`` the queueing budget is the objective less the prefill of a
-``promptTokens`` prompt (1000 unless given) at the replica's prefill rate. Its metric is
+With ``ttftSeconds`` the queueing budget is the objective less the prefill of the mean
+prompt the engines have shown (of a ``promptTokens`` prompt, 1000 unless given, until
+they have) at the replica's prefill rate. Its metric is
 ``gpuscale-planned-replicas``, an AverageValue: planned replicas x ``targetValue`` (1).
 
 Numbers are what KEDA's own scalers accept (ASCII decimal, optional sign and exponent; no
@@ -228,6 +229,7 @@ def _planner(md: Mapping[str, str]) -> PlannerConfig:
     if "ttftSeconds" in md and "queueDelaySeconds" in md:
         raise MetadataError("queueDelaySeconds: give ttftSeconds or queueDelaySeconds, not "
                             "both")
+    ttft: float | None = None
     if "queueDelaySeconds" in md:
         delay = get("queueDelaySeconds", 0.0, 0.01, 3600.0)
     else:
@@ -239,7 +241,7 @@ def _planner(md: Mapping[str, str]) -> PlannerConfig:
                                 f"to prefill at {prefill:g} tokens/s")
     startup = get("startupSeconds", base.startup_s, 1.0, 7200.0)
     return PlannerConfig(
-        delay_s=delay, startup_s=startup, prefill_tps=prefill,
+        delay_s=delay, ttft_s=ttft, startup_s=startup, prefill_tps=prefill,
         decode_tps=get("decodeTokensPerSecond", base.decode_tps, 1.0, 1e8),
         max_batch=int(get("maxBatch", base.max_batch, 1.0, 1e6)),
         utilization=get("utilization", base.utilization, 0.1, 1.0),

@@ -17,7 +17,8 @@ replica does in one second (a "replica-second"):
   now serves the load of a start-up from now), over the target busy fraction
   ``utilization``: replicas that carry the work in flight with room left.
 - **burst**: the smallest service rate that keeps every arrival of the remembered
-  history (``memory_s``, at 1-s resolution) within the queueing-delay budget ``delay_s``:
+  history (``memory_s``, at 1-s resolution) within the queueing-delay budget (``delay_s``,
+  or a TTFT objective less the prefill of the mean prompt seen, ``delay()``):
   a server of rate c keeps each arrival's wait within D exactly when the work arriving in
   every interval of length L is at most c x (L + D) (the delay bound of a constant-rate
   server). Taken over intervals up to ``BURST_SPANS[-1]`` seconds (longer ones are what
@@ -69,6 +70,7 @@ class PlannerConfig:
     """One workload's planning parameters (trigger metadata; see ``scaler.metadata``)."""
 
     delay_s: float = 2.0  # the queueing-delay budget (the SLO less the prefill itself)
+    ttft_s: float | None = None  # a TTFT objective: the budget follows the mean prompt
     startup_s: float = 180.0  # creation to Ready of a new replica
     prefill_tps: float = 30_000.0  # prompt tokens/s one replica prefills, fully busy
     decode_tps: float = 12_000.0  # generated tokens/s one replica decodes at full batch
@@ -192,6 +194,7 @@ class Planner:
         self._arrived = _Window(bins(max(BURST_SPANS[-1], STEADY_S, TREND_S)))
         self._served = _Window(bins(REQUEST_MEMORY_S))
         self._finished = _Window(bins(REQUEST_MEMORY_S))
+        self._prompts = _Window(bins(REQUEST_MEMORY_S))  # prompt tokens/s
         self._bursts: deque[tuple[int, float]] = deque()  # (second, rate), decreasing
         self._unheld: deque[tuple[int, int]] = deque()  # (second, count), decreasing
         self._since: int | None = None  # first second of the current history
@@ -242,18 +245,32 @@ class Planner:
             self._arrived.push(arrived)
             self._served.push(served)
             self._finished.push(obs.finished_rate)
+            self._prompts.push(obs.prompt_tps)
         self._second, self._waiting = second, obs.waiting
         if self._since is None:
             self._since = second
-        self._remember_burst(second, c.delay_s)
+        self._remember_burst(second, self.delay())
         return self._make(now, obs, served, arrived)
 
     def _restart(self) -> None:
-        for window in (self._arrived, self._served, self._finished):
+        for window in (self._arrived, self._served, self._finished, self._prompts):
             window.clear()
         self._bursts.clear()
         self._unheld.clear()
         self._since = None
+
+    def delay(self) -> float:
+        """The queueing budget: ``delay_s``; with a TTFT objective, the objective less the
+        prefill of the mean prompt the engines have shown (the configured prompt until
+        enough requests have finished), at least 5 % of the objective."""
+        c = self.config
+        if c.ttft_s is None:
+            return c.delay_s
+        n = len(self._finished.values)
+        finished = self._finished.last(n)
+        prompt = (self._prompts.last(n) / finished if finished * c.resolution_s >= 10
+                  else c.prompt_tokens)
+        return max(0.05 * c.ttft_s, c.ttft_s - prompt / c.prefill_tps)
 
     def _request_work(self) -> float:
         """Mean replica-seconds of one request: served work over finished requests in the
