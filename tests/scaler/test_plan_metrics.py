@@ -30,4 +30,4 @@ def test_plans_and_terms_are_exported_per_scaledobject() -> None:
     assert terms["steady"] == pytest.approx((36_000 / 30_000 + 14_400 / 12_000) / 0.8)
     assert (terms["ready"], terms["starting"]) == (3.0, 1.0)
     assert set(terms) == {"steady", "burst", "concurrency", "kv", "backlog", "required",
-                          "arrived", "request_work", "ready", "starting"}
+                          "arrived", "request_work", "capacity", "ready", "starting"}

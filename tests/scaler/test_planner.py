@@ -204,3 +204,24 @@ def test_a_ttft_objective_leaves_the_queue_what_the_mean_prompt_does_not_take() 
         p.observe(float(t), huge)
     assert p.delay() == pytest.approx(0.1)  # never below 5 % of the objective
     assert Planner(PlannerConfig(delay_s=0.5)).delay() == 0.5  # a queue-delay objective
+
+
+def test_capacity_is_learned_from_saturated_pods_and_only_downwards() -> None:
+    p = Planner(CFG)
+    # Requests wait, yet 4 Ready pods serve only 2.0 replica-seconds per second: each
+    # delivers half of the configured capacity.
+    for t in range(200):
+        p.observe(float(t), busy(2.0, waiting=50.0, ready=4))
+    plan = p.current(199.0)
+    assert plan.capacity == pytest.approx(0.5, abs=0.01)
+    assert plan.steady == pytest.approx(2.0 / 0.8 / plan.capacity)
+    # Pods that deliver more than configured never lower the plan.
+    fast = Planner(CFG)
+    for t in range(200):
+        fast.observe(float(t), busy(6.0, waiting=50.0, ready=4))
+    assert fast.current(199.0).capacity == 1.0
+    # Without a queue nothing is learned (idle capacity says nothing).
+    idle = Planner(CFG)
+    for t in range(200):
+        idle.observe(float(t), busy(0.5, ready=4))
+    assert idle.current(199.0).capacity == 1.0

@@ -28,6 +28,11 @@ replica does in one second (a "replica-second"):
   KV-cache use over ``kv_target`` (a full cache stops the batch from growing).
 - **backlog**: the waiting queue's work spread over ``startup_s``, the time a new
   replica needs to become Ready: the extra capacity that drains it by the time it arrives.
+- **capacity**: while requests have waited for ``SATURATED_S``, the Ready pods serve all
+  they can, so their work per pod is what one delivers of the configured capacity (batch
+  or KV limits, a slower GPU than configured); learned slowly and only below 1, it divides
+  the work terms. A capacity configured too low only costs GPU-hours; too high would plan
+  too few replicas, and this corrects it from the engines' own counters.
 
 planned = ceil(max(steady, burst, concurrency, kv) + backlog), then held at the largest
 count of the last ``hold_s`` (default: the start-up time; capacity given back that is needed
@@ -59,6 +64,9 @@ TREND_S = 300  # the load's growth is the least-squares slope over this window
 TREND_CAP = 0.5  # growth planned for over a start-up, at most this fraction of the load
 REQUEST_MEMORY_S = 300  # the window of the mean work of one request
 MAX_GAP_S = 30  # a longer gap between observations restarts the arrival history
+SATURATED_S = 5  # a queue this long means the Ready pods serve all they can
+CAPACITY_WEIGHT = 0.05  # of each saturated second in the learned capacity
+MIN_CAPACITY = 0.25
 
 
 class PlanUnavailable(DataUnavailable):
@@ -128,6 +136,7 @@ class Plan:
     unheld: int  # ceil(required), before the hold
     arrived: float  # work that arrived in the last second, replica-seconds
     request_work: float  # mean replica-seconds of one request
+    capacity: float  # configured replica-seconds a Ready pod delivers per second (<= 1)
     ready: int
     starting: int
     warming: bool  # the planner has not seen a whole hold window yet
@@ -136,6 +145,7 @@ class Plan:
         return {"steady": self.steady, "burst": self.burst, "concurrency": self.concurrency,
                 "kv": self.kv, "backlog": self.backlog, "required": self.required,
                 "arrived": self.arrived, "request_work": self.request_work,
+                "capacity": self.capacity,
                 "ready": float(self.ready), "starting": float(self.starting)}
 
 
@@ -198,6 +208,8 @@ class Planner:
         self._bursts: deque[tuple[int, float]] = deque()  # (second, rate), decreasing
         self._unheld: deque[tuple[int, int]] = deque()  # (second, count), decreasing
         self._since: int | None = None  # first second of the current history
+        self._queued = 0  # bins in a row with requests waiting
+        self.capacity = 1.0  # learned: what a Ready pod delivers of the configured
         self.plan: Plan | None = None
         self._failed_at: float | None = None
         self._why = "no observation yet"
@@ -246,6 +258,7 @@ class Planner:
             self._served.push(served)
             self._finished.push(obs.finished_rate)
             self._prompts.push(obs.prompt_tps)
+        self._learn_capacity(obs, served, gap)
         self._second, self._waiting = second, obs.waiting
         if self._since is None:
             self._since = second
@@ -258,6 +271,17 @@ class Planner:
         self._bursts.clear()
         self._unheld.clear()
         self._since = None
+
+    def _learn_capacity(self, obs: Observation, served: float, bins: int) -> None:
+        """While requests wait for a while, the Ready pods serve all they can: their work
+        per pod is what one delivers of the configured capacity. Learned slowly, and only
+        ever below the configuration (a capacity set too high would plan too few
+        replicas; one set too low only costs GPU-hours)."""
+        self._queued = self._queued + bins if obs.waiting >= 1 and obs.ready else 0
+        if self._queued >= self.config.bins(SATURATED_S):
+            sample = min(1.0, served / obs.ready)
+            self.capacity = max(MIN_CAPACITY, min(1.0, self.capacity + CAPACITY_WEIGHT * (
+                sample - self.capacity)))
 
     def delay(self) -> float:
         """The queueing budget: ``delay_s``; with a TTFT objective, the objective less the
@@ -305,11 +329,12 @@ class Planner:
             slope = self._arrived.slope(c.bins(TREND_S)) / c.resolution_s  # per second
             growth = min(max(0.0, slope) * c.startup_s,
                          TREND_CAP * now_rate)
-        steady = (now_rate + growth) / c.utilization
-        burst = self._bursts[0][1] if self._bursts else 0.0
+        k = self.capacity
+        steady = (now_rate + growth) / c.utilization / k
+        burst = (self._bursts[0][1] if self._bursts else 0.0) / k
         concurrency = obs.running / (c.max_batch * c.utilization)
         kv = obs.kv_cache / c.kv_target
-        backlog = obs.waiting * request / c.startup_s
+        backlog = obs.waiting * request / c.startup_s / k
         required = max(steady, burst, concurrency, kv) + backlog
         unheld = math.ceil(required - 1e-9) if required > 0 else 0
         while self._unheld and self._unheld[-1][1] <= unheld:
@@ -324,5 +349,5 @@ class Planner:
         self.plan = Plan(replicas, now, steady, burst, concurrency, kv, backlog, required,
                          unheld, arrived if arrived is not None else
                          (self.plan.arrived if self.plan else served),
-                         request, obs.ready, obs.starting, warming)
+                         request, k, obs.ready, obs.starting, warming)
         return self.plan
