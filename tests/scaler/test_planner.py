@@ -225,3 +225,19 @@ def test_capacity_is_learned_from_saturated_pods_and_only_downwards() -> None:
     for t in range(200):
         idle.observe(float(t), busy(0.5, ready=4))
     assert idle.current(199.0).capacity == 1.0
+
+
+def test_windows_stay_exact_for_the_life_of_a_process() -> None:
+    """The running sums are rebased: after many pushes (a year at 1 Hz would be 3e7) the
+    slope and sums of the last values are what they are for a fresh window."""
+    from gpuscale.scaler.planner import REBASE_AFTER, _Window
+
+    old, fresh = _Window(300), _Window(300)
+    for k in range(3 * REBASE_AFTER + 123):
+        old.push(1000.0 + (k % 7))
+    for k in range(3 * REBASE_AFTER + 123 - 300, 3 * REBASE_AFTER + 123):
+        fresh.push(1000.0 + (k % 7))
+    assert old.count < 2 * REBASE_AFTER
+    assert old.last(300) == pytest.approx(fresh.last(300), abs=1e-6)
+    assert old.slope(300) == pytest.approx(fresh.slope(300), abs=1e-9)
+    assert old.slope(60) == pytest.approx(fresh.slope(60), abs=1e-9)

@@ -64,6 +64,7 @@ TREND_S = 300  # the load's growth is the least-squares slope over this window
 TREND_CAP = 0.5  # growth planned for over a start-up, at most this fraction of the load
 REQUEST_MEMORY_S = 300  # the window of the mean work of one request
 MAX_GAP_S = 30  # a longer gap between observations restarts the arrival history
+REBASE_AFTER = 1 << 16  # values pushed before a window's running sums are recomputed
 SATURATED_S = 5  # a queue this long means the Ready pods serve all they can
 CAPACITY_WEIGHT = 0.05  # of each saturated second in the learned capacity
 MIN_CAPACITY = 0.25
@@ -161,6 +162,8 @@ class _Window:
     count: int = 0  # values ever pushed (the index k of the next one)
 
     def push(self, value: float) -> None:
+        if self.count >= REBASE_AFTER:  # keep the sums small: float64 stays exact enough
+            self._rebase()
         self.values.append(value)
         self.prefix.append(self.prefix[-1] + value)
         self.moments.append(self.moments[-1] + self.count * value)
@@ -169,6 +172,18 @@ class _Window:
             self.values.popleft()
             self.prefix.popleft()
             self.moments.popleft()
+
+    def _rebase(self) -> None:
+        """Recompute the running sums from the values held, indexed from 0: the sums
+        otherwise grow with the process's age (k x value after a year at 1 Hz is ~1e10 per
+        term), and the slope's difference of two such sums would lose its digits."""
+        values = list(self.values)
+        self.clear()
+        for value in values:
+            self.values.append(value)
+            self.prefix.append(self.prefix[-1] + value)
+            self.moments.append(self.moments[-1] + self.count * value)
+            self.count += 1
 
     def last(self, n: int) -> float:
         """The sum of the last ``n`` values (fewer if fewer are held)."""
@@ -191,6 +206,7 @@ class _Window:
         self.prefix.append(0.0)
         self.moments.clear()
         self.moments.append(0.0)
+        self.count = 0
 
 
 class Planner:
