@@ -193,6 +193,9 @@ def test_planner_profile_defaults_and_keys() -> None:
             p.hold, p.memory_s) == (0.5, 240.0, 20_000.0, 8_000.0, 128, 0.7, 600.0, 3600.0)
     assert p.ttft_s is None  # a queue-delay objective does not move with the prompts
     assert cfg.targets[0].target == 10.0
+    none = parse_metadata({"profile": "vllm-planner", "holdSeconds": "0"}).planner
+    assert none is not None
+    assert none.hold == 0.0  # the documented range starts at 0
     short = parse_metadata({"profile": "vllm-planner", "startupSeconds": "90"}).planner
     assert short is not None
     assert short.hold == 90.0  # the hold follows the start-up time unless given

@@ -241,3 +241,26 @@ def test_windows_stay_exact_for_the_life_of_a_process() -> None:
     assert old.last(300) == pytest.approx(fresh.last(300), abs=1e-6)
     assert old.slope(300) == pytest.approx(fresh.slope(300), abs=1e-9)
     assert old.slope(60) == pytest.approx(fresh.slope(60), abs=1e-9)
+
+
+def test_the_plan_is_never_below_the_work_served_now() -> None:
+    p = Planner(CFG)
+    run(p, range(0, 300), busy(0.2, ready=10))  # idle past the warm-up
+    p.observe(300.0, busy(10.0, running=30.0, ready=10))  # all ten fully busy, no queue
+    assert p.current(300.0).replicas >= 10
+
+
+def test_a_long_gap_does_not_turn_the_queue_into_a_burst() -> None:
+    p = Planner(CFG)
+    run(p, range(0, 100), busy(1.0, ready=2))
+    p.observe(160.0, busy(1.0, waiting=300.0, ready=2))  # 60 s unseen: history restarts
+    plan = p.current(160.0)
+    assert plan.arrived == pytest.approx(1.0)  # the queue is the backlog term's
+    assert plan.backlog == pytest.approx(300 * REQUEST / 100.0)
+
+
+def test_burst_memory_is_bounded_by_buckets() -> None:
+    p = Planner(PlannerConfig(memory_s=900.0))
+    for t in range(2000):  # a slow decline: every second a new, lower rate
+        p.observe(float(t), busy(max(0.1, 20.0 - 0.01 * t), ready=20))
+    assert len(p._bursts) <= 900 // 10 + 2

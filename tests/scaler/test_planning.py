@@ -59,3 +59,16 @@ def test_a_planner_nobody_ticks_goes_stale_saying_so() -> None:
     book.plan("a", ("ns", "a"), CFG, obs, 0.0)
     with pytest.raises(PlanUnavailable, match="planner loop running"):
         book.plan("a", ("ns", "a"), CFG, obs, 30.0)
+
+
+def test_a_bug_in_one_workload_fails_its_plan_not_the_loop() -> None:
+    book = PlanBook()
+
+    def buggy() -> Observation:
+        raise ZeroDivisionError("oops")
+
+    with pytest.raises(PlanUnavailable, match=r"internal error in gpuscale \(ZeroDivisionError"):
+        book.plan("a", ("ns", "a"), CFG, buggy, 0.0)
+    book.plan("b", ("ns", "b"), CFG, obs, 0.0)
+    book.tick(1.0)  # does not raise
+    assert [label for label, _ in book.plans()] == [("ns", "b")]

@@ -217,7 +217,7 @@ def _planner(md: Mapping[str, str]) -> PlannerConfig:
     def get(key: str, default: float, low: float, high: float) -> float:
         if key not in md:
             return default
-        value = _number(md, key, positive=True)
+        value = _number(md, key, positive=False)  # the range below says what is allowed
         if not low <= value <= high:
             raise MetadataError(f"{key}: must be between {low:g} and {high:g}, got "
                                 f"{md[key][:40]!r}")

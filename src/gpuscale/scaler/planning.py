@@ -14,6 +14,7 @@ reason and, once its plan is older than its staleness bound, answers UNAVAILABLE
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import dataclass
 
@@ -24,8 +25,10 @@ from gpuscale.scaler.planner import Observation, Plan, Planner, PlannerConfig
 from gpuscale.scaler.profiles import Target, ValueMode
 from gpuscale.stream.records import PodRecord
 
+log = logging.getLogger(__name__)
+
 IDLE_S = 900.0  # a planner nobody asked about for this long is dropped
-MAX_WORKLOADS = 10_000
+MAX_WORKLOADS = 1_000  # ~120 KB of history each: well inside the scaler's 512 MiB
 
 #: The per-pod signals an observation sums (engines.signals names them).
 PLANNER_SIGNALS = ("vllm-prompt-tps", "vllm-generation-tps", "vllm-finished-rate",
@@ -118,6 +121,10 @@ class PlanBook:
             planner.observe(now, sample())
         except DataUnavailable as exc:
             planner.fail(now, str(exc))
+        except Exception as exc:  # a bug in one workload must not stop every planner
+            log.error("planner observation failed: %s", exc, exc_info=exc)
+            planner.fail(now, f"internal error in gpuscale ({type(exc).__name__}); see the "
+                              "scaler's log")
 
     def problems(self) -> dict[tuple[str, str], str]:
         """(namespace, name) -> why its planner's latest observation failed, for those
