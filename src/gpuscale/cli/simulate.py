@@ -84,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
             from gpuscale.control.bound import lower_bound
 
             bound = lower_bound(requests, duration, GPU_TYPES[args.gpu], slo.target_s)
-            print(f"lower bound (no policy can use less; control/bound.py): "
+            print(f"lower bound for a per-request TTFT objective (control/bound.py): "
                   f"{bound.gpu_hours:.2f} GPU-h")
     return 0
 
