@@ -35,7 +35,8 @@ replica does in one second (a "replica-second"):
   too few replicas, and this corrects it from the engines' own counters.
 
 planned = ceil(max(steady, burst, concurrency, kv, current) + backlog) - ``current``
-being the work the Ready pods serve this second, so a plan is never below what runs now -
+being the work the Ready pods served over the last ``CURRENT_S`` seconds, so a plan is
+never below what runs now -
 then held at the largest
 count of the last ``hold_s`` (default: the start-up time; capacity given back that is needed
 again within a start-up costs a cold start of missed SLO). Until the planner has seen a
@@ -70,6 +71,7 @@ TREND_CAP = 0.5  # growth planned for over a start-up, at most this fraction of 
 REQUEST_MEMORY_S = 300  # the window of the mean work of one request
 MAX_GAP_S = 30  # a longer gap between observations restarts the arrival history
 REBASE_AFTER = 1 << 16  # values pushed before a window's running sums are recomputed
+CURRENT_S = 10  # the window of the current term
 SATURATED_S = 5  # a queue this long means the Ready pods serve all they can
 CAPACITY_WEIGHT = 0.05  # of each saturated second in the learned capacity
 MIN_CAPACITY = 0.25
@@ -364,7 +366,10 @@ class Planner:
         concurrency = obs.running / (c.max_batch * c.utilization)
         kv = obs.kv_cache / c.kv_target
         backlog = obs.waiting * request / c.startup_s / k
-        current = served / k  # never below the work the Ready pods are doing now
+        # Never below the work the Ready pods have been doing these last seconds (a mean:
+        # one second of prefill alone would hold a replica for a start-up).
+        m = min(c.bins(CURRENT_S), len(self._served.values))
+        current = (self._served.last(m) / m if m else served) / k
         required = max(steady, burst, concurrency, kv, current) + backlog
         unheld = math.ceil(required - 1e-9) if required > 0 else 0
         while self._unheld and self._unheld[-1][1] <= unheld:
