@@ -210,3 +210,23 @@ async def test_a_pod_watch_down_too_long_holds_every_answer(kubeapi: KubeApiPeer
         watch.cancel()
         await sub.close()
         await api.close()
+
+
+async def test_the_planner_does_not_plan_from_a_partial_fleet(
+        scaler: tuple[AgentSubscriber, AgentRoster, Any]) -> None:
+    """A vllm-planner trigger whose pods may sit on a configured agent that never reported
+    would plan 0 replicas from an empty view; it is UNAVAILABLE, naming the agent."""
+    sub, _, stub = scaler
+    silent = free_port()
+    sub.set_addresses([f"127.0.0.1:{silent}"])
+    planner = pb.ScaledObjectRef(name="chat", namespace="llm", scalerMetadata={
+        "podSelector": "app=chat", "profile": "vllm-planner"})
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await stub.GetMetrics(pb.GetMetricsRequest(
+            scaledObjectRef=planner, metricName="s0-gpuscale-planned-replicas"), timeout=5)
+    assert err.value.code() is grpc.StatusCode.UNAVAILABLE
+    assert "planner: no plan yet" in (err.value.details() or "")
+    assert f"127.0.0.1:{silent}" in (err.value.details() or "")
+    with pytest.raises(grpc.aio.AioRpcError) as active:
+        await stub.IsActive(planner, timeout=5)
+    assert active.value.code() is grpc.StatusCode.UNAVAILABLE

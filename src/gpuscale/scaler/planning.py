@@ -28,7 +28,7 @@ from gpuscale.stream.records import PodRecord
 log = logging.getLogger(__name__)
 
 IDLE_S = 900.0  # a planner nobody asked about for this long is dropped
-MAX_WORKLOADS = 1_000  # ~120 KB of history each: well inside the scaler's 512 MiB
+MAX_WORKLOADS = 1_000  # ~130 KiB of history each (tracemalloc): inside the scaler's 512 MiB
 
 #: The per-pod signals an observation sums (engines.signals names them).
 PLANNER_SIGNALS = ("vllm-prompt-tps", "vllm-generation-tps", "vllm-finished-rate",

@@ -199,7 +199,13 @@ class ScalerService(pb_grpc.ExternalScalerServicer):
         only. When the pods say inactive and the demand source cannot tell (unreachable,
         stale, a reply that is not a number), the answer is UNAVAILABLE, not "inactive": a
         workload at zero replicas has no pods to show its load. Raises DataUnavailable."""
-        if any(self._value(ref, cfg, t) > t.activation for t in cfg.targets):
+        if cfg.planner is not None:  # one target, answered from the plan
+            active = any(self._value(ref, cfg, t) > t.activation for t in cfg.targets)
+        else:  # the pods selected once for every target (evaluated until one is active)
+            records, gaps = self._pods(ref, cfg)
+            active = any(evaluate(self.fleet, records, t, cfg.value_mode, gaps).value
+                         > t.activation for t in cfg.targets)
+        if active:
             return True
         if cfg.demand_source and self._demand is not None:
             return self._demand(cfg.demand_source)
