@@ -122,6 +122,15 @@ class KubeApi:
                     self._resources[(api_version, str(r["kind"]))] = str(r["name"])
         return self._resources.get((api_version, kind))
 
+    async def create(self, api_version: str, resource: str,
+                     body: dict[str, Any]) -> dict[str, Any]:
+        """POST ``body`` to a cluster-scoped collection (a SubjectAccessReview, which the
+        server answers without storing) and return the reply JSON. ApiError on failure."""
+        check_api_version(api_version)
+        if not _RESOURCE.fullmatch(resource):
+            raise BadReference(f"resource: {resource[:64]!r} is not a resource name")
+        return await self._call("POST", f"{_prefix(api_version)}/{resource}", body)
+
     def list_watch(self, collection: Collection, what: str,
                    on_change: Callable[[], Awaitable[None]] | None = None,
                    **options: Any) -> ListWatch:
@@ -157,15 +166,22 @@ class KubeApi:
         return custom.list_cluster_custom_object, (group, version, c.resource)
 
     async def _get(self, path: str) -> dict[str, Any]:
+        return await self._call("GET", path)
+
+    async def _call(self, method: str, path: str,
+                    body: dict[str, Any] | None = None) -> dict[str, Any]:
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = "application/json"
         try:
             resp = await self._api.call_api(
-                path, "GET", header_params={"Accept": "application/json"},
+                path, method, header_params=headers, body=body,
                 auth_settings=["BearerToken"], _preload_content=False,
                 _request_timeout=GET_TIMEOUT_S)
             return await api_json(resp)
         except ApiError as exc:  # an error answer or one that is not a JSON object
-            raise ApiError(f"GET {path}: {exc}", exc.status) from None
+            raise ApiError(f"{method} {path}: {exc}", exc.status) from None
         except ApiException as exc:
-            raise ApiError(f"GET {path}: {describe(exc)}", exc.status or 0) from None
+            raise ApiError(f"{method} {path}: {describe(exc)}", exc.status or 0) from None
         except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:
-            raise ApiError(f"GET {path}: {describe(exc)}") from None
+            raise ApiError(f"{method} {path}: {describe(exc)}") from None
