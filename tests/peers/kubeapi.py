@@ -24,6 +24,13 @@ What it reproduces of the real kube-apiserver, and where that behaviour lives th
   token (resourceVersion -1) in the Status (``etcd3/errors.go``
   ``handleCompactedErrorForPaging``); a token it cannot decode is a 400.
 - Auth failures are Status objects with 401/403 (bearer token).
+- ConfigMaps can be read (``configmaps``), e.g. kube-system/extension-apiserver-authentication.
+- SubjectAccessReviews (``authorization.k8s.io/v1``) are answered as the real endpoint
+  does (``pkg/registry/authorization/subjectaccessreview/rest.go``): 201 with the review
+  echoed and ``status.allowed`` / ``denied`` / ``reason`` from ``authorize`` (a test's
+  policy); a spec with neither or both of resourceAttributes and nonResourceAttributes, or
+  with no user and no group, is a 422 Invalid Status; a body that is not a
+  SubjectAccessReview is a 400.
 
 And hostile answers a real server might never send but a proxy or a bug could: a test queues
 raw list bodies (``next_list_replies``), raw watch streams (``next_watch_bodies``) or pushes
@@ -156,6 +163,9 @@ class KubeApiPeer:
         self.list_pages = 0  # every list request, continued pages included
         self.watches = 0
         self.bookmarks_sent = 0
+        self.configmaps: dict[tuple[str, str], dict[str, Any]] = {}  # (ns, name) -> object
+        self.authorize: Callable[[dict[str, Any]], tuple[bool, bool, str]] = _deny_all
+        self.reviews: list[dict[str, Any]] = []  # every SubjectAccessReview spec received
         self._watchers: list[_Watcher] = []
         self._runner: web.AppRunner | None = None
         self.port = 0
@@ -227,6 +237,8 @@ class KubeApiPeer:
         app.router.add_get("/apis/{group}/{version}", self._discover)
         app.router.add_get("/apis/apps/v1/namespaces/{ns}/replicasets/{name}", self._owner)
         app.router.add_get("/apis/batch/v1/namespaces/{ns}/jobs/{name}", self._owner)
+        app.router.add_get("/api/v1/namespaces/{ns}/configmaps/{name}", self._configmap)
+        app.router.add_post("/apis/authorization.k8s.io/v1/subjectaccessreviews", self._review)
         self._runner = web.AppRunner(app, shutdown_timeout=0.1)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", port or self.port)
@@ -445,9 +457,62 @@ class KubeApiPeer:
             return web.json_response(status(404, "NotFound", "not found"), status=404)
         return web.json_response(obj)
 
+    async def _configmap(self, request: web.Request) -> web.Response:
+        denied = self._auth(request)
+        if denied is not None:
+            return denied
+        key = (request.match_info["ns"], request.match_info["name"])
+        obj = self.configmaps.get(key)
+        if obj is None:
+            return web.json_response(status(404, "NotFound",
+                                            f'configmaps "{key[1]}" not found'), status=404)
+        return web.json_response(obj)
+
+    def set_configmap(self, ns: str, name: str, data: dict[str, str]) -> None:
+        self.configmaps[(ns, name)] = {"apiVersion": "v1", "kind": "ConfigMap",
+                                       "metadata": {"namespace": ns, "name": name},
+                                       "data": dict(data)}
+
+    async def _review(self, request: web.Request) -> web.Response:
+        denied = self._auth(request)
+        if denied is not None:
+            return denied
+        try:
+            body = json.loads(await request.read())
+        except ValueError:
+            return web.json_response(status(400, "BadRequest", "the body is not JSON"),
+                                     status=400)
+        if not isinstance(body, dict) or body.get("kind") != "SubjectAccessReview" or \
+                body.get("apiVersion") != "authorization.k8s.io/v1":
+            return web.json_response(status(400, "BadRequest", "not a SubjectAccessReview"),
+                                     status=400)
+        spec = body.get("spec") or {}
+        problems = []
+        if ("resourceAttributes" in spec) == ("nonResourceAttributes" in spec):
+            problems.append("spec.resourceAttributes: Invalid value: \"null\": exactly one "
+                            "of nonResourceAttributes or resourceAttributes must be specified")
+        if not spec.get("user") and not spec.get("groups"):
+            problems.append('spec.user: Invalid value: "": at least one of user or group '
+                            "must be specified")
+        if problems:
+            return web.json_response(status(422, "Invalid", "SubjectAccessReview.authorization"
+                                            '.k8s.io "" is invalid: ' + ", ".join(problems)),
+                                     status=422)
+        self.reviews.append(spec)
+        allowed, deny, reason = self.authorize(spec)
+        out = dict(body, status={"allowed": allowed, **({"denied": True} if deny else {}),
+                                 **({"reason": reason} if reason else {})})
+        out.setdefault("metadata", {"creationTimestamp": None})
+        return web.json_response(out, status=201)
+
     def add_owner(self, plural: str, ns: str, name: str, owner: tuple[str, str]) -> None:
         self.owners[(plural, ns, name)] = {"metadata": {"namespace": ns, "name": name,
             "ownerReferences": [{"kind": owner[0], "name": owner[1], "controller": True}]}}
+
+
+def _deny_all(spec: dict[str, Any]) -> tuple[bool, bool, str]:
+    """No opinion, as RBAC answers a request no rule allows: not allowed, not denied."""
+    return False, False, ""
 
 
 def make_workload(kind: str, ns: str, name: str, match_labels: dict[str, str],

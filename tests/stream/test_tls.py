@@ -4,16 +4,12 @@ agent, and connections without the right client certificate refused."""
 from __future__ import annotations
 
 import asyncio
-import datetime
-import ipaddress
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
+from cryptography.hazmat.primitives import serialization
 
 from gpuscale.agent.app import Agent, AgentConfig
 from gpuscale.attribution.sources import ScenarioSources
@@ -22,42 +18,7 @@ from gpuscale.stream.subscriber import AgentSubscriber
 from gpuscale.stream.tls import TlsFiles, channel_credentials
 from gpuscale.telemetry.scenario import load_scenario
 from gpuscale.telemetry.simulated import SimulatedBackend
-from tests.conftest import until
-
-Key = ec.EllipticCurvePrivateKey
-
-
-def _name(cn: str) -> x509.Name:
-    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
-
-
-def make_ca(cn: str) -> tuple[x509.Certificate, Key]:
-    key = ec.generate_private_key(ec.SECP256R1())
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (x509.CertificateBuilder().subject_name(_name(cn)).issuer_name(_name(cn))
-            .public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(hours=1))
-            .not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .sign(key, hashes.SHA256()))
-    return cert, key
-
-
-def issue(ca: tuple[x509.Certificate, Key], cn: str, dns: str) -> tuple[bytes, bytes]:
-    key = ec.generate_private_key(ec.SECP256R1())
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (x509.CertificateBuilder().subject_name(_name(cn)).issuer_name(ca[0].subject)
-            .public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(hours=1))
-            .not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.SubjectAlternativeName(
-                [x509.DNSName(dns), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-                critical=False)
-            .sign(ca[1], hashes.SHA256()))
-    return (cert.public_bytes(serialization.Encoding.PEM),
-            key.private_bytes(serialization.Encoding.PEM,
-                              serialization.PrivateFormat.PKCS8,
-                              serialization.NoEncryption()))
+from tests.conftest import Key, issue, make_ca, until
 
 
 def write(d: Path, name: str, ca: tuple[x509.Certificate, Key],

@@ -1,8 +1,9 @@
 """One tick's attribution -> the per-pod records the agent publishes (pure).
 
 gpu-utilization is the mean over the pod's devices (containers together), 0-100;
-gpu-memory is used over total of those devices. An Absent device reading makes the pod's
-signal that Absent, never a partial mean.
+gpu-memory is used over total of those devices, in %; gpu-memory-used is the memory used
+on them in MiB (what dcgm-exporter's DCGM_FI_DEV_FB_USED counts). An Absent device
+reading makes the pod's signal that Absent, never a partial mean.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ def pod_records(snapshot: NodeSnapshot, attribution: NodeAttribution,
         signals: dict[str, Reading] = {
             "gpu-utilization": _mean(utils) if devices else Absent.NO_DATA,
             "gpu-memory": _ratio(used, total) if devices else Absent.NO_DATA,
+            "gpu-memory-used": _mib(used) if devices else Absent.NO_DATA,
         }
         reasons: Mapping[str, str] = {}
         if engines and (ns, name) in engines:
@@ -64,6 +66,13 @@ def _mean(values: list[Reading]) -> Reading:
         return bad
     nums = [float(v) for v in values if not isinstance(v, Absent)]
     return sum(nums) / len(nums)
+
+
+def _mib(used: list[int | Absent]) -> Reading:
+    bad = _first_absent(used)
+    if bad is not None:
+        return bad
+    return sum(v for v in used if not isinstance(v, Absent)) / 2**20
 
 
 def _ratio(used: list[int | Absent], total: list[int | Absent]) -> Reading:

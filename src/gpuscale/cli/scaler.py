@@ -41,6 +41,12 @@ def add_parser(sub: Any) -> None:
     sc.add_argument("--tls-ca", type=Path,
                     help="CA of KEDA's client certificate (TriggerAuthentication caCert's "
                          "counterpart); with these three KEDA must connect with mTLS")
+    sc.add_argument("--metrics-api-port", type=int, default=0,
+                    help="serve custom.metrics.k8s.io for a plain HPA on this port (HTTPS, "
+                         "behind an APIService; needs the API); 0: off")
+    sc.add_argument("--metrics-api-cert", type=Path,
+                    help="the metrics API's serving certificate (PEM)")
+    sc.add_argument("--metrics-api-key", type=Path, help="its private key (PEM)")
     sc.set_defaults(run=run)
 
 
@@ -52,4 +58,15 @@ def run(args: argparse.Namespace) -> int:
         args.tls = tls_files(args.tls_cert, args.tls_key, args.tls_ca)
     except ValueError as exc:
         return fail(str(exc))
-    return run_scaler(args)
+    extras = []
+    if args.metrics_api_port:
+        if not (args.metrics_api_cert and args.metrics_api_key):
+            return fail("--metrics-api-port needs --metrics-api-cert and --metrics-api-key "
+                        "(the APIService's caBundle must be their CA)")
+        from gpuscale.metrics_api.main import MetricsApiOptions, metrics_api
+
+        extras.append(metrics_api(MetricsApiOptions(
+            args.host, args.metrics_api_port, args.metrics_api_cert, args.metrics_api_key),
+            lambda port: print(f"gpuscale metrics API (custom.metrics.k8s.io) on "
+                               f"{args.host}:{port}", flush=True)))
+    return run_scaler(args, extras, needs_api=bool(extras))

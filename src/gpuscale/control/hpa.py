@@ -7,6 +7,8 @@ Follows the documented algorithm (k8s.io/kubernetes pkg/controller/podautoscaler
      else ceil(value / T).
    - External, Value T: ratio = value / T; within tolerance -> current, else
      ceil(ratio x ready pods).
+   - Object: the same two formulas as External (GetObjectPerPodMetricReplicas for
+     AverageValue, GetObjectMetricReplicas for Value).
    - Pods (average per pod) T: ratio = mean / T over pods with a value; missing pods count
      as 0 when scaling up and as at-target when scaling down; unready pods count as 0 when
      scaling up; within tolerance -> current, else ceil(ratio x pods counted).
@@ -40,6 +42,7 @@ class MetricSource(enum.StrEnum):
     """Where the HPA reads a metric (autoscaling/v2 MetricSourceType)."""
 
     EXTERNAL = "External"  # KEDA's metrics: one value for the workload
+    OBJECT = "Object"  # one value for one object (custom.metrics.k8s.io); as External
     PODS = "Pods"  # one value per pod
 
 
@@ -115,7 +118,7 @@ class Hpa:
 
     def proposal(self, metric: Metric, current: int, ready: int) -> int | None:
         """Step 1 for one metric (None: no proposal)."""
-        if metric.kind is MetricSource.EXTERNAL:
+        if metric.kind in (MetricSource.EXTERNAL, MetricSource.OBJECT):
             if metric.value is None:
                 return None
             if metric.target_type is TargetType.AVERAGE_VALUE:

@@ -12,7 +12,9 @@ import asyncio
 import logging
 import socket
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Coroutine, Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
@@ -28,6 +30,10 @@ from gpuscale.scaler.roster import AgentRoster, PodRoster, Roster
 from gpuscale.scaler.service import ScalerServer, ScalerService
 from gpuscale.stream.subscriber import AgentSubscriber
 from gpuscale.stream.tls import channel_credentials, server_credentials
+
+if TYPE_CHECKING:  # the Kubernetes client loads only when the API is used
+    from gpuscale.kube.api import KubeApi
+    from gpuscale.scaler.workloads import WorkloadResolver
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +93,26 @@ class PlanCollector(Collector):
         return [replicas, terms]
 
 
-async def serve(args: argparse.Namespace) -> None:
+@dataclass(frozen=True)
+class Parts:
+    """What a component served beside the KEDA service (the metrics API) reads."""
+
+    fleet: FleetView
+    roster: Roster
+    workloads: WorkloadResolver | None
+    plans: PlanBook
+    api: KubeApi | None
+
+
+Extra = Callable[[Parts], Coroutine[Any, Any, None]]
+
+
+async def serve(args: argparse.Namespace, extras: Sequence[Extra] = (),
+                needs_api: bool = False) -> None:
+    """Run the scaler until cancelled, with ``extras`` (each a long-running task over the
+    scaler's parts) in the same task group. ``needs_api``: an extra needs the Kubernetes
+    API (and the workloads' selectors from it) even without --agent-service or
+    --resolve-targets."""
     fleet = FleetView()
     creds = channel_credentials(args.agent_tls) if args.agent_tls else (lambda: None)
     registry = CollectorRegistry(auto_describe=False)
@@ -104,11 +129,11 @@ async def serve(args: argparse.Namespace) -> None:
     api = None
     workloads = None
     discovery = None
-    if args.agent_service or args.resolve_targets:
+    if args.agent_service or args.resolve_targets or needs_api:
         from gpuscale.kube.connect import connect
 
         api = await connect(args.kubeconfig)
-    if args.resolve_targets and api is not None:
+    if (args.resolve_targets or needs_api) and api is not None:
         from gpuscale.scaler.workloads import WorkloadResolver
 
         workloads = WorkloadResolver(api)
@@ -184,6 +209,9 @@ async def serve(args: argparse.Namespace) -> None:
                 tg.create_task(pod_roster.run())
             if discovery is not None:
                 tg.create_task(discovery.run())
+            parts = Parts(fleet, roster, workloads, service.plans, api)
+            for extra in extras:
+                tg.create_task(extra(parts))
     except asyncio.CancelledError:
         log.info("stopping on signal")
     finally:
@@ -193,7 +221,8 @@ async def serve(args: argparse.Namespace) -> None:
             await api.close()
 
 
-def run_scaler(args: argparse.Namespace) -> int:
+def run_scaler(args: argparse.Namespace, extras: Sequence[Extra] = (),
+               needs_api: bool = False) -> int:
     if not args.agents and not args.agent_service:
         print("gpuscale: give --agents HOST:PORT,... or --agent-service NAMESPACE/NAME",
               file=sys.stderr)
@@ -203,7 +232,7 @@ def run_scaler(args: argparse.Namespace) -> int:
               "--agent-tls-ca (mutual TLS), or --agents-insecure", file=sys.stderr)
         return 2
     try:
-        asyncio.run(serve(args))
+        asyncio.run(serve(args, extras, needs_api))
     except ConfigError as exc:
         print(f"gpuscale: {exc}", file=sys.stderr)
         return 2

@@ -29,7 +29,7 @@ class Signal:
 #: 100; time-sliced process sums can overshoot a little), far below what overflows a sum
 #: over a fleet or KEDA's 3-decimal quantities; never below what an agent may publish
 #: (engines.signals.SIGNAL_BOUNDS).
-PLAUSIBLE: dict[str, float] = {"%": 1_000.0, "requests": 10_000_000.0, "ms": 1e9,
+PLAUSIBLE: dict[str, float] = {"%": 1_000.0, "MiB": 1e8, "requests": 10_000_000.0, "ms": 1e9,
                                "tokens/s": 1e8, "requests/s": 1e6, "replicas": 1_000_000.0}
 
 #: The planner's output (profile vllm-planner): a workload's replica count, not a per-pod
@@ -42,6 +42,8 @@ SIGNALS: dict[str, Signal] = {s.name: s for s in (
            "GPUs or slices (100 = its GPUs fully busy)"),
     Signal("gpu-memory", "%", "attributed GPU memory used over the memory of the pod's "
            "devices"),
+    Signal("gpu-memory-used", "MiB", "attributed GPU memory used on the pod's devices (whole "
+           "GPUs, MIG instances, its processes' share of a time-sliced GPU)"),
     Signal("vllm-waiting", "requests", "vllm:num_requests_waiting, summed over engines",
            "vllm"),
     Signal("vllm-running", "requests", "vllm:num_requests_running, summed over engines",

@@ -80,6 +80,17 @@ class WorkloadResolver:
             return self._selectors.get(key, f"{kind} {namespace}/{tname} not found")
         return self._scales.get(key, f"{kind} {namespace}/{tname}: /scale not read yet")
 
+    def target(self, namespace: str, kind: str, name: str) -> Selector | str | None:
+        """The pod selector of Deployment or StatefulSet ``namespace/name`` (``kind``), from
+        the watches; None when the watch has it not; or why it cannot be known (not listed
+        yet, a selector that cannot be used)."""
+        if ("apps/v1", kind) not in WATCHED:
+            return f"{kind} is not watched (Deployment and StatefulSet are)"
+        lw = self._deploy if kind == "Deployment" else self._sts
+        if lw.synced_at is None:
+            return f"{kind}s not listed yet ({lw.state()[1]})"
+        return self._selectors.get((namespace, "apps/v1", kind, name))
+
     def state(self) -> list[str]:
         return [f"{lw.what}: {why}" for lw in (self._so, self._deploy, self._sts)
                 for ok, why in [lw.state()] if not ok]

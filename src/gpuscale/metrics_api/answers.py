@@ -1,0 +1,173 @@
+"""What the metrics API answers, from memory: per-pod values and workload values.
+
+The same rules as the KEDA path (``scaler.evaluate``): a Ready pod of the selection whose
+reading is absent, stale or implausible, or a running pod the roster knows that has not
+reported, makes the whole answer UNAVAILABLE (503) naming them - never a list with the pod
+left out, because the HPA takes a pod missing from a Pods metric as using nothing when it
+scales up. Pods that are not Ready and have no data yet (starting) are left out, as the
+HPA leaves out pods that have not started. Values are rounded up to the milli-unit
+(``quantity``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+from gpuscale.common.errors import ConfigError, DataUnavailable, GpuscaleError
+from gpuscale.metrics_api.catalogue import (
+    OBJECT_METRICS,
+    OBJECT_RESOURCES,
+    POD_METRICS,
+    ObjectMetric,
+)
+from gpuscale.metrics_api.shapes import Item
+from gpuscale.scaler.evaluate import WorkloadUnavailable, evaluate
+from gpuscale.scaler.fleet import FleetView
+from gpuscale.scaler.metadata import PLANNER_KEYS, parse_metadata
+from gpuscale.scaler.planner import Observation
+from gpuscale.scaler.planning import PlanBook, observe
+from gpuscale.scaler.profiles import PLANNED, Target, ValueMode
+from gpuscale.scaler.roster import Roster
+from gpuscale.scaler.selector import Selector, SelectorError, parse_selector
+from gpuscale.stream.records import PodRecord
+from gpuscale.telemetry.model import Absent
+
+EVERY_POD = Selector((), "")
+GPU_WINDOW_S = 1  # the agent's tick: NVML samples are averaged over it
+
+
+class NotFound(GpuscaleError):
+    """No such metric or object (404)."""
+
+    http_status = 404
+
+
+class Targets(Protocol):
+    def target(self, namespace: str, kind: str, name: str) -> Selector | str | None:
+        """The pod selector of a Deployment or StatefulSet; None: no such object; a str:
+        why it cannot be known now."""
+        ...
+
+
+class MetricAnswers:
+    def __init__(self, fleet: FleetView, roster: Roster | None, targets: Targets | None,
+                 plans: PlanBook, wall: Callable[[], float] = time.time) -> None:
+        self.fleet = fleet
+        self._roster = roster
+        self._targets = targets
+        self._plans = plans
+        self._wall = wall
+
+    def _when(self, records: list[PodRecord]) -> float:
+        """The wall time of the oldest record: the answer is at least this fresh."""
+        age = max((self.fleet.age(r) for r in records), default=0.0)
+        return self._wall() - age
+
+    def _select(self, namespace: str, selector: Selector) -> tuple[list[PodRecord], list[str]]:
+        records = self.fleet.select(namespace, selector)
+        gaps = [] if self._roster is None else \
+            self._roster.problems(namespace, selector, records)
+        return records, gaps
+
+    # -- pods ----------------------------------------------------------------------------
+
+    def pods(self, namespace: str, name: str, metric: str, label_selector: str = "",
+             metric_selector: str = "") -> list[Item]:
+        """Values of ``metric`` for pod ``name`` (``*``: every pod the label selector
+        picks). NotFound, ConfigError, DataUnavailable."""
+        m = POD_METRICS.get(metric)
+        if m is None:
+            raise NotFound(f"the server could not find the metric {metric} for pods; "
+                           f"served: {', '.join(sorted(POD_METRICS))}")
+        if metric_selector.strip():
+            raise ConfigError(f"metricLabelSelector: pod metric {metric} has no labels to "
+                              "select on; leave metric.selector out")
+        try:
+            selector = parse_selector(label_selector) if label_selector.strip() else EVERY_POD
+        except SelectorError as exc:
+            raise ConfigError(f"labelSelector: {exc}") from None
+        records, gaps = self._select(namespace, selector)
+        if name != "*":
+            records = [r for r in records if r.name == name]
+            mine = f"{namespace}/{name} "
+            gaps = [g for g in gaps if g.startswith(mine) or not g.startswith(f"{namespace}/")]
+            if not records and not any(g.startswith(mine) for g in gaps):
+                raise NotFound(f"the server could not find the metric {metric} for pods "
+                               f"{name}: no GPU pod {namespace}/{name} reports")
+        evaluate(self.fleet, records, Target(m.signal, 1.0, 0.0), ValueMode.SUM, gaps)
+        window = GPU_WINDOW_S if m.signal.startswith("gpu-") else None
+        out = []
+        for r in records:
+            reading = r.signals.get(m.signal)
+            if reading is None or isinstance(reading, Absent):
+                continue  # starting (evaluate refused any other absence)
+            out.append(Item("Pod", "/v1", namespace, r.name, metric, float(reading) * m.scale,
+                            self._when([r]), window, ""))
+        return out
+
+    # -- objects -------------------------------------------------------------------------
+
+    def object(self, namespace: str, resource: str, name: str, metric: str,
+               metric_selector: str = "") -> Item:
+        """The workload value ``metric`` of Deployment or StatefulSet ``name``."""
+        kind_of = OBJECT_RESOURCES.get(resource)
+        om = OBJECT_METRICS.get(metric)
+        if kind_of is None or om is None:
+            served = ", ".join(sorted(OBJECT_METRICS)) if kind_of else \
+                ", ".join(sorted(OBJECT_RESOURCES))
+            raise NotFound(f"the server could not find the metric {metric} for {resource}; "
+                           f"served: {served}")
+        api_version, kind = kind_of
+        if self._targets is None:
+            raise DataUnavailable("object metrics need the Kubernetes API (the workloads' "
+                                  "selectors); this scaler runs without it")
+        selector = self._targets.target(namespace, kind, name)
+        if selector is None:
+            raise NotFound(f'{resource} "{name}" not found in namespace {namespace}')
+        if isinstance(selector, str):
+            raise WorkloadUnavailable(f"the pods of {kind} {namespace}/{name}: {selector}")
+        records, gaps = self._select(namespace, selector)
+        if om.signal == PLANNED:
+            value = self._planned(namespace, f"{kind}/{name}", om, selector, metric_selector)
+        else:
+            if metric_selector.strip():
+                raise ConfigError(f"metricLabelSelector: {metric} takes no selector")
+            value = evaluate(self.fleet, records, Target(om.signal, 1.0, 0.0), ValueMode.SUM,
+                             gaps).value
+        return Item(kind, api_version, namespace, name, metric, value, self._when(records),
+                    None, metric_selector)
+
+    def _planned(self, namespace: str, workload: str, om: ObjectMetric, selector: Selector,
+                 metric_selector: str) -> float:
+        settings = planner_settings(metric_selector)
+        cfg = parse_metadata({"profile": "vllm-planner", **settings})
+        assert cfg.planner is not None
+
+        def sample() -> Observation:
+            return observe(self.fleet, *self._select(namespace, selector))
+
+        plan = self._plans.plan(("metrics-api", namespace, workload, selector.text, cfg),
+                                (namespace, workload), cfg.planner, sample,
+                                self.fleet.now())
+        return plan.replicas
+
+
+def planner_settings(metric_selector: str) -> dict[str, str]:
+    """The planner's settings from a metric selector of ``key=value`` pairs, keys as in a
+    vllm-planner trigger's metadata (ttftSeconds=2,startupSeconds=180). ConfigError for
+    any other form."""
+    if not metric_selector.strip():
+        return {}
+    out: dict[str, str] = {}
+    try:
+        requirements = parse_selector(metric_selector).requirements
+    except SelectorError as exc:
+        raise ConfigError(f"metricLabelSelector: {exc}") from None
+    for req in requirements:
+        if req.op != "=" or req.key not in PLANNER_KEYS or len(req.values) != 1:
+            raise ConfigError(f"metricLabelSelector: {req.key!r}: the planner takes "
+                              f"key=value pairs of {', '.join(sorted(PLANNER_KEYS))}")
+        out[req.key] = next(iter(req.values))
+    return out

@@ -1,0 +1,408 @@
+"""custom.metrics.k8s.io over real HTTPS: kubectl with a client certificate, the
+aggregator's front proxy with request headers, delegated authorization answered by the
+test API server, and the answers' rules (never a pod left out, 503 with the reason)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import ssl
+import subprocess
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from yarl import URL
+
+from gpuscale.metrics_api.answers import MetricAnswers
+from gpuscale.metrics_api.authz import Authorizer
+from gpuscale.metrics_api.main import configmap_reader
+from gpuscale.metrics_api.server import MetricsApiServer, TrustSource
+from gpuscale.scaler.fleet import FleetView
+from gpuscale.scaler.planning import PlanBook
+from gpuscale.scaler.roster import AgentRoster, PodRoster
+from gpuscale.scaler.workloads import WorkloadResolver
+from gpuscale.stream.records import PodRecord
+from gpuscale.stream.subscriber import AgentSubscriber
+from tests.conftest import issue, make_ca, pem, until
+from tests.peers.kubeapi import (
+    DEPLOYMENTS,
+    STATEFULSETS,
+    KubeApiPeer,
+    api_client,
+    make_pod,
+    make_workload,
+)
+
+HPA_USER = "system:serviceaccount:kube-system:horizontal-pod-autoscaler"
+V1B1 = "/apis/custom.metrics.k8s.io/v1beta1"
+V1B2 = "/apis/custom.metrics.k8s.io/v1beta2"
+
+
+def gpu_pod(name: str, app: str = "vllm", ready: bool = True) -> dict[str, Any]:
+    pod = make_pod("llm", name, f"uid-{name}", labels={"app": app}, ready=ready)
+    pod["spec"]["containers"] = [{"name": "main",
+                                  "resources": {"limits": {"nvidia.com/gpu": "1"}}}]
+    return pod
+
+
+def record(fleet: FleetView, name: str, app: str = "vllm", ready: bool = True,
+           **signals: float) -> PodRecord:
+    sig = {k.replace("_", "-"): v for k, v in signals.items()}
+    return PodRecord("llm", name, "node-a", {"app": app}, None, ready, sig, fleet.now())
+
+
+def policy(spec: dict[str, Any]) -> tuple[bool, bool, str]:
+    """RBAC as the seed guides grant it: the HPA controller and alice read metrics;
+    mallory is denied by name; everyone may read discovery."""
+    if "nonResourceAttributes" in spec:
+        return True, False, "RBAC: allowed by ClusterRoleBinding \"system:discovery\""
+    attrs = spec["resourceAttributes"]
+    if spec["user"] == "mallory":
+        return False, True, "mallory is banned"
+    if spec["user"] in (HPA_USER, "alice") and attrs.get("group") == "custom.metrics.k8s.io":
+        return True, False, "RBAC: allowed by ClusterRoleBinding \"hpa-metrics\""
+    return False, False, ""
+
+
+@dataclass
+class Cluster:
+    server: MetricsApiServer
+    peer: KubeApiPeer
+    fleet: FleetView
+    dir: Path
+    url: str
+
+    def client_ssl(self, who: str) -> ssl.SSLContext:
+        ctx = ssl.create_default_context(cafile=str(self.dir / "serving-ca.crt"))
+        if who:
+            ctx.load_cert_chain(self.dir / f"{who}.crt", self.dir / f"{who}.key")
+        return ctx
+
+    async def get(self, path: str, who: str = "hpa", headers: dict[str, str] | None = None,
+                  method: str = "GET") -> tuple[int, dict[str, Any]]:
+        async with aiohttp.ClientSession() as s, s.request(
+                method, URL(self.url + path, encoded=True), ssl=self.client_ssl(who),
+                headers=headers or {}) as r:
+            return r.status, await r.json(content_type=None)
+
+    def kubectl(self, path: str) -> tuple[int, str]:
+        p = subprocess.run(["kubectl", "--kubeconfig", str(self.dir / "kubeconfig"),
+                            "get", "--raw", path], capture_output=True, text=True,
+                           timeout=60, check=False)
+        return p.returncode, p.stdout if p.returncode == 0 else p.stderr
+
+
+def write_certs(d: Path) -> dict[str, str]:
+    """The cluster's CAs, a serving certificate, and the clients' certificates; returns
+    the trust ConfigMap's data."""
+    cluster_ca, proxy_ca, serving_ca = (make_ca("kubernetes"), make_ca("front-proxy-ca"),
+                                        make_ca("gpuscale-metrics-ca"))
+    (d / "serving-ca.crt").write_bytes(pem(serving_ca[0]))
+    leaves = {
+        "serving": issue(serving_ca, "gpuscale-metrics", "localhost"),
+        "hpa": issue(cluster_ca, HPA_USER, client=True, orgs=("system:serviceaccounts",)),
+        "mallory": issue(cluster_ca, "mallory", client=True),
+        "bob": issue(cluster_ca, "bob", client=True),
+        "proxy": issue(proxy_ca, "front-proxy-client", client=True),
+        "other-proxy": issue(proxy_ca, "someone-else", client=True),
+        "expired": issue(cluster_ca, HPA_USER, client=True, valid_days=-1),
+        "stranger": issue(make_ca("kubernetes"), HPA_USER, client=True),  # same CA name
+    }
+    for name, (crt, key) in leaves.items():
+        (d / f"{name}.crt").write_bytes(crt)
+        (d / f"{name}.key").write_bytes(key)
+    return {
+        "client-ca-file": pem(cluster_ca[0]).decode(),
+        "requestheader-client-ca-file": pem(proxy_ca[0]).decode(),
+        "requestheader-allowed-names": '["front-proxy-client"]',
+        "requestheader-username-headers": '["X-Remote-User"]',
+        "requestheader-group-headers": '["X-Remote-Group"]',
+        "requestheader-extra-headers-prefix": '["X-Remote-Extra-"]',
+    }
+
+
+def write_kubeconfig(d: Path, port: int) -> None:
+    (d / "kubeconfig").write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "c", "cluster": {
+            "server": f"https://127.0.0.1:{port}",
+            "certificate-authority": str(d / "serving-ca.crt")}}],
+        "users": [{"name": "u", "user": {"client-certificate": str(d / "hpa.crt"),
+                                         "client-key": str(d / "hpa.key")}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]}))
+
+
+@pytest.fixture
+async def cluster(tmp_path: Path, kubeapi: KubeApiPeer) -> AsyncIterator[Cluster]:
+    kubeapi.set_configmap("kube-system", "extension-apiserver-authentication",
+                          write_certs(tmp_path))
+    kubeapi.authorize = policy
+    for name in ("vllm-0", "vllm-1"):
+        kubeapi.add(gpu_pod(name))
+    kubeapi.add(gpu_pod("vllm-2", ready=False))
+    kubeapi.add(make_workload("Deployment", "llm", "vllm", {"app": "vllm"}), DEPLOYMENTS)
+    kubeapi.add(make_workload("StatefulSet", "llm", "trainer", {"app": "trainer"}),
+                STATEFULSETS)
+    fleet = FleetView()
+    fleet.update_node("node-a", [
+        record(fleet, "vllm-0", gpu_utilization=73.25, vllm_waiting=4, vllm_kv_cache=42.0,
+               gpu_memory_used=70000.0),
+        record(fleet, "vllm-1", gpu_utilization=10.0, vllm_waiting=0, vllm_kv_cache=3.0,
+               gpu_memory_used=69000.5)])
+    api = api_client(kubeapi)
+    sub = AgentSubscriber(fleet, "test")
+    roster = PodRoster(api, AgentRoster(sub), backoff_s=(0.05,))
+    resolver = WorkloadResolver(api, backoff_s=(0.05,))
+    server = MetricsApiServer(
+        MetricAnswers(fleet, roster, resolver, PlanBook()), Authorizer(api),
+        TrustSource(configmap_reader(api)), tmp_path / "serving.crt",
+        tmp_path / "serving.key", "127.0.0.1", 0)
+    bound: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+    tasks = [asyncio.create_task(t) for t in (roster.run(), resolver.run(),
+                                              server.serve(bound.set_result))]
+    port = await asyncio.wait_for(bound, 10)
+    await until(lambda: roster.ready()[0], what="the pod roster listed the pods")
+    write_kubeconfig(tmp_path, port)
+    yield Cluster(server, kubeapi, fleet, tmp_path, f"https://127.0.0.1:{port}")
+    for t in tasks:
+        t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    await sub.close()
+    await api.close()
+
+
+# -- kubectl, as the seed guide's first command --------------------------------------------
+
+
+async def test_kubectl_reads_discovery_and_pod_metrics_v1beta1(cluster: Cluster) -> None:
+    code, out = await asyncio.to_thread(cluster.kubectl, "/apis/custom.metrics.k8s.io")
+    assert code == 0, out
+    group = json.loads(out)
+    assert group["kind"] == "APIGroup"
+    assert group["preferredVersion"]["version"] == "v1beta2"
+    code, out = await asyncio.to_thread(cluster.kubectl, V1B1)
+    resources = {r["name"] for r in json.loads(out)["resources"]}
+    assert {"pods/gpu_utilization", "pods/DCGM_FI_DEV_GPU_UTIL",
+            "deployments.apps/gpuscale_planned_replicas"} <= resources
+    code, out = await asyncio.to_thread(
+        cluster.kubectl, f"{V1B1}/namespaces/llm/pods/*/gpu_utilization")
+    assert code == 0, out
+    body = json.loads(out)
+    assert body["kind"] == "MetricValueList"
+    assert body["apiVersion"] == "custom.metrics.k8s.io/v1beta1"
+    items = {i["describedObject"]["name"]: i for i in body["items"]}
+    assert set(items) == {"vllm-0", "vllm-1"}  # vllm-2 is starting: no data, not Ready
+    first = items["vllm-0"]
+    assert first["describedObject"] == {"kind": "Pod", "namespace": "llm", "name": "vllm-0",
+                                        "apiVersion": "/v1"}
+    assert first["metricName"] == "gpu_utilization"
+    assert first["value"] == "73250m"
+    assert first["timestamp"].endswith("Z")
+    assert "metric" not in first
+
+
+async def test_v1beta2_pods_by_selector_and_object_metrics(cluster: Cluster) -> None:
+    code, body = await cluster.get(
+        f"{V1B2}/namespaces/llm/pods/*/vllm:kv_cache_usage_perc?labelSelector=app%3Dvllm")
+    assert code == 200, body
+    values = {i["describedObject"]["name"]: i["value"] for i in body["items"]}
+    assert values == {"vllm-0": "420m", "vllm-1": "30m"}  # a fraction, as vLLM exports it
+    assert body["items"][0]["metric"] == {"name": "vllm:kv_cache_usage_perc",
+                                          "selector": None}
+    code, body = await cluster.get(f"{V1B2}/namespaces/llm/pods/vllm-1/DCGM_FI_DEV_FB_USED")
+    assert [i["value"] for i in body["items"]] == ["69000500m"]
+    code, body = await cluster.get(
+        f"{V1B2}/namespaces/llm/deployments.apps/vllm/gpuscale_gpu_utilization")
+    assert code == 200, body
+    (item,) = body["items"]
+    assert item["describedObject"] == {"kind": "Deployment", "namespace": "llm",
+                                       "name": "vllm", "apiVersion": "apps/v1"}
+    assert item["value"] == "83250m"  # the sum: an AverageValue target divides it
+    code, body = await cluster.get(
+        f"{V1B1}/namespaces/llm/statefulsets.apps/trainer/gpuscale_gpu_utilization")
+    assert code == 200, body
+    assert body["items"][0]["value"] == "0"  # no pods: nothing runs, truthfully 0
+
+
+# -- never a pod left out ----------------------------------------------------------------
+
+
+async def test_a_ready_pod_without_data_makes_the_list_unavailable(cluster: Cluster) -> None:
+    """The HPA takes a pod missing from a Pods metric as idle when it scales up: a list
+    without vllm-3 would under-scale. 503 names it, and the HPA holds."""
+    cluster.peer.add(gpu_pod("vllm-3"))
+    await until(lambda: cluster.peer.rv and cluster.fleet.pod_count() == 2)
+
+    async def refused() -> bool:
+        code, _ = await cluster.get(f"{V1B2}/namespaces/llm/pods/*/gpu_utilization"
+                                    "?labelSelector=app%3Dvllm")
+        return code == 503
+
+    await until(refused, what="the roster saw vllm-3")
+    code, body = await cluster.get(f"{V1B2}/namespaces/llm/pods/*/gpu_utilization"
+                                   "?labelSelector=app%3Dvllm")
+    assert body["kind"] == "Status"
+    assert body["reason"] == "ServiceUnavailable"
+    assert "llm/vllm-3 on node-a (running and Ready, no data" in body["message"]
+    code, body = await cluster.get(f"{V1B2}/namespaces/llm/deployments.apps/vllm/"
+                                   "gpuscale_gpu_utilization")
+    assert code == 503
+    assert "vllm-3" in body["message"]
+    code, body = await cluster.get(f"{V1B2}/namespaces/llm/pods/vllm-3/gpu_utilization")
+    assert code == 503  # asked by name: still not a 404 or a smaller list
+
+
+async def test_stale_and_absent_readings_are_503_with_the_reason(cluster: Cluster) -> None:
+    from gpuscale.telemetry.model import Absent
+
+    stale = replace(record(cluster.fleet, "vllm-0", gpu_utilization=50.0),
+                    sampled_at=cluster.fleet.now() - 60)
+    cluster.fleet.update_node("node-a", [
+        stale, record(cluster.fleet, "vllm-1", gpu_utilization=10.0)])
+    code, body = await cluster.get(f"{V1B2}/namespaces/llm/pods/*/gpu_utilization")
+    assert code == 503
+    assert "llm/vllm-0 (stale: 60" in body["message"]
+    cluster.fleet.update_node("node-a", [
+        replace(record(cluster.fleet, "vllm-0"), signals={"gpu-utilization": Absent.UNSUPPORTED}),
+        record(cluster.fleet, "vllm-1", gpu_utilization=10.0)])
+    code, body = await cluster.get(f"{V1B2}/namespaces/llm/pods/*/gpu_utilization")
+    assert code == 503
+    assert "vllm-0 (unsupported" in body["message"]
+
+
+# -- errors as Status objects ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("path", "code", "words"), [
+    (f"{V1B2}/namespaces/llm/pods/*/no_such_metric", 404, "could not find the metric"),
+    (f"{V1B2}/namespaces/llm/deployments.apps/nope/gpuscale_gpu_utilization", 404,
+     'deployments.apps "nope" not found'),
+    (f"{V1B2}/namespaces/llm/daemonsets.apps/x/gpuscale_gpu_utilization", 404,
+     "could not find the metric"),
+    (f"{V1B2}/namespaces/llm/pods/nope/gpu_utilization", 404, "no GPU pod llm/nope"),
+    ("/apis/custom.metrics.k8s.io/v2/namespaces/llm/pods/*/gpu_utilization", 404,
+     "not served"),
+    ("/apis/metrics.k8s.io/v1beta1/pods", 404, "not served here"),
+    (f"{V1B2}/namespaces/llm/pods/%2E%2E/gpu_utilization", 400, "cannot be a name"),
+    (f"{V1B2}/namespaces/llm/pods/a%2Fb/gpu_utilization", 400, "cannot be a name"),
+    (f"{V1B2}/namespaces/%2E%2E/pods/*/gpu_utilization", 400, "cannot be a name"),
+    (f"{V1B2}/namespaces/llm/pods/*/gpu_utilization?labelSelector=app%3D%3D%3D", 400,
+     "labelSelector: invalid label value"),
+    (f"{V1B2}/namespaces/llm/pods/*/gpu_utilization?labelSelector=" + "a%3Db," * 1100
+     + "a%3Db", 400, "labelSelector: longer than 4096"),
+    (f"{V1B2}/namespaces/llm/pods/*/gpu_utilization?metricLabelSelector=gpu%3D0", 400,
+     "no labels to select on"),
+    (f"{V1B2}/namespaces/llm/deployments.apps/*/gpuscale_gpu_utilization", 404,
+     "only pods are listed by selector"),
+    (f"{V1B2}/nodes/node-a/gpu_utilization", 404, "only namespaced objects"),
+])
+async def test_bad_requests_get_status_errors(cluster: Cluster, path: str, code: int,
+                                              words: str) -> None:
+    got, body = await cluster.get(path)
+    assert (got, body["kind"], body["code"]) == (code, "Status", code), body
+    assert words in body["message"]
+
+
+async def test_only_get(cluster: Cluster) -> None:
+    code, body = await cluster.get(f"{V1B2}/namespaces/llm/pods/*/gpu_utilization",
+                                   method="DELETE")
+    assert (code, body["reason"]) == (405, "MethodNotAllowed")
+
+
+# -- authentication ----------------------------------------------------------------------------
+
+
+async def test_front_proxy_speaks_for_the_user_in_its_headers(cluster: Cluster) -> None:
+    headers = {"X-Remote-User": "alice", "X-Remote-Group": "team-a",
+               "X-Remote-Extra-Scopes": "read"}
+    code, body = await cluster.get(f"{V1B2}/namespaces/llm/pods/*/gpu_utilization",
+                                   "proxy", headers)
+    assert code == 200, body
+    spec = cluster.peer.reviews[-1]
+    assert spec["user"] == "alice"
+    assert spec["groups"] == ["team-a"]
+    assert spec["extra"] == {"scopes": ["read"]}
+    assert spec["resourceAttributes"] == {
+        "verb": "get", "group": "custom.metrics.k8s.io", "version": "v1beta2",
+        "resource": "pods", "namespace": "llm", "name": "*", "subresource": "gpu_utilization"}
+
+
+@pytest.mark.parametrize(("who", "headers", "code"), [
+    ("", {"X-Remote-User": "alice"}, 401),  # forged headers, no certificate
+    ("other-proxy", {"X-Remote-User": "alice"}, 401),  # a front-proxy CN not allowed
+    ("proxy", {}, 401),  # the front proxy without a user: nobody
+    ("expired", {}, 401),
+    ("stranger", {}, 401),  # a CA with the cluster CA's name, not its key
+])
+async def test_who_is_not_authenticated(cluster: Cluster, who: str,
+                                        headers: dict[str, str], code: int) -> None:
+    if who in ("expired", "stranger"):  # the handshake itself may refuse these
+        try:
+            got, body = await cluster.get(f"{V1B2}/namespaces/llm/pods/*/gpu_utilization",
+                                          who, headers)
+        except aiohttp.ClientError:
+            return
+    else:
+        got, body = await cluster.get(f"{V1B2}/namespaces/llm/pods/*/gpu_utilization",
+                                      who, headers)
+    assert (got, body["kind"], body["reason"]) == (code, "Status", "Unauthorized")
+    assert not cluster.peer.reviews
+
+
+async def test_a_client_certificate_cannot_claim_another_user(cluster: Cluster) -> None:
+    """bob's certificate is the cluster CA's, not the front proxy's: his X-Remote-User
+    header is ignored, and he is asked about as bob (and refused)."""
+    code, body = await cluster.get(f"{V1B2}/namespaces/llm/pods/*/gpu_utilization", "bob",
+                                   {"X-Remote-User": "alice"})
+    assert code == 403
+    assert cluster.peer.reviews[-1]["user"] == "bob"
+    assert body["message"].startswith('User "bob" cannot get pods/gpu_utilization')
+
+
+# -- authorization ------------------------------------------------------------------------------
+
+
+async def test_reviews_decide_and_are_cached(cluster: Cluster) -> None:
+    code, body = await cluster.get(f"{V1B2}/namespaces/llm/pods/*/gpu_utilization",
+                                   "mallory")
+    assert (code, body["reason"]) == (403, "Forbidden")
+    assert "mallory is banned" in body["message"]
+    path = f"{V1B2}/namespaces/llm/pods/*/gpu_utilization"
+    before = len(cluster.peer.reviews)
+    for _ in range(5):
+        assert (await cluster.get(path))[0] == 200
+    assert len(cluster.peer.reviews) == before + 1  # one review, then the cache
+
+
+async def test_a_review_that_fails_refuses_the_request(cluster: Cluster) -> None:
+    def broken(spec: dict[str, Any]) -> tuple[bool, bool, str]:
+        raise RuntimeError("authorizer down")
+
+    cluster.peer.authorize = broken  # the test server answers 500
+    code, body = await cluster.get(f"{V1B2}/namespaces/llm/pods/*/tgi_queue_size")
+    assert code in (500, 503)
+    assert body["kind"] == "Status"
+    assert "subjectaccessreviews" in body["message"]
+
+
+async def test_thousands_of_concurrent_requests(cluster: Cluster) -> None:
+    """2,000 requests at once over 50 connections: each is answered (200, or 429 beyond
+    the in-flight bound), with one review for the one question they all ask."""
+    cluster.server.max_in_flight = 500
+    path = f"{V1B2}/namespaces/llm/pods/*/gpu_utilization?labelSelector=app%3Dvllm"
+    ctx = cluster.client_ssl("hpa")
+    conn = aiohttp.TCPConnector(limit=50, ssl=ctx)
+    async with aiohttp.ClientSession(connector=conn) as s:
+        async def one() -> int:
+            async with s.get(cluster.url + path) as r:
+                await r.read()
+                return r.status
+
+        codes = await asyncio.gather(*(one() for _ in range(2000)))
+    assert set(codes) <= {200, 429}
+    assert codes.count(200) >= 1000
+    assert len(cluster.peer.reviews) == 1
