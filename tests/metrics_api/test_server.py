@@ -14,12 +14,16 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import kubernetes_validate
 import pytest
+import yaml
 from yarl import URL
 
+from gpuscale.control.hpa import Hpa, Metric, MetricSource, TargetType
 from gpuscale.metrics_api.answers import MetricAnswers
 from gpuscale.metrics_api.authz import Authorizer
 from gpuscale.metrics_api.main import configmap_reader
+from gpuscale.metrics_api.quantity import parse_quantity
 from gpuscale.metrics_api.server import MetricsApiServer, TrustSource
 from gpuscale.scaler.fleet import FleetView
 from gpuscale.scaler.planning import PlanBook
@@ -42,17 +46,18 @@ V1B1 = "/apis/custom.metrics.k8s.io/v1beta1"
 V1B2 = "/apis/custom.metrics.k8s.io/v1beta2"
 
 
-def gpu_pod(name: str, app: str = "vllm", ready: bool = True) -> dict[str, Any]:
-    pod = make_pod("llm", name, f"uid-{name}", labels={"app": app}, ready=ready)
+def gpu_pod(name: str, app: str = "vllm", ready: bool = True,
+            ns: str = "llm") -> dict[str, Any]:
+    pod = make_pod(ns, name, f"uid-{name}", labels={"app": app}, ready=ready)
     pod["spec"]["containers"] = [{"name": "main",
                                   "resources": {"limits": {"nvidia.com/gpu": "1"}}}]
     return pod
 
 
 def record(fleet: FleetView, name: str, app: str = "vllm", ready: bool = True,
-           **signals: float) -> PodRecord:
+           ns: str = "llm", **signals: float) -> PodRecord:
     sig = {k.replace("_", "-"): v for k, v in signals.items()}
-    return PodRecord("llm", name, "node-a", {"app": app}, None, ready, sig, fleet.now())
+    return PodRecord(ns, name, "node-a", {"app": app}, None, ready, sig, fleet.now())
 
 
 def policy(spec: dict[str, Any]) -> tuple[bool, bool, str]:
@@ -147,12 +152,18 @@ async def cluster(tmp_path: Path, kubeapi: KubeApiPeer) -> AsyncIterator[Cluster
     kubeapi.add(make_workload("Deployment", "llm", "vllm", {"app": "vllm"}), DEPLOYMENTS)
     kubeapi.add(make_workload("StatefulSet", "llm", "trainer", {"app": "trainer"}),
                 STATEFULSETS)
+    for name in ("triton-0", "triton-1"):
+        kubeapi.add(gpu_pod(name, "triton", ns="infer"))
+    kubeapi.add(make_workload("Deployment", "infer", "triton", {"app": "triton"}),
+                DEPLOYMENTS)
     fleet = FleetView()
     fleet.update_node("node-a", [
         record(fleet, "vllm-0", gpu_utilization=73.25, vllm_waiting=4, vllm_kv_cache=42.0,
-               gpu_memory_used=70000.0),
+               gpu_memory_used=70000.0, vllm_requests=40),
         record(fleet, "vllm-1", gpu_utilization=10.0, vllm_waiting=0, vllm_kv_cache=3.0,
-               gpu_memory_used=69000.5)])
+               gpu_memory_used=69000.5, vllm_requests=20),
+        record(fleet, "triton-0", "triton", ns="infer", triton_queue_time=0.04),
+        record(fleet, "triton-1", "triton", ns="infer", triton_queue_time=0.09)])
     api = api_client(kubeapi)
     sub = AgentSubscriber(fleet, "test")
     roster = PodRoster(api, AgentRoster(sub), backoff_s=(0.05,))
@@ -235,7 +246,6 @@ async def test_a_ready_pod_without_data_makes_the_list_unavailable(cluster: Clus
     """The HPA takes a pod missing from a Pods metric as idle when it scales up: a list
     without vllm-3 would under-scale. 503 names it, and the HPA holds."""
     cluster.peer.add(gpu_pod("vllm-3"))
-    await until(lambda: cluster.peer.rv and cluster.fleet.pod_count() == 2)
 
     async def refused() -> bool:
         code, _ = await cluster.get(f"{V1B2}/namespaces/llm/pods/*/gpu_utilization"
@@ -406,3 +416,75 @@ async def test_thousands_of_concurrent_requests(cluster: Cluster) -> None:
     assert set(codes) <= {200, 429}
     assert codes.count(200) >= 1000
     assert len(cluster.peer.reviews) == 1
+
+
+# -- the seed HPAs, end to end ------------------------------------------------------------------
+
+HPAS = Path(__file__).parents[2] / "deploy" / "examples" / "hpa"
+
+
+async def desired(cluster: Cluster, hpa: dict[str, Any], current: int) -> int:
+    """What the HPA controller decides (control.hpa's model) over values read from this
+    API as its metrics client reads them: Pods metrics by the target's selector, Object
+    metrics by name."""
+    spec, ns = hpa["spec"], hpa["metadata"]["namespace"]
+    target = spec["scaleTargetRef"]["name"]
+    version = V1B2
+    metrics = []
+    for m in spec["metrics"]:
+        kind = MetricSource(m["type"])
+        src = m["pods"] if kind is MetricSource.PODS else m["object"]
+        goal = src["target"]
+        target_type = TargetType(goal["type"])
+        value = float(parse_quantity(str(goal.get("averageValue") or goal.get("value"))))
+        if kind is MetricSource.PODS:
+            code, body = await cluster.get(f"{version}/namespaces/{ns}/pods/*/"
+                                           f"{src['metric']['name']}?labelSelector=app%3D"
+                                           f"{target}")
+            assert code == 200, body
+            pods = tuple(float(parse_quantity(i["value"])) for i in body["items"])
+            metrics.append(Metric(kind, target_type, value, pod_values=pods))
+        else:
+            d = src["describedObject"]
+            code, body = await cluster.get(
+                f"{version}/namespaces/{ns}/{d['kind'].lower()}s.apps/{d['name']}/"
+                f"{src['metric']['name']}")
+            assert code == 200, body
+            metrics.append(Metric(kind, target_type, value,
+                                  float(parse_quantity(body["items"][0]["value"]))))
+    model = Hpa(spec["minReplicas"], spec["maxReplicas"])
+    return model.step(0.0, current, metrics)
+
+
+@pytest.mark.parametrize(("name", "want"), [
+    # (73.25 + 10) / 2 pods = 41.6 per pod over 30: ceil(2 x 1.39) = 3
+    ("dcgm-gpu-utilization.yaml", 3),
+    # (40 + 90) us / 2 pods = 65 over 50: ceil(2 x 1.3) = 3
+    ("triton-queue-time.yaml", 3),
+    # utilization sum 83.25 / 30 -> 3; requests 60 / 32 -> 2: the larger
+    ("vllm-object.yaml", 3),
+])
+async def test_seed_hpas_validate_and_scale_on_values_from_this_api(
+        cluster: Cluster, name: str, want: int) -> None:
+    (hpa,) = [d for d in yaml.safe_load_all((HPAS / name).read_text()) if d]
+    kubernetes_validate.validate(hpa, "1.33.0", strict=True)
+    assert await desired(cluster, hpa, current=2) == want
+
+
+async def test_planner_as_an_object_metric(cluster: Cluster) -> None:
+    """gpuscale_planned_replicas takes the planner's settings from the metric selector;
+    it plans the Deployment's pods like a vllm-planner trigger."""
+    sel = "ttftSeconds%3D2,startupSeconds%3D120"
+    code, body = await cluster.get(f"{V1B2}/namespaces/llm/deployments.apps/vllm/"
+                                   f"gpuscale_planned_replicas?metricLabelSelector={sel}")
+    assert code == 503  # the vLLM rates are not in these records: no plan, and why
+    assert "vllm" in body["message"]
+    code, body = await cluster.get(f"{V1B2}/namespaces/llm/deployments.apps/vllm/"
+                                   "gpuscale_planned_replicas?metricLabelSelector="
+                                   "ttftSeconds%3Dfast")
+    assert code == 400
+    assert "ttftSeconds" in body["message"]
+    code, body = await cluster.get(f"{V1B2}/namespaces/llm/deployments.apps/vllm/"
+                                   "gpuscale_planned_replicas?metricLabelSelector=gpu%3D1")
+    assert code == 400
+    assert "the planner takes key=value pairs" in body["message"]
