@@ -13,7 +13,10 @@ import datetime
 import inspect
 import ipaddress
 import os
+import signal
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -160,7 +163,44 @@ async def kubelet(tmp_path: Path) -> AsyncIterator[KubeletPeer]:
     await peer.stop()
 
 
+# -- processes ------------------------------------------------------------------------------
+
+
+class Proc:
+    def __init__(self, *args: str) -> None:
+        self.args = args
+        self.p = self._start()
+
+    def _start(self) -> subprocess.Popen[str]:
+        p = subprocess.Popen([sys.executable, "-m", "gpuscale.cli", *self.args],
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        assert p.stdout is not None
+        line = p.stdout.readline()
+        assert "gpuscale" in line, line
+        return p
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def start(self) -> None:
+        """Start it again after ``stop``, returning once it has said it is up."""
+        self.p = self._start()
+
+    def stop(self) -> None:
+        if self.p.poll() is None:
+            self.p.send_signal(signal.SIGCONT)
+            self.p.terminate()
+            try:
+                self.p.wait(10)
+            except subprocess.TimeoutExpired:
+                self.p.kill()
+                self.p.wait()
+
+
 # -- certificates (mutual TLS, the metrics API's front proxy) ----------------------------
+
+HPA_USER = "system:serviceaccount:kube-system:horizontal-pod-autoscaler"
 
 Key = ec.EllipticCurvePrivateKey
 

@@ -6,8 +6,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -17,7 +15,7 @@ import pytest
 
 from gpuscale.proto import externalscaler_pb2 as pb
 from gpuscale.proto import externalscaler_pb2_grpc as pb_grpc
-from tests.conftest import free_port, until_sync
+from tests.conftest import Proc, free_port, until_sync
 
 pytestmark = pytest.mark.slow
 
@@ -36,38 +34,6 @@ nodes:
 INTERVAL = 0.5
 
 
-
-
-class Proc:
-    def __init__(self, *args: str) -> None:
-        self.args = args
-        self.p = self._start()
-
-    def _start(self) -> subprocess.Popen[str]:
-        p = subprocess.Popen([sys.executable, "-m", "gpuscale.cli", *self.args],
-                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        assert p.stdout is not None
-        line = p.stdout.readline()
-        assert "gpuscale" in line, line
-        return p
-
-    def restart(self) -> None:
-        self.stop()
-        self.start()
-
-    def start(self) -> None:
-        """Start it again after ``stop``, returning once it has said it is up."""
-        self.p = self._start()
-
-    def stop(self) -> None:
-        if self.p.poll() is None:
-            self.p.send_signal(signal.SIGCONT)
-            self.p.terminate()
-            try:
-                self.p.wait(10)
-            except subprocess.TimeoutExpired:
-                self.p.kill()
-                self.p.wait()
 
 
 @pytest.fixture(scope="module")

@@ -31,7 +31,7 @@ from gpuscale.scaler.roster import AgentRoster, PodRoster
 from gpuscale.scaler.workloads import WorkloadResolver
 from gpuscale.stream.records import PodRecord
 from gpuscale.stream.subscriber import AgentSubscriber
-from tests.conftest import issue, make_ca, pem, until
+from tests.conftest import HPA_USER, issue, make_ca, pem, until
 from tests.peers.kubeapi import (
     DEPLOYMENTS,
     STATEFULSETS,
@@ -41,7 +41,6 @@ from tests.peers.kubeapi import (
     make_workload,
 )
 
-HPA_USER = "system:serviceaccount:kube-system:horizontal-pod-autoscaler"
 V1B1 = "/apis/custom.metrics.k8s.io/v1beta1"
 V1B2 = "/apis/custom.metrics.k8s.io/v1beta2"
 
