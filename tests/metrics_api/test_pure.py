@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gpuscale.common.errors import ConfigError, PeerError
-from gpuscale.metrics_api.authn import User, authenticate, trust_from_configmap
+from gpuscale.metrics_api.authn import Authenticator, User, authenticate, trust_from_configmap
 from gpuscale.metrics_api.authz import Attributes, Authorizer, decision_of
 from gpuscale.metrics_api.paths import BadPath, Discovery, MetricPath, parse_path
 from gpuscale.metrics_api.quantity import parse_quantity, quantity
@@ -235,3 +235,19 @@ def test_decisions(reply: dict[str, Any], allowed: bool) -> None:
 def test_replies_without_a_decision_are_peer_errors(reply: dict[str, Any]) -> None:
     with pytest.raises(PeerError):
         decision_of(reply)
+
+
+def test_the_authenticator_remembers_certificates_not_headers(cas: dict[str, Any]) -> None:
+    """A connection's certificate is checked once; the user still comes from each
+    request's headers, and the cache stays bounded."""
+    trust = trust_from_configmap(data(cas))
+    auth = Authenticator(trust, max_cached=2)
+    proxy = der(issue(cas["proxy"], "front-proxy-client", client=True))
+    for user in ("alice", "bob"):
+        assert auth(proxy, [("X-Remote-User", user)]) == \
+            authenticate(trust, proxy, [("X-Remote-User", user)])
+    assert auth(proxy, []) is None
+    for i in range(5):
+        leaf = der(issue(cas["cluster"], f"u{i}", client=True))
+        assert auth(leaf, [("X-Remote-User", "alice")]) == User(f"u{i}", ())
+    assert len(auth._peers) <= 2

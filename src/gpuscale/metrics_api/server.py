@@ -24,7 +24,7 @@ from aiohttp import web
 
 from gpuscale.common.errors import ConfigError, DataUnavailable, GpuscaleError, PeerError
 from gpuscale.metrics_api.answers import MetricAnswers
-from gpuscale.metrics_api.authn import Trust, User, authenticate, trust_from_configmap
+from gpuscale.metrics_api.authn import Authenticator, Trust, User, trust_from_configmap
 from gpuscale.metrics_api.authz import Attributes, Authorizer
 from gpuscale.metrics_api.paths import GROUP, BadPath, Discovery, MetricPath, parse_path
 from gpuscale.metrics_api.shapes import (
@@ -50,13 +50,16 @@ class TrustSource:
                  trust: Trust | None = None) -> None:
         self._read = read
         self.trust = trust
+        self.authenticate = Authenticator(trust) if trust else None
         self.error = "" if trust else "the trust ConfigMap has not been read yet"
 
     async def refresh(self) -> None:
         if self._read is None:
             return
         try:
-            self.trust = trust_from_configmap(await self._read())
+            trust = trust_from_configmap(await self._read())
+            if trust != self.trust:  # new rules: forget what the old ones decided
+                self.trust, self.authenticate = trust, Authenticator(trust)
             self.error = ""
         except (ConfigError, PeerError) as exc:  # keep the last good rules
             self.error = f"{AUTH_CONFIGMAP[0]}/{AUTH_CONFIGMAP[1]}: {exc}"
@@ -158,12 +161,12 @@ class MetricsApiServer:
             self._in_flight -= 1
 
     async def _answer(self, request: web.Request) -> web.Response:
-        trust = self.trust.trust
-        assert trust is not None
+        authenticate = self.trust.authenticate
+        assert authenticate is not None
         ssl_object = request.transport.get_extra_info("ssl_object") \
             if request.transport else None
         peer = ssl_object.getpeercert(binary_form=True) if ssl_object else None
-        user = authenticate(trust, peer, request.headers.items())
+        user = authenticate(peer, request.headers.items())
         if request.path in ("/healthz", "/livez", "/readyz") and request.method == "GET":
             return self._reply(200, {"status": "ok"})  # always allowed, as kube's are
         if user is None:
