@@ -503,3 +503,22 @@ async def test_the_aggregators_availability_check_and_escaped_wildcards(
                                    "?labelSelector=app%3Dvllm")
     assert code == 200
     assert len(body["items"]) == 2
+
+
+async def test_slow_clients_do_not_hold_up_the_others(cluster: Cluster) -> None:
+    """200 connections that finish the TLS handshake and then send half a request line
+    and stall: answers to everyone else go on."""
+    port = int(cluster.url.rsplit(":", 1)[1])
+    stalled = []
+    for _ in range(200):
+        _, writer = await asyncio.open_connection("127.0.0.1", port,
+                                                  ssl=cluster.client_ssl("hpa"))
+        writer.write(b"GET /apis/custom.metrics.k8s.io/v1beta2/namesp")
+        await writer.drain()
+        stalled.append(writer)
+    try:
+        code, body = await cluster.get(f"{V1B2}/namespaces/llm/pods/*/gpu_utilization")
+        assert code == 200, body
+    finally:
+        for w in stalled:
+            w.close()

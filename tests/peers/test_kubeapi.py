@@ -116,3 +116,31 @@ async def test_bookmarks_only_for_watches_that_ask(kubeapi: KubeApiPeer,
             "metadata": {"resourceVersion": str(kubeapi.rv), "creationTimestamp": None}}}
         assert all(json.loads(raw)["type"] != "BOOKMARK"
                    for raw in (await silent.read()).splitlines())
+
+
+SAR = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
+
+
+@pytest.mark.parametrize(("body", "code", "words"), [
+    ({"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+      "spec": {"user": "u", "resourceAttributes": {"verb": "get"}}}, 201, ""),
+    ({"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+      "spec": {"user": "u"}}, 422, "exactly one of nonResourceAttributes"),
+    ({"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+      "spec": {"nonResourceAttributes": {"path": "/x", "verb": "get"}}}, 422,
+     "at least one of user or group"),
+    ({"kind": "Pod"}, 400, "not a SubjectAccessReview"),
+])
+async def test_subject_access_reviews_as_the_real_endpoint(
+        kubeapi: KubeApiPeer, http: aiohttp.ClientSession, body: dict[str, Any], code: int,
+        words: str) -> None:
+    kubeapi.authorize = lambda spec: (True, False, "RBAC: allowed")
+    async with http.post(SAR, json=body) as r:
+        got = await r.json()
+        assert r.status == code
+    if code == 201:
+        assert got["status"] == {"allowed": True, "reason": "RBAC: allowed"}
+        assert got["spec"] == body["spec"]
+    else:
+        assert (got["kind"], got["code"]) == ("Status", code)
+        assert words in got["message"]
