@@ -522,3 +522,27 @@ async def test_slow_clients_do_not_hold_up_the_others(cluster: Cluster) -> None:
     finally:
         for w in stalled:
             w.close()
+
+
+async def test_no_trust_configmap_yet_means_not_listening_then_serving(
+        tmp_path: Path, kubeapi: KubeApiPeer) -> None:
+    """Without extension-apiserver-authentication (RBAC missing, a cluster without
+    aggregation) the server waits and retries, and the scaler beside it keeps running."""
+    data = write_certs(tmp_path)
+    api = api_client(kubeapi)
+    server = MetricsApiServer(
+        MetricAnswers(FleetView(), None, None, PlanBook()), Authorizer(api),
+        TrustSource(configmap_reader(api)), tmp_path / "serving.crt",
+        tmp_path / "serving.key", "127.0.0.1", 0)
+    bound: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+    task = asyncio.create_task(server.serve(bound.set_result))
+    try:
+        await until(lambda: "not found" in server.trust.error, what="a failed read")
+        assert not bound.done()
+        kubeapi.set_configmap("kube-system", "extension-apiserver-authentication", data)
+        await asyncio.wait_for(bound, 10)
+        assert server.trust.error == ""
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await api.close()

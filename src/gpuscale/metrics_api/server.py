@@ -13,6 +13,7 @@ rotated certificates take effect without a restart.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import ssl
 from collections.abc import Awaitable, Callable
@@ -39,6 +40,7 @@ log = logging.getLogger(__name__)
 
 MAX_IN_FLIGHT = 1_000  # requests being answered at once (most wait for a review)
 MAX_QUERY = 8_192  # bytes of query string (a label selector is at most 4,096)
+TRUST_RETRY_S = (1.0, 2.0, 5.0, 10.0, 30.0)
 RELOAD_S = 60.0  # how often the serving certificate and the trust ConfigMap are re-read
 AUTH_CONFIGMAP = ("kube-system", "extension-apiserver-authentication")
 
@@ -90,6 +92,7 @@ class MetricsApiServer:
         self.max_in_flight = max_in_flight
         self._ctx: ssl.SSLContext | None = None
         self._stamp: tuple[int, ...] = ()
+        self._trusted: Trust | None = None
         self.port = 0
         self.served: dict[int, int] = {}  # HTTP status -> answers
 
@@ -110,18 +113,28 @@ class MetricsApiServer:
                 self._ctx.load_cert_chain(self._cert, self._key)
                 self._stamp = stamp
                 log.info("metrics API: serving certificate (re)loaded")
-            self._ctx.load_verify_locations(cadata=self.trust.trust.pem().decode())
+            if self.trust.trust is not self._trusted:  # new CAs for new handshakes
+                self._ctx.load_verify_locations(cadata=self.trust.trust.pem().decode())
+                self._trusted = self.trust.trust
         except (OSError, ssl.SSLError, ValueError) as exc:
             log.warning("metrics API: keeping the current certificate: %s", exc)
 
     # -- serving -----------------------------------------------------------------------
 
     async def serve(self, on_listening: Callable[[int], None] | None = None) -> None:
-        await self.trust.refresh()
-        if self.trust.trust is None:
-            raise ConfigError(f"metrics API: cannot start without trust rules: "
-                              f"{self.trust.error}")
+        """Serve until cancelled. Until the trust rules can be read it does not listen
+        (the APIService shows the check failing; the log says why), and retries: the KEDA
+        service beside it keeps answering."""
+        for delay in itertools.chain(TRUST_RETRY_S, itertools.repeat(TRUST_RETRY_S[-1])):
+            await self.trust.refresh()
+            if self.trust.trust is not None:
+                break
+            log.warning("metrics API: not serving until the trust rules can be read "
+                        "(retry in %.0fs): %s", delay, self.trust.error)
+            await asyncio.sleep(delay)
+        assert self.trust.trust is not None
         self._ctx = server_context(self._cert, self._key, self.trust.trust)
+        self._trusted = self.trust.trust
         self._stamp = self._files_stamp()
         app = web.Application(client_max_size=1024)
         app.router.add_route("*", "/{tail:.*}", self._handle)
