@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -65,7 +66,7 @@ async def test_a_plain_hpa_reads_the_fleet_from_a_scaler_process(
         "clusters": [{"name": "c", "cluster": {"server": f"http://127.0.0.1:{kubeapi.port}"}}],
         "users": [{"name": "u", "user": {"token": kubeapi.token}}],
         "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]}))
-    api_port = free_port()
+    api_port, metrics_port = free_port(), free_port()
     (tmp_path / "hpa-kubeconfig").write_text(json.dumps({
         "apiVersion": "v1", "kind": "Config", "current-context": "c",
         "clusters": [{"name": "c", "cluster": {
@@ -84,7 +85,7 @@ async def test_a_plain_hpa_reads_the_fleet_from_a_scaler_process(
     try:
         procs.append(Proc(
             "scaler", "--host", "127.0.0.1", "--port", str(free_port()), "--metrics-port",
-            str(free_port()), "--agents-insecure",
+            str(metrics_port), "--agents-insecure",
             "--agents", ",".join(f"127.0.0.1:{p}" for p in streams.values()),
             "--kubeconfig", str(tmp_path / "scaler-kubeconfig"),
             "--metrics-api-port", str(api_port),
@@ -116,7 +117,11 @@ async def test_a_plain_hpa_reads_the_fleet_from_a_scaler_process(
         await until(refused, within=30, what="the API refused the partial list")
         code, out = await asyncio.to_thread(kubectl, hpa, workload)
         assert code != 0
-        assert "ServiceUnavailable" in out or "503" in out or "w-b" in out
+        assert "w-b" in out
+        exposed = await asyncio.to_thread(lambda: urllib.request.urlopen(
+            f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).read().decode())
+        assert 'gpuscale_metrics_api_requests_total{code="200"}' in exposed
+        assert 'gpuscale_metrics_api_requests_total{code="503"}' in exposed
     finally:
         for p in procs:
             p.stop()

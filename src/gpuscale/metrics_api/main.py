@@ -8,10 +8,13 @@ port with its own certificate, and only when ``--metrics-api-port`` is given.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from gpuscale.common.errors import ConfigError
 from gpuscale.metrics_api.answers import MetricAnswers
@@ -42,6 +45,24 @@ def configmap_reader(api: Any) -> Callable[[], Any]:
     return read
 
 
+class MetricsApiCollector(Collector):
+    """Answers by HTTP status, and the SubjectAccessReviews sent, on the scaler's /metrics."""
+
+    def __init__(self, server: MetricsApiServer) -> None:
+        self._server = server
+
+    def collect(self) -> Iterable[Metric]:
+        answers = CounterMetricFamily("gpuscale_metrics_api_requests",
+                                      "custom.metrics.k8s.io requests answered, by HTTP "
+                                      "status (503: missing or stale data)", labels=["code"])
+        for code, n in sorted(self._server.served.items()):
+            answers.add_metric([str(code)], n)
+        yield answers
+        yield CounterMetricFamily("gpuscale_metrics_api_reviews",
+                                  "SubjectAccessReviews sent (decisions are cached 10 s)",
+                                  value=self._server.authorizer.reviews)
+
+
 def metrics_api(options: MetricsApiOptions,
                 on_listening: Callable[[int], None] | None = None) -> Extra:
     async def run(parts: Parts) -> None:
@@ -52,6 +73,7 @@ def metrics_api(options: MetricsApiOptions,
         server = MetricsApiServer(answers, Authorizer(parts.api),
                                   TrustSource(configmap_reader(parts.api)),
                                   options.cert, options.key, options.host, options.port)
+        parts.registry.register(MetricsApiCollector(server))
         await server.serve(on_listening)
 
     return run

@@ -102,6 +102,7 @@ class Parts:
     workloads: WorkloadResolver | None
     plans: PlanBook
     api: KubeApi | None
+    registry: CollectorRegistry  # the scaler's /metrics
 
 
 Extra = Callable[[Parts], Coroutine[Any, Any, None]]
@@ -209,7 +210,7 @@ async def serve(args: argparse.Namespace, extras: Sequence[Extra] = (),
                 tg.create_task(pod_roster.run())
             if discovery is not None:
                 tg.create_task(discovery.run())
-            parts = Parts(fleet, roster, workloads, service.plans, api)
+            parts = Parts(fleet, roster, workloads, service.plans, api, registry)
             for extra in extras:
                 tg.create_task(extra(parts))
     except asyncio.CancelledError:
