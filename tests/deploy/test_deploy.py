@@ -325,9 +325,11 @@ def test_helm_lint_and_values_schema() -> None:
     from helm_python.chart import Chart, lint
     from helm_python.errors import HelmError
 
-    report = lint(DEPLOY / "helm" / "gpuscale", strict=True, namespace="gpuscale")
-    assert report["errors"] == []
-    assert [m for m in report["messages"] if m["severity"] >= 2] == []
+    for values in (None, {"metricsApi": {"enabled": True}},
+                   HELM_COMBINATIONS["metrics-api-own-ca"]):
+        report = lint(DEPLOY / "helm" / "gpuscale", values, strict=True, namespace="gpuscale")
+        assert report["errors"] == [], values
+        assert [m for m in report["messages"] if m["severity"] >= 2] == [], values
     chart = Chart.load(DEPLOY / "helm" / "gpuscale")
     chart.validate_schema({"scaler": {"replicas": 2}})
     for bad, where in (({"scaler": {"replicas": 0}}, "/scaler/replicas"),
