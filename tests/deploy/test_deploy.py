@@ -4,6 +4,7 @@ the PrometheusRule equal to the shipped rule file and unit-tested with promtool.
 
 from __future__ import annotations
 
+import base64
 import shutil
 import subprocess
 from collections.abc import Iterable
@@ -30,7 +31,11 @@ CRDS = {
     ("monitoring.coreos.com/v1", "PodMonitor"): "monitoring.coreos.com_podmonitors.yaml",
     ("monitoring.coreos.com/v1", "PrometheusRule"): "monitoring.coreos.com_prometheusrules.yaml",
 }
-NOT_OURS = {("http.keda.sh/v1alpha1", "HTTPScaledObject")}  # the HTTP add-on's CRD
+# Kinds whose schemas /work/shared/schemas does not hold: the KEDA HTTP add-on's, and
+# cert-manager's (overlays/metrics-api); test_metrics_api checks the fields these objects
+# are there for (issuer chain, Secret, DNS names) instead.
+NOT_OURS = {("http.keda.sh/v1alpha1", "HTTPScaledObject"),
+            ("cert-manager.io/v1", "Issuer"), ("cert-manager.io/v1", "Certificate")}
 
 
 def _python_patterns(node: Any) -> Any:
@@ -77,7 +82,8 @@ def by_kind(objs: tuple[dict[str, Any], ...], kind: str) -> list[dict[str, Any]]
 
 
 @pytest.mark.parametrize("path", ["kustomize/base", "kustomize/overlays/host-pid",
-                                  "kustomize/overlays/tls", "kustomize/overlays/production"])
+                                  "kustomize/overlays/tls", "kustomize/overlays/production",
+                                  "kustomize/overlays/metrics-api"])
 def test_every_rendered_object_validates(path: str) -> None:
     objs = render(path)
     assert len(objs) >= 15
@@ -136,10 +142,11 @@ def _args(objs: Iterable[dict[str, Any]]) -> list[str]:
 
 
 @pytest.mark.parametrize("rendering", ["kustomize/overlays/tls", "kustomize/overlays/production",
-                                       "helm defaults"])
+                                       "kustomize/overlays/metrics-api", "helm defaults"])
 def test_production_paths_leave_no_plaintext(rendering: str) -> None:
-    """Production (overlays/production, Helm's defaults) is mutual TLS on both links:
-    KEDA -> scaler (--tls-*) and scaler -> agents (--agent-tls-* / --stream-tls-*)."""
+    """Production (overlays/production, Helm's defaults, overlays/metrics-api on top) is
+    mutual TLS on both links: KEDA -> scaler (--tls-*) and scaler -> agents
+    (--agent-tls-* / --stream-tls-*); the metrics API is HTTPS with a Secret of its own."""
     objs = helm_render(None) if rendering == "helm defaults" else render(rendering)
     args = _args(objs)
     assert not [a for a in args if "insecure" in a]
@@ -149,12 +156,13 @@ def test_production_paths_leave_no_plaintext(rendering: str) -> None:
         assert [a for a in args if a.startswith(flag)], flag
     secrets = {v["secret"]["secretName"] for o in objs if o["kind"] in ("DaemonSet", "Deployment")
                for v in o["spec"]["template"]["spec"]["volumes"] if "secret" in v}
-    assert secrets == {"gpuscale-agent-tls", "gpuscale-scaler-tls"}
+    metrics_api = {"gpuscale-metrics-api-tls"} if "metrics-api" in rendering else set()
+    assert secrets == {"gpuscale-agent-tls", "gpuscale-scaler-tls"} | metrics_api
 
 
 @pytest.mark.parametrize("rendering", ["kustomize/base", "kustomize/overlays/host-pid",
                                        "kustomize/overlays/tls", "kustomize/overlays/production",
-                                       "helm defaults"])
+                                       "kustomize/overlays/metrics-api", "helm defaults"])
 def test_container_args_are_the_cli_s_own_flags(rendering: str) -> None:
     """Every flag the manifests pass is one `gpuscale` has, spelled in full (argparse
     would also take a prefix), and the arguments parse."""
@@ -189,8 +197,10 @@ def _rules(obj: dict[str, Any]) -> set[tuple[str, str, frozenset[str]]]:
             for resource in rule["resources"]}
 
 
-def test_rbac_grants_exactly_what_the_code_calls() -> None:
-    objs = render("kustomize/base")
+@pytest.mark.parametrize("path", ["kustomize/base", "kustomize/overlays/metrics-api"])
+def test_rbac_grants_exactly_what_the_code_calls(path: str) -> None:
+    """gpuscale's own roles; the metrics API's built-in ones: test_metrics_api."""
+    objs = render(path)
     roles = {(o["kind"], o["metadata"]["name"]): _rules(o)
              for o in objs if o["kind"] in ("ClusterRole", "Role")}
     assert roles[("ClusterRole", "gpuscale-agent")] == set(access.AGENT)
@@ -244,11 +254,17 @@ def test_compose_file_validates_against_the_compose_spec() -> None:
     assert not validator.is_valid(bad)
 
 
+# What metricsApi.caBundle holds: a CA certificate, PEM, base64 (only its form matters here).
+CA_BUNDLE = base64.b64encode(b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+                             ).decode()
+
 HELM_COMBINATIONS = {
     "defaults": None,
     "host-pid": {"agent": {"hostPID": True, "runtimeClassName": "nvidia"},
                  "tls": {"enabled": False}},
     "tls": {"tls": {"enabled": True}},
+    "metrics-api-own-ca": {"metricsApi": {"enabled": True, "certManager": False,
+                                          "caBundle": CA_BUNDLE}},
     "minimal": {"createNamespace": False, "networkPolicy": {"enabled": False},
                 "serviceMonitor": {"enabled": False}, "prometheusRule": {"enabled": False},
                 "scaler": {"replicas": 3}, "agent": {"interval": 0.5}},
@@ -270,9 +286,11 @@ def _key(o: dict[str, Any]) -> tuple[str, str]:
 @pytest.mark.parametrize(("values", "path"), [
     (None, "kustomize/overlays/production"),
     ({"tls": {"enabled": False}}, "kustomize/base"),
+    ({"metricsApi": {"enabled": True}}, "kustomize/overlays/metrics-api"),
 ])
 def test_helm_renders_what_kustomize_does(values: dict[str, Any] | None, path: str) -> None:
-    """Helm's defaults are the production overlay; tls.enabled=false is the plain base."""
+    """Helm's defaults are the production overlay; tls.enabled=false is the plain base;
+    metricsApi.enabled=true is the metrics-api overlay (cert-manager included)."""
     helm = sorted(helm_render(values), key=_key)
     kustomize = sorted(render(path), key=_key)
     assert [_key(o) for o in helm] == [_key(o) for o in kustomize]
@@ -288,6 +306,11 @@ def test_helm_value_combinations_validate(combo: str) -> None:
     kinds = {o["kind"] for o in objs}
     if combo == "minimal":
         assert not kinds & {"Namespace", "NetworkPolicy", "ServiceMonitor", "PrometheusRule"}
+    if combo == "metrics-api-own-ca":  # no cert-manager: the CA comes from the values
+        assert not kinds & {"Issuer", "Certificate"}
+        services = by_kind(tuple(objs), "APIService")
+        assert [s["spec"]["caBundle"] for s in services] == [CA_BUNDLE, CA_BUNDLE]
+        assert not [s for s in services if "annotations" in s["metadata"]]
     if combo in ("tls", "host-pid"):
         overlay = sorted(render(f"kustomize/overlays/{combo}"), key=_key)
         ds = next(o for o in overlay if o["kind"] == "DaemonSet")
@@ -302,14 +325,20 @@ def test_helm_lint_and_values_schema() -> None:
     from helm_python.chart import Chart, lint
     from helm_python.errors import HelmError
 
-    report = lint(DEPLOY / "helm" / "gpuscale", strict=True, namespace="gpuscale")
-    assert report["errors"] == []
-    assert [m for m in report["messages"] if m["severity"] >= 2] == []
+    for values in (None, {"metricsApi": {"enabled": True}},
+                   HELM_COMBINATIONS["metrics-api-own-ca"]):
+        report = lint(DEPLOY / "helm" / "gpuscale", values, strict=True, namespace="gpuscale")
+        assert report["errors"] == [], values
+        assert [m for m in report["messages"] if m["severity"] >= 2] == [], values
     chart = Chart.load(DEPLOY / "helm" / "gpuscale")
     chart.validate_schema({"scaler": {"replicas": 2}})
     for bad, where in (({"scaler": {"replicas": 0}}, "/scaler/replicas"),
                        ({"agent": {"interval": 0.05}}, "/agent/interval"),
                        ({"tls": {"enabled": "yes"}}, "/tls/enabled"),
+                       ({"metricsApi": {"port": 443}}, "/metricsApi/port"),  # runs as non-root
+                       ({"metricsApi": {"enabled": True, "certManager": False}},
+                        "/metricsApi/caBundle"),  # the APIServices would trust nothing
+                       ({"metricsApi": {"caBundle": "-----BEGIN"}}, "/metricsApi/caBundle"),
                        ({"unknown": 1}, "unknown")):
         with pytest.raises(HelmError, match=where):
             chart.validate_schema(bad)

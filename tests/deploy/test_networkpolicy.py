@@ -1,7 +1,8 @@
 """The NetworkPolicies, rendered every way the deploy ships them (kustomize base and
 overlays, Helm with its defaults and with other peers): each selects exactly its
 workload's pods, and admits exactly one peer per port, on exactly the ports those pods
-serve."""
+serve; the metrics API's port, whose client is the kube-apiserver, is open to every
+source, and no other port is."""
 
 from __future__ import annotations
 
@@ -28,8 +29,14 @@ PROMETHEUS = ns_peer("monitoring")
 SCALER_PODS = {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "gpuscale",
                                                "app.kubernetes.io/component": "scaler"}}}
 
+# A rule without `from`, as ingress() records it.
+ANYWHERE: Peer = {"ANY SOURCE": True}
+
 # port name in the pod template -> who may reach it
 SCALER_PEERS = {"grpc": KEDA, "metrics": PROMETHEUS}
+# The kube-apiserver is not a pod; the port checks every request (mTLS, then a
+# SubjectAccessReview).
+WITH_METRICS_API = {**SCALER_PEERS, "metrics-api": ANYWHERE}
 AGENT_PEERS = {"telemetry": SCALER_PODS, "metrics": PROMETHEUS}
 
 RENDERINGS = {
@@ -39,6 +46,10 @@ RENDERINGS = {
     "kustomize/overlays/production": lambda: render("kustomize/overlays/production"),
     "helm defaults": lambda: helm_render(None),
     "helm plaintext": lambda: helm_render({"tls": {"enabled": False}}),
+    "kustomize/overlays/metrics-api": lambda: render("kustomize/overlays/metrics-api"),
+    "helm metricsApi": lambda: helm_render({"metricsApi": {"enabled": True}}),
+    "helm metricsApi on 8443": lambda: helm_render({"metricsApi": {"enabled": True,
+                                                                   "port": 8443}}),
 }
 
 
@@ -59,10 +70,10 @@ def selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
 def ingress(policy: dict[str, Any]) -> dict[tuple[str, int], list[Peer]]:
     """(protocol, port) -> the peers admitted to it. A rule without `from` admits every
     source and one without `ports` every port: both are recorded so that they fail the
-    comparisons below."""
+    comparisons below (unless a port is meant to be open to every source: ANYWHERE)."""
     out: dict[tuple[str, int], list[Peer]] = {}
     for rule in policy["spec"].get("ingress", []):
-        peers = rule.get("from") or [{"ANY SOURCE": True}]
+        peers = rule.get("from") or [ANYWHERE]
         for port in rule.get("ports") or [{"port": "ANY PORT"}]:
             out.setdefault((port.get("protocol", "TCP"), port["port"]), []).extend(peers)
     return out
@@ -97,7 +108,9 @@ def check(objs: list[dict[str, Any]], scaler_peers: dict[str, Peer] = SCALER_PEE
 
 @pytest.mark.parametrize("rendering", sorted(RENDERINGS))
 def test_policies_admit_exactly_their_peers_on_exactly_their_ports(rendering: str) -> None:
-    check(list(RENDERINGS[rendering]()))
+    check(list(RENDERINGS[rendering]()),
+          WITH_METRICS_API if "metricsApi" in rendering or "metrics-api" in rendering
+          else SCALER_PEERS)
 
 
 def test_the_stream_peer_is_the_scaler_deployments_own_pods() -> None:

@@ -25,3 +25,18 @@ SCALER: frozenset[tuple[str, str, frozenset[str]]] = frozenset({
 SCALER_NAMESPACED: frozenset[tuple[str, str, frozenset[str]]] = frozenset({
     ("discovery.k8s.io", "endpointslices", frozenset({"list", "watch"})),
 })
+
+# The metrics API (--metrics-api-port), on top of SCALER. deploy/ grants these by binding the
+# scaler's ServiceAccount to Kubernetes' built-in roles made for aggregated API servers, not
+# with rules of its own (overlays/metrics-api, Helm metricsApi.enabled):
+# Cluster-wide, through ClusterRole system:auth-delegator.
+METRICS_API: frozenset[tuple[str, str, frozenset[str]]] = frozenset({
+    # every request is authorized by the cluster (answers cached briefly)
+    ("authorization.k8s.io", "subjectaccessreviews", frozenset({"create"})),
+})
+
+# In kube-system, through Role kube-system/extension-apiserver-authentication-reader.
+METRICS_API_KUBE_SYSTEM: frozenset[tuple[str, str, frozenset[str]]] = frozenset({
+    # extension-apiserver-authentication: the front proxy's CA and names, re-read every 60 s
+    ("", "configmaps", frozenset({"get"})),
+})
