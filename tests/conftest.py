@@ -12,6 +12,7 @@ import asyncio
 import datetime
 import inspect
 import ipaddress
+import json
 import os
 import signal
 import socket
@@ -254,3 +255,19 @@ def issue(ca: tuple[x509.Certificate, Key], cn: str, dns: str = "", *,
 
 def pem(cert: x509.Certificate) -> bytes:
     return cert.public_bytes(serialization.Encoding.PEM)
+
+
+def write_kubeconfig(path: Path, server: str, user: dict[str, str],
+                     ca: Path | None = None) -> Path:
+    """A kubeconfig (JSON is YAML) for one cluster and user: ``user`` as kubeconfig spells
+    it (``{"token": ...}`` or ``{"client-certificate": ..., "client-key": ...}``), ``ca``
+    the server's CA file for https."""
+    cluster: dict[str, str] = {"server": server}
+    if ca is not None:
+        cluster["certificate-authority"] = str(ca)
+    path.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "c", "cluster": cluster}],
+        "users": [{"name": "u", "user": user}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]}))
+    return path

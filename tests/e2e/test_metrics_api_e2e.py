@@ -13,7 +13,16 @@ from typing import Any
 import pytest
 
 from gpuscale.metrics_api.quantity import parse_quantity
-from tests.conftest import HPA_USER, Proc, free_port, issue, make_ca, pem, until
+from tests.conftest import (
+    HPA_USER,
+    Proc,
+    free_port,
+    issue,
+    make_ca,
+    pem,
+    until,
+    write_kubeconfig,
+)
 from tests.peers.kubeapi import DEPLOYMENTS, KubeApiPeer, make_pod, make_workload
 
 pytestmark = pytest.mark.slow
@@ -61,20 +70,13 @@ async def test_a_plain_hpa_reads_the_fleet_from_a_scaler_process(
                                       "resources": {"limits": {"nvidia.com/gpu": "1"}}}]
         kubeapi.add(pod)
     kubeapi.add(make_workload("Deployment", "llm", "w", {"app": "w"}), DEPLOYMENTS)
-    (tmp_path / "scaler-kubeconfig").write_text(json.dumps({
-        "apiVersion": "v1", "kind": "Config", "current-context": "c",
-        "clusters": [{"name": "c", "cluster": {"server": f"http://127.0.0.1:{kubeapi.port}"}}],
-        "users": [{"name": "u", "user": {"token": kubeapi.token}}],
-        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]}))
+    write_kubeconfig(tmp_path / "scaler-kubeconfig", f"http://127.0.0.1:{kubeapi.port}",
+                     {"token": kubeapi.token})
     api_port, metrics_port = free_port(), free_port()
-    (tmp_path / "hpa-kubeconfig").write_text(json.dumps({
-        "apiVersion": "v1", "kind": "Config", "current-context": "c",
-        "clusters": [{"name": "c", "cluster": {
-            "server": f"https://127.0.0.1:{api_port}",
-            "certificate-authority": str(tmp_path / "serving-ca.crt")}}],
-        "users": [{"name": "u", "user": {"client-certificate": str(tmp_path / "hpa.crt"),
-                                         "client-key": str(tmp_path / "hpa.key")}}],
-        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]}))
+    hpa = write_kubeconfig(tmp_path / "hpa-kubeconfig", f"https://127.0.0.1:{api_port}",
+                           {"client-certificate": str(tmp_path / "hpa.crt"),
+                            "client-key": str(tmp_path / "hpa.key")},
+                           tmp_path / "serving-ca.crt")
     scenario = tmp_path / "fleet.yaml"
     scenario.write_text(SCENARIO)
     streams = {n: free_port() for n in "ab"}
@@ -91,7 +93,6 @@ async def test_a_plain_hpa_reads_the_fleet_from_a_scaler_process(
             "--metrics-api-port", str(api_port),
             "--metrics-api-cert", str(tmp_path / "serving.crt"),
             "--metrics-api-key", str(tmp_path / "serving.key")))
-        hpa = tmp_path / "hpa-kubeconfig"
         pods = "/apis/custom.metrics.k8s.io/v1beta2/namespaces/llm/pods/*/gpu_utilization" \
                "?labelSelector=app%3Dw"
         workload = "/apis/custom.metrics.k8s.io/v1beta1/namespaces/llm/deployments.apps/w/" \

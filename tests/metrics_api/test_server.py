@@ -31,7 +31,7 @@ from gpuscale.scaler.roster import AgentRoster, PodRoster
 from gpuscale.scaler.workloads import WorkloadResolver
 from gpuscale.stream.records import PodRecord
 from gpuscale.stream.subscriber import AgentSubscriber
-from tests.conftest import HPA_USER, issue, make_ca, pem, until
+from tests.conftest import HPA_USER, issue, make_ca, pem, until, write_kubeconfig
 from tests.peers.kubeapi import (
     DEPLOYMENTS,
     STATEFULSETS,
@@ -129,17 +129,6 @@ def write_certs(d: Path) -> dict[str, str]:
     }
 
 
-def write_kubeconfig(d: Path, port: int) -> None:
-    (d / "kubeconfig").write_text(json.dumps({
-        "apiVersion": "v1", "kind": "Config", "current-context": "c",
-        "clusters": [{"name": "c", "cluster": {
-            "server": f"https://127.0.0.1:{port}",
-            "certificate-authority": str(d / "serving-ca.crt")}}],
-        "users": [{"name": "u", "user": {"client-certificate": str(d / "hpa.crt"),
-                                         "client-key": str(d / "hpa.key")}}],
-        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]}))
-
-
 @pytest.fixture
 async def cluster(tmp_path: Path, kubeapi: KubeApiPeer) -> AsyncIterator[Cluster]:
     kubeapi.set_configmap("kube-system", "extension-apiserver-authentication",
@@ -176,7 +165,9 @@ async def cluster(tmp_path: Path, kubeapi: KubeApiPeer) -> AsyncIterator[Cluster
                                               server.serve(bound.set_result))]
     port = await asyncio.wait_for(bound, 10)
     await until(lambda: roster.ready()[0], what="the pod roster listed the pods")
-    write_kubeconfig(tmp_path, port)
+    write_kubeconfig(tmp_path / "kubeconfig", f"https://127.0.0.1:{port}",
+                     {"client-certificate": str(tmp_path / "hpa.crt"),
+                      "client-key": str(tmp_path / "hpa.key")}, tmp_path / "serving-ca.crt")
     yield Cluster(server, kubeapi, fleet, tmp_path, f"https://127.0.0.1:{port}")
     for t in tasks:
         t.cancel()

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from gpuscale.common.errors import ConfigError, DataUnavailable, GpuscaleError
+from gpuscale.common.errors import ConfigError, DataUnavailable
 from gpuscale.metrics_api.catalogue import (
     OBJECT_METRICS,
     OBJECT_RESOURCES,
@@ -38,9 +38,10 @@ EVERY_POD = Selector((), "")
 GPU_WINDOW_S = 1  # the agent's tick: NVML samples are averaged over it
 
 
-class NotFound(GpuscaleError):
-    """No such metric or object (404)."""
+class NotFound(ConfigError):
+    """A caller's request names no metric or object here (404, not 400)."""
 
+    grpc_code = "NOT_FOUND"
     http_status = 404
 
 
