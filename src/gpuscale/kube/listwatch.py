@@ -50,7 +50,7 @@ MAX_EVENT_BYTES = 16 * 1024 * 1024  # one watch line (etcd stores objects up to 
 MAX_STATUS_BYTES = 64 * 1024  # the Status body of an error answer
 
 
-LIST_TIMEOUT_S = 60.0  # one list page, request to last byte
+LIST_TIMEOUT_S = 60.0  # one list page, request to last byte (a big page is slow to start)
 CONNECT_TIMEOUT_S = 10.0
 JSON = {"Accept": "application/json"}
 
@@ -194,7 +194,9 @@ class ListWatch:
             try:
                 async with asyncio.timeout(LIST_TIMEOUT_S):
                     resp = await self._http.send(self._http.build_request(
-                        "GET", self._path, params=params, headers=JSON), stream=True)
+                        "GET", self._path, params=params, headers=JSON,
+                        timeout=httpx2.Timeout(CONNECT_TIMEOUT_S, read=LIST_TIMEOUT_S)),
+                        stream=True)
                     page = parse_list_page(await api_json(resp, self.what))
             except ApiError as exc:
                 if exc.status == 410 and token:
