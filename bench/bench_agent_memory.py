@@ -7,8 +7,10 @@ largest Python-level allocations (tracemalloc) after the agent's whole import se
 top-level package: what is Python heap rather than mapped native code.
 
 The Kubernetes client options are each measured on top of the agent's set (not of each
-other); the ones not installed are skipped. To measure the lighter candidates too:
-    python3 -m venv /tmp/k && /tmp/k/bin/pip install -e . lightkube kr8s
+other); the ones not installed are skipped. The first is the one in use: gpuscale's seam
+(kube/api.py, kube/credentials.py) on lightkube's config and httpx2 client. To measure the
+others too (kubernetes_asyncio, which it replaced, and kr8s):
+    python3 -m venv /tmp/k && /tmp/k/bin/pip install -e . kubernetes_asyncio kr8s
     /tmp/k/bin/python bench/bench_agent_memory.py
 
 Usage: .venv/bin/python bench/bench_agent_memory.py
@@ -33,8 +35,12 @@ STEPS: list[tuple[str, list[str]]] = [
 
 #: Kubernetes clients, each on top of the agent's set: the one in use, and lighter ones.
 CLIENTS: list[tuple[str, list[str]]] = [
-    ("kubernetes_asyncio (in use: gpuscale.kube.api)", ["gpuscale.kube.api"]),
-    ("lightkube (AsyncClient, core_v1 resources)", ["lightkube", "lightkube.resources.core_v1"]),
+    ("lightkube (in use: kube.api, kube.credentials)",
+     ["gpuscale.kube.api", "gpuscale.kube.credentials"]),
+    ("lightkube's typed AsyncClient, core_v1 resources",
+     ["lightkube", "lightkube.resources.core_v1"]),
+    ("kubernetes_asyncio (before: its client, config)",
+     ["kubernetes_asyncio.client", "kubernetes_asyncio.config"]),
     ("kr8s (kr8s.asyncio)", ["kr8s.asyncio"]),
 ]
 

@@ -13,7 +13,6 @@ from typing import Any
 import aiohttp
 import pytest
 import yaml
-from kubernetes_asyncio import client
 
 from gpuscale.agent.app import Agent, AgentConfig
 from gpuscale.attribution.cgroup import PidResolver
@@ -21,6 +20,7 @@ from gpuscale.attribution.kubelet import PodResourcesClient
 from gpuscale.attribution.model import AttributionState, NodeAttribution
 from gpuscale.attribution.pods import NodePodCache
 from gpuscale.attribution.sources import ClusterSources, ScenarioSources, attribute_tick
+from gpuscale.kube.api import KubeApi
 from gpuscale.scaler.fleet import FleetView
 from gpuscale.scaler.roster import AgentRoster
 from gpuscale.scaler.selector import parse_selector
@@ -66,7 +66,7 @@ def cluster(kubelet: KubeletPeer, kubeapi: KubeApiPeer,
 
 
 async def sources_for(kubelet: KubeletPeer, api: KubeApiPeer, proc: Path
-                      ) -> tuple[ClusterSources, asyncio.Task[None], client.ApiClient]:
+                      ) -> tuple[ClusterSources, asyncio.Task[None], KubeApi]:
     apic = api_client(api)
     cache = NodePodCache(apic, NODE.name, backoff_s=(0.05,))
     src = ClusterSources(PodResourcesClient(kubelet.socket_path, timeout=1.0), cache,

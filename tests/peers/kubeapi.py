@@ -46,9 +46,12 @@ import copy
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
+
+if TYPE_CHECKING:
+    from gpuscale.kube.api import KubeApi
 
 from tests.peers.kubeselect import (
     GENERIC_FIELDS,
@@ -551,14 +554,16 @@ def make_endpointslice(service: str, name: str, endpoints: list[tuple[str, bool]
             "endpoints": eps}
 
 
-def api_client(peer: KubeApiPeer, token: str | None = None) -> Any:
-    """gpuscale's API seam over a kubernetes_asyncio ApiClient for the peer, with its
-    bearer token (or another)."""
-    from kubernetes_asyncio import client
+def api_client(peer: KubeApiPeer, token: str | None = None) -> KubeApi:
+    """gpuscale's API seam for the peer, built as in a cluster (kube/credentials.py, on
+    lightkube's config) with its bearer token (or another)."""
+    from lightkube.config.kubeconfig import KubeConfig
+    from lightkube.config.models import Cluster, User
 
-    from gpuscale.kube.api import KubeApi
+    from gpuscale.kube.credentials import api_for
 
-    conf = client.Configuration(host=f"http://127.0.0.1:{peer.port}")
-    conf.api_key = {"BearerToken": token if token is not None else peer.token}
-    conf.api_key_prefix = {"BearerToken": "Bearer"}
-    return KubeApi(client.ApiClient(conf))
+    config = KubeConfig.from_one(cluster=Cluster(server=f"http://127.0.0.1:{peer.port}"),
+                                 user=User(token=token if token is not None else peer.token))
+    single = config.get()
+    assert single is not None
+    return api_for(single)

@@ -5,26 +5,34 @@ Every API path gpuscale requests is built here, from references whose parts are 
 and escaped, so nothing a caller passes - a ScaledObject's ``scaleTargetRef``, a pod's
 owner - can point a request at another path. Callers get one object (``get``), a kind's
 resource name from discovery (``resource_of``), or a kept-current collection
-(``list_watch``). ``ApiException`` and aiohttp errors do not leave this package: a failed
-call is an ``ApiError`` (a ``PeerError``) whose message says what to do.
+(``list_watch``).
+
+The client is lightkube's httpx2 client (kube/connect.py builds it with lightkube's own
+config loading, TLS and credentials) and every request is a plain one on it: gpuscale
+reads raw JSON, pages its own lists and parses its own watch lines (kube/replies.py), so
+lightkube's typed resources would only cost memory and hide the bytes. httpx2 and
+lightkube errors do not leave this package: a failed call is an ``ApiError`` (a
+``PeerError``) whose message says what to do.
 """
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
-import aiohttp
-from kubernetes_asyncio import client
-from kubernetes_asyncio.client.exceptions import ApiException
+import httpx2
 
 from gpuscale.kube.errors import ApiError, BadReference, BadReply
-from gpuscale.kube.listwatch import ListWatch, api_json, describe
+from gpuscale.kube.listwatch import FAILED, JSON, ListWatch, api_json, describe
 
-GET_TIMEOUT_S = 10
+GET_TIMEOUT_S = 10  # one request, from sending to the last byte of the answer
+# The core group's collections gpuscale watches (access.py grants no other); every other
+# group's collections are reached the same way, custom resources included.
+CORE_WATCHES = frozenset({"pods"})
 MAX_NAME = 253
 _VERSION = re.compile(r"v[1-9][0-9]*((alpha|beta)[1-9][0-9]*)?")
 _GROUP = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
@@ -89,18 +97,16 @@ class Collection:
     field_selector: str = ""
 
 
-ListFn = Callable[..., Awaitable[Any]]
-
-
 class KubeApi:
-    """An API client (kubernetes_asyncio's, with its credentials) behind the seam."""
+    """Requests on an httpx2 client that has the API server's base URL and the credentials
+    (kube/connect.py), behind the seam. ``close`` closes the client."""
 
-    def __init__(self, api: client.ApiClient) -> None:
-        self._api = api
+    def __init__(self, http: httpx2.AsyncClient) -> None:
+        self._http = http
         self._resources: dict[tuple[str, str], str] = {}  # (apiVersion, kind) -> plural
 
     async def close(self) -> None:
-        await self._api.close()
+        await self._http.aclose()
 
     async def get(self, ref: ObjectRef) -> dict[str, Any]:
         """The object as JSON. ApiError (status 404: not found) or BadReference."""
@@ -136,52 +142,32 @@ class KubeApi:
                    **options: Any) -> ListWatch:
         """A ListWatch of ``collection`` (not started: run it). ``options`` go to ListWatch
         (monotonic, inactivity_s, backoff_s, max_items, page_size, max_event_bytes)."""
-        fn, args = self._list_fn(collection)
-        kwargs = {k: v for k, v in (("label_selector", collection.label_selector),
-                                    ("field_selector", collection.field_selector)) if v}
-        return ListWatch(fn, what, list_args=args, list_kwargs=kwargs, on_change=on_change,
-                         **options)
+        params = {k: v for k, v in (("labelSelector", collection.label_selector),
+                                    ("fieldSelector", collection.field_selector)) if v}
+        return ListWatch(self._http, self._collection_path(collection), what, params=params,
+                         on_change=on_change, **options)
 
-    def _list_fn(self, c: Collection) -> tuple[ListFn, tuple[Any, ...]]:
+    @staticmethod
+    def _collection_path(c: Collection) -> str:
         check_api_version(c.api_version)
-        ns = (check_name(c.namespace, "namespace"),) if c.namespace else ()
-        core, apps = client.CoreV1Api(self._api), client.AppsV1Api(self._api)
-        table: dict[tuple[str, str, bool], tuple[ListFn, tuple[Any, ...]]] = {
-            ("v1", "pods", False): (core.list_pod_for_all_namespaces, ()),
-            ("apps/v1", "deployments", False): (apps.list_deployment_for_all_namespaces, ()),
-            ("apps/v1", "statefulsets", False): (apps.list_stateful_set_for_all_namespaces,
-                                                 ()),
-            ("discovery.k8s.io/v1", "endpointslices", True): (
-                client.DiscoveryV1Api(self._api).list_namespaced_endpoint_slice, ns),
-        }
-        known = table.get((c.api_version, c.resource, bool(ns)))
-        if known is not None:
-            return known
-        group, _, version = c.api_version.rpartition("/")
-        if not group:
+        if not _RESOURCE.fullmatch(c.resource):
+            raise BadReference(f"resource: {c.resource[:64]!r} is not a resource name")
+        if c.api_version == "v1" and c.resource not in CORE_WATCHES:
             raise BadReference(f"no watch of {c.resource} in {c.api_version}")
-        custom = client.CustomObjectsApi(self._api)
-        if ns:
-            return custom.list_namespaced_custom_object, (group, version, *ns, c.resource)
-        return custom.list_cluster_custom_object, (group, version, c.resource)
+        ns = quote(check_name(c.namespace, "namespace"), safe="") if c.namespace else ""
+        scope = f"/namespaces/{ns}" if ns else ""
+        return f"{_prefix(c.api_version)}{scope}/{c.resource}"
 
     async def _get(self, path: str) -> dict[str, Any]:
         return await self._call("GET", path)
 
     async def _call(self, method: str, path: str,
                     body: dict[str, Any] | None = None) -> dict[str, Any]:
-        headers = {"Accept": "application/json"}
-        if body is not None:
-            headers["Content-Type"] = "application/json"
         try:
-            resp = await self._api.call_api(
-                path, method, header_params=headers, body=body,
-                auth_settings=["BearerToken"], _preload_content=False,
-                _request_timeout=GET_TIMEOUT_S)
-            return await api_json(resp)
+            async with asyncio.timeout(GET_TIMEOUT_S):
+                request = self._http.build_request(method, path, headers=JSON, json=body)
+                return await api_json(await self._http.send(request, stream=True))
         except ApiError as exc:  # an error answer or one that is not a JSON object
             raise ApiError(f"{method} {path}: {exc}", exc.status) from None
-        except ApiException as exc:
-            raise ApiError(f"{method} {path}: {describe(exc)}", exc.status or 0) from None
-        except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:
+        except FAILED as exc:
             raise ApiError(f"{method} {path}: {describe(exc)}") from None

@@ -1,4 +1,8 @@
-"""Credentials for the API: in-cluster when running in a pod, else a kubeconfig."""
+"""Credentials for the API: in-cluster when running in a pod, else a kubeconfig.
+
+The config is read by lightkube (``KubeConfig``: the service account, or a kubeconfig's
+current context); kube/credentials.py makes the client of it.
+"""
 
 from __future__ import annotations
 
@@ -32,24 +36,31 @@ def credentials_available(kubeconfig: Path | None) -> bool:
 
 async def connect(kubeconfig: Path | None = None) -> KubeApi:
     """An API client with in-cluster credentials, or those of the kubeconfig
-    (``find_kubeconfig``). ConfigError, naming the problem, when neither is usable. The
-    Kubernetes client is imported only here, when a component needs the API."""
-    from kubernetes_asyncio import client, config
+    (``find_kubeconfig``; its current context). ConfigError, naming the problem, when
+    neither is usable. The Kubernetes client is imported only here, when a component needs
+    the API."""
+    import yaml
+    from lightkube import ConfigError as LightkubeConfigError
+    from lightkube.config.kubeconfig import KubeConfig
 
-    from gpuscale.kube.api import KubeApi
+    from gpuscale.kube.credentials import api_for
 
-    conf = client.Configuration()
     try:
         if in_cluster(kubeconfig):
-            config.load_incluster_config(client_configuration=conf)  # type: ignore[no-untyped-call]
+            config = KubeConfig.from_service_account()
         else:
             path = find_kubeconfig(kubeconfig)
             if path is None:
                 raise ConfigError("no Kubernetes credentials: not in a pod, and no "
                                   "kubeconfig (--kubeconfig, $KUBECONFIG, ~/.kube/config)")
-            await config.load_kube_config(config_file=str(path), client_configuration=conf)
-    except (config.ConfigException, OSError, ValueError) as exc:
-        if isinstance(exc, ConfigError):
-            raise
+            config = KubeConfig.from_file(path)
+        single = config.get()
+        assert single is not None  # get() without a default raises instead
+        return api_for(single)
+    except ConfigError:
+        raise
+    except KeyError as exc:  # a context naming a cluster or user that is not there
+        raise ConfigError(f"Kubernetes config unusable: {exc} is not defined") from None
+    except (LightkubeConfigError, OSError, ValueError, TypeError, AttributeError,
+            yaml.YAMLError) as exc:  # files, YAML, fields of the wrong type, TLS
         raise ConfigError(f"Kubernetes config unusable: {exc}") from None
-    return KubeApi(client.ApiClient(conf))

@@ -11,7 +11,8 @@ Lists are read in pages (``limit``/``continue``, as client-go's pager does) up t
 ``max_items``; a continue token that expired while paging starts the list over. Every page
 and every watch line is checked (kube/replies.py) before it is used: a reply the API's
 contract does not allow is a ``BadReply`` that ``run`` logs and retries like any other
-failure. ``ApiException`` and aiohttp errors do not leave this module.
+failure. The requests are plain GETs on lightkube's httpx2 client (kube/connect.py), read
+as streams with a bound; httpx2 errors do not leave this module.
 """
 
 from __future__ import annotations
@@ -20,13 +21,12 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
-import aiohttp
-from kubernetes_asyncio.client.exceptions import ApiException
+import httpx2
 
-from gpuscale.common.bounded import BodyTooLarge, read_bounded
+from gpuscale.common.bounded import BodyTooLarge, gather_bounded
 from gpuscale.common.errors import PeerError
 from gpuscale.kube.errors import ApiError, BadReply
 from gpuscale.kube.replies import (
@@ -50,18 +50,35 @@ MAX_EVENT_BYTES = 16 * 1024 * 1024  # one watch line (etcd stores objects up to 
 MAX_STATUS_BYTES = 64 * 1024  # the Status body of an error answer
 
 
+LIST_TIMEOUT_S = 60.0  # one list page, request to last byte (a big page is slow to start)
+CONNECT_TIMEOUT_S = 10.0
+JSON = {"Accept": "application/json"}
+
+
 class Gone(PeerError):
     """The resourceVersion is too old (410): relist."""
 
 
+class Cut(PeerError):
+    """The connection broke inside a body (a watch line left unfinished): resume."""
+
+
+# What a request can fail with, besides ApiError: the connection (httpx2's transport
+# errors, timeouts, a cut stream) or a body that is no HTTP (httpx2 raises those as
+# its own errors too). Whatever else escapes is a bug, and crashes loudly.
+DROPPED: tuple[type[Exception], ...] = (httpx2.TransportError, httpx2.DecodingError, Cut,
+                                        TimeoutError)
+FAILED: tuple[type[Exception], ...] = (ApiError, httpx2.HTTPError, *DROPPED, OSError,
+                                       ValueError)
+
+
 class ListWatch:
     """``items``: uid -> the object (its JSON, or what ``keep`` makes of it), for one
-    collection (``list_fn`` and its arguments, e.g. CoreV1Api.list_pod_for_all_namespaces
-    with a field selector)."""
+    collection: ``path`` (``/api/v1/pods``) on ``http`` (a client with the base URL and
+    credentials), with ``params`` (the selectors) on every list and watch request."""
 
-    def __init__(self, list_fn: Callable[..., Awaitable[Any]], what: str,
-                 list_args: tuple[Any, ...] = (),
-                 list_kwargs: Mapping[str, Any] | None = None,
+    def __init__(self, http: httpx2.AsyncClient, path: str, what: str,
+                 params: Mapping[str, str] | None = None,
                  on_change: Callable[[], Awaitable[None]] | None = None,
                  monotonic: Callable[[], float] = time.monotonic,
                  inactivity_s: float = INACTIVITY_S,
@@ -72,10 +89,10 @@ class ListWatch:
         """``keep``: what to hold of each object (default: all of its JSON); a watch of
         many objects keeps only the fields it reads."""
         self._keep = keep or (lambda obj: obj)
-        self._list_fn = list_fn
+        self._http = http
+        self._path = path
         self.what = what
-        self._args = list_args
-        self._kwargs = dict(list_kwargs or {})
+        self._params = dict(params or {})
         self._on_change = on_change
         self._monotonic = monotonic
         self._inactivity_s = inactivity_s
@@ -118,9 +135,8 @@ class ListWatch:
                     continue
                 await self._back_off("the resourceVersion expired again right after a "
                                      "relist (410)")
-            except (ApiException, ApiError, aiohttp.ClientError, TimeoutError, OSError,
-                    ValueError) as exc:
-                await self._back_off(describe(exc, self.what))
+            except FAILED as exc:
+                await self._back_off(describe(exc))
 
     async def _back_off(self, reason: str) -> None:
         if reason != self.error:
@@ -142,7 +158,7 @@ class ListWatch:
             try:
                 await self._watch()
                 dropped = 0
-            except (aiohttp.ClientError, TimeoutError) as exc:
+            except DROPPED as exc:
                 dropped += 1
                 if dropped > len(self._backoff_s):
                     raise
@@ -172,12 +188,16 @@ class ListWatch:
         items: dict[str, Any] = {}
         token = ""
         for _ in range(self._max_items // self._page_size + 2):  # the server fills pages
-            paging = {"_continue": token} if token else {}
-            resp: Any = await self._list_fn(
-                *self._args, **self._kwargs, **paging, limit=self._page_size,
-                _preload_content=False, _request_timeout=aiohttp.ClientTimeout(total=60))
+            params = {**self._params, "limit": str(self._page_size)}
+            if token:
+                params["continue"] = token
             try:
-                page = parse_list_page(await api_json(resp, self.what))
+                async with asyncio.timeout(LIST_TIMEOUT_S):
+                    resp = await self._http.send(self._http.build_request(
+                        "GET", self._path, params=params, headers=JSON,
+                        timeout=httpx2.Timeout(CONNECT_TIMEOUT_S, read=LIST_TIMEOUT_S)),
+                        stream=True)
+                    page = parse_list_page(await api_json(resp, self.what))
             except ApiError as exc:
                 if exc.status == 410 and token:
                     raise Gone(str(exc)) from None
@@ -194,12 +214,11 @@ class ListWatch:
     async def _watch(self) -> None:
         """One watch request from the last resourceVersion, advancing it with every event
         and bookmark. Ends when the server ends the stream."""
-        resp: Any = await self._list_fn(
-            *self._args, **self._kwargs, watch=True, resource_version=self._rv,
-            allow_watch_bookmarks=True, timeout_seconds=WATCH_TIMEOUT_S,
-            _preload_content=False,
-            _request_timeout=aiohttp.ClientTimeout(sock_connect=10,
-                                                   sock_read=self._inactivity_s))
+        params = {**self._params, "watch": "true", "resourceVersion": self._rv,
+                  "allowWatchBookmarks": "true", "timeoutSeconds": str(WATCH_TIMEOUT_S)}
+        timeout = httpx2.Timeout(CONNECT_TIMEOUT_S, read=self._inactivity_s)
+        resp = await self._http.send(self._http.build_request(
+            "GET", self._path, params=params, headers=JSON, timeout=timeout), stream=True)
         try:
             try:
                 await raise_for_status(resp, self.what)
@@ -207,7 +226,7 @@ class ListWatch:
                 if exc.status == 410:
                     raise Gone(str(exc)) from None
                 raise
-            async for line in read_lines(resp.content, self._max_event_bytes):
+            async for line in read_lines(resp.aiter_bytes(), self._max_event_bytes):
                 event = parse_watch_line(line)
                 if isinstance(event, Status):
                     if event.code == 410:
@@ -228,15 +247,15 @@ class ListWatch:
                 if self._on_change is not None:
                     await self._on_change()
         finally:
-            resp.close()
+            await resp.aclose()
 
 
-async def read_lines(content: aiohttp.StreamReader, limit: int) -> AsyncIterator[bytes]:
+async def read_lines(chunks: AsyncIterable[bytes], limit: int) -> AsyncIterator[bytes]:
     """The non-blank lines of a stream, each at most ``limit`` bytes (BadReply past that).
-    A stream that ends inside a line was cut: aiohttp.ClientPayloadError, as for any
-    connection that broke mid-body."""
+    A stream that ends inside a line was cut: Cut, as for any connection that broke
+    mid-body."""
     buf = bytearray()
-    while chunk := await content.readany():
+    async for chunk in chunks:
         scan = len(buf)
         buf += chunk
         start = 0
@@ -251,31 +270,44 @@ async def read_lines(content: aiohttp.StreamReader, limit: int) -> AsyncIterator
         if len(buf) > limit:
             raise BadReply(f"a watch event over {limit} bytes")
     if buf.strip():
-        raise aiohttp.ClientPayloadError("the watch stream ended inside an event")
+        raise Cut("the watch stream ended inside an event")
 
 
-async def raise_for_status(resp: aiohttp.ClientResponse, what: str = "") -> None:
-    """Nothing for a 2xx answer; else ApiError with the status and the Status message."""
-    if 200 <= resp.status < 300:
+def _declared_length(resp: httpx2.Response) -> int | None:
+    try:
+        return int(resp.headers["content-length"])
+    except (KeyError, ValueError):
+        return None
+
+
+async def raise_for_status(resp: httpx2.Response, what: str = "") -> None:
+    """Nothing for a 2xx answer; else ApiError with the status and the Status message.
+    Closes ``resp`` when it raises."""
+    if 200 <= resp.status_code < 300:
         return
     try:
-        status = parse_status(load_json(await read_bounded(resp, MAX_STATUS_BYTES), "status"))
-    except (BadReply, BodyTooLarge, aiohttp.ClientError, TimeoutError):
+        body = await gather_bounded(resp.aiter_bytes(), MAX_STATUS_BYTES,
+                                    _declared_length(resp))
+        status = parse_status(load_json(body, "status"))
+    except (BadReply, BodyTooLarge, httpx2.HTTPError, TimeoutError):
         status = None
     finally:
-        resp.release()
-    raise ApiError(status_text(resp.status, status.message if status else resp.reason or "",
-                               what), resp.status)
+        await resp.aclose()
+    raise ApiError(status_text(resp.status_code,
+                               status.message if status else resp.reason_phrase, what),
+                   resp.status_code)
 
 
-async def api_json(resp: aiohttp.ClientResponse, what: str = "") -> dict[str, Any]:
-    """The JSON object of a raw response. ApiError for a non-2xx status (with the Status
-    message), BadReply for a body that is not a JSON object."""
+async def api_json(resp: httpx2.Response, what: str = "") -> dict[str, Any]:
+    """The JSON object of a streamed response (closed on return). ApiError for a non-2xx
+    status (with the Status message), BadReply for a body that is not a JSON object,
+    BodyTooLarge past MAX_BODY_BYTES."""
     try:
         await raise_for_status(resp, what)
-        body = await read_bounded(resp, MAX_BODY_BYTES)
+        body = await gather_bounded(resp.aiter_bytes(), MAX_BODY_BYTES,
+                                    _declared_length(resp))
     finally:
-        resp.release()
+        await resp.aclose()
     data = load_json(body, "the API answer")
     if not isinstance(data, dict):
         raise BadReply(f"the API answer is not a JSON object but {type(data).__name__}")
@@ -295,12 +327,10 @@ def status_text(code: int, message: str, what: str = "") -> str:
     return f"API error {code}{detail}"
 
 
-def describe(exc: BaseException, what: str = "") -> str:
+def describe(exc: BaseException) -> str:
     """A reason a person can act on, for an exception an API call raised."""
     if isinstance(exc, ApiError):
         return str(exc)
-    if isinstance(exc, ApiException):
-        return status_text(exc.status or 0, str(exc.reason or ""), what)
-    if isinstance(exc, TimeoutError):
+    if isinstance(exc, (TimeoutError, httpx2.TimeoutException)):
         return "API server did not answer in time"
     return f"API server unreachable: {type(exc).__name__}: {str(exc)[:200]}"
