@@ -257,17 +257,18 @@ def pem(cert: x509.Certificate) -> bytes:
     return cert.public_bytes(serialization.Encoding.PEM)
 
 
-def write_kubeconfig(path: Path, server: str, user: dict[str, str],
+def write_kubeconfig(path: Path, server: str, user: dict[str, Any] | None,
                      ca: Path | None = None) -> Path:
     """A kubeconfig (JSON is YAML) for one cluster and user: ``user`` as kubeconfig spells
-    it (``{"token": ...}`` or ``{"client-certificate": ..., "client-key": ...}``), ``ca``
-    the server's CA file for https."""
+    it (``{"token": ...}``, ``{"client-certificate": ..., "client-key": ...}``, an exec
+    plugin...; None: a context without a user), ``ca`` the server's CA file for https."""
     cluster: dict[str, str] = {"server": server}
     if ca is not None:
         cluster["certificate-authority"] = str(ca)
     path.write_text(json.dumps({
         "apiVersion": "v1", "kind": "Config", "current-context": "c",
         "clusters": [{"name": "c", "cluster": cluster}],
-        "users": [{"name": "u", "user": user}],
-        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]}))
+        "users": [{"name": "u", "user": user}] if user else [],
+        "contexts": [{"name": "c", "context": {"cluster": "c",
+                                               **({"user": "u"} if user else {})}}]}))
     return path

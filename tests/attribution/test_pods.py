@@ -124,10 +124,11 @@ async def test_connection_drops_lose_no_event(kubeapi: KubeApiPeer) -> None:
 
 async def test_forbidden_then_fixed(kubeapi: KubeApiPeer) -> None:
     kubeapi.add(make_pod("llm", "a", "ua"))
-    async with Running(kubeapi, token="wrong") as cache:
+    kubeapi.allowed = False
+    async with Running(kubeapi) as cache:
         await until(lambda: "forbidden (403)" in cache.state()[1])
         assert cache.pods() is Absent.UNAVAILABLE
-        kubeapi.token = "wrong"  # an RBAC fix takes effect
+        kubeapi.allowed = True  # an RBAC fix takes effect
         await until(lambda: cache.state() == (True, "ok"))
         assert names(cache) == {"a"}
 

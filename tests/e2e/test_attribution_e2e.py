@@ -121,7 +121,7 @@ async def test_kubelet_restart_and_api_outage_degrade_then_recover(
             return None if result.state is AttributionState.OK else result
 
         result = await until(degraded, 4.0, "attribution degraded by the refused token")
-        assert any("forbidden (403)" in r for r in result.reasons)
+        assert any("unauthorized (401)" in r for r in result.reasons)
         assert len(result.pods) == 4  # still attributed from the last known pods
     finally:
         task.cancel()

@@ -6,32 +6,20 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from aiohttp import web
 
 from gpuscale.common.errors import ConfigError
 from gpuscale.kube.api import KubeApi, ObjectRef
 from gpuscale.kube.connect import connect
 from gpuscale.kube.errors import ApiError
+from tests.conftest import write_kubeconfig
 from tests.peers.kubeapi import KubeApiPeer
 
 GV = "example.com/v1"
-
-
-def kubeconfig(path: Path, server: str, user: dict[str, Any] | None) -> Path:
-    conf: dict[str, Any] = {
-        "apiVersion": "v1", "kind": "Config", "current-context": "test",
-        "clusters": [{"name": "c", "cluster": {"server": server}}],
-        "contexts": [{"name": "test", "context": {"cluster": "c",
-                                                  **({"user": "u"} if user else {})}}],
-        "users": [{"name": "u", "user": user}] if user else []}
-    path.write_text(yaml.safe_dump(conf))
-    return path
 
 
 def url(peer: KubeApiPeer) -> str:
@@ -54,22 +42,22 @@ def peer(kubeapi: KubeApiPeer) -> KubeApiPeer:
 
 
 async def test_a_bearer_token(peer: KubeApiPeer, tmp_path: Path) -> None:
-    path = kubeconfig(tmp_path / "config", url(peer), {"token": peer.token})
+    path = write_kubeconfig(tmp_path / "config", url(peer), {"token": peer.token})
     assert await discover(await connect(path)) == "42"
 
 
 async def test_a_wrong_token_is_an_api_error_not_an_exception_of_the_client(
         peer: KubeApiPeer, tmp_path: Path) -> None:
-    path = kubeconfig(tmp_path / "config", url(peer), {"token": "stale"})
+    path = write_kubeconfig(tmp_path / "config", url(peer), {"token": "stale"})
     with pytest.raises(ApiError) as info:
         await discover(await connect(path))
-    assert info.value.status == 403
-    assert "forbidden (403)" in str(info.value)
+    assert info.value.status == 401
+    assert "unauthorized (401)" in str(info.value)
 
 
 async def test_a_context_without_a_user_is_anonymous(peer: KubeApiPeer,
                                                      tmp_path: Path) -> None:
-    path = kubeconfig(tmp_path / "config", url(peer), None)
+    path = write_kubeconfig(tmp_path / "config", url(peer), None)
     with pytest.raises(ApiError, match=r"unauthorized \(401\)"):
         await discover(await connect(path))
 
@@ -87,7 +75,7 @@ def plugin(tmp_path: Path, token: str | None) -> dict[str, Any]:
 
 
 async def test_an_exec_plugin(peer: KubeApiPeer, tmp_path: Path) -> None:
-    path = kubeconfig(tmp_path / "config", url(peer), plugin(tmp_path, peer.token))
+    path = write_kubeconfig(tmp_path / "config", url(peer), plugin(tmp_path, peer.token))
     assert await discover(await connect(path)) == "42"
 
 
@@ -100,48 +88,24 @@ async def test_an_exec_plugin(peer: KubeApiPeer, tmp_path: Path) -> None:
 ])
 async def test_credentials_that_fail_at_request_time_are_api_errors(
         peer: KubeApiPeer, tmp_path: Path, user: Any) -> None:
-    path = kubeconfig(tmp_path / "config", url(peer), user(tmp_path))
+    path = write_kubeconfig(tmp_path / "config", url(peer), user(tmp_path))
     api = await connect(path)
     with pytest.raises(ApiError, match="credentials unusable"):
         await discover(api)
 
 
-@pytest.fixture
-async def rotating() -> AsyncIterator[tuple[str, list[str]]]:
-    """An API server that accepts only the latest of its tokens and answers 401 (as the
-    real one does for an expired token) to any other."""
-    tokens = ["first"]
-
-    async def handle(request: web.Request) -> web.Response:
-        if request.headers.get("Authorization") != f"Bearer {tokens[-1]}":
-            return web.json_response({"kind": "Status", "code": 401}, status=401)
-        return web.json_response({"kind": "APIResourceList", "groupVersion": GV,
-                                  "resources": [{"name": "inferencesets",
-                                                 "kind": "InferenceSet"}]})
-
-    app = web.Application()
-    app.router.add_get(f"/apis/{GV}", handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    yield f"http://127.0.0.1:{port}", tokens
-    await runner.cleanup()
-
-
-async def test_a_rotated_token_file_is_read_again(rotating: tuple[str, list[str]],
+async def test_a_rotated_token_file_is_read_again(peer: KubeApiPeer,
                                                   tmp_path: Path) -> None:
-    """The service account's token as the kubelet rotates it (lightkube reads the file
-    again when the server answers 401)."""
-    server, tokens = rotating
+    """The service account's token as the kubelet rotates it: the API server answers the
+    old one 401, and lightkube reads the file again."""
+    peer.discovery[GV] = [{"name": "inferencesets", "kind": "InferenceSet"}]
     token = tmp_path / "token"
-    token.write_text("first")
-    api = await connect(kubeconfig(tmp_path / "config", server,
-                                   {"tokenFile": str(token)}))
+    token.write_text(peer.token)
+    api = await connect(write_kubeconfig(tmp_path / "config", url(peer),
+                                         {"tokenFile": str(token)}))
     try:
         assert await api.resource_of(GV, "InferenceSet") == "inferencesets"
-        tokens.append("second")
+        peer.token = "second"
         token.write_text("second\n")
         api._resources.clear()  # ask the server again
         assert await api.resource_of(GV, "InferenceSet") == "inferencesets"

@@ -23,7 +23,8 @@ What it reproduces of the real kube-apiserver, and where that behaviour lives th
   compaction is answered 410 Expired with the apiserver's message and an "inconsistent"
   token (resourceVersion -1) in the Status (``etcd3/errors.go``
   ``handleCompactedErrorForPaging``); a token it cannot decode is a 400.
-- Auth failures are Status objects with 401/403 (bearer token).
+- Auth failures are Status objects: 401 for a bearer token it cannot authenticate (a
+  wrong or rotated one), 403 for the right token while ``allowed`` is False (RBAC).
 - ConfigMaps can be read (``configmaps``), e.g. kube-system/extension-apiserver-authentication.
 - SubjectAccessReviews (``authorization.k8s.io/v1``) are answered as the real endpoint
   does (``pkg/registry/authorization/subjectaccessreview/rest.go``): 201 with the review
@@ -149,6 +150,7 @@ def decode_continue(token: str) -> tuple[int, str]:
 class KubeApiPeer:
     def __init__(self, token: str = "t0ken") -> None:
         self.token = token
+        self.allowed = True  # False: the token authenticates, RBAC refuses every call
         self.rv = 100
         self.compacted = 0
         self.objects: dict[str, dict[str, dict[str, Any]]] = {c: {} for c in COLLECTIONS}
@@ -258,7 +260,9 @@ class KubeApiPeer:
         got = request.headers.get("Authorization", "")
         if not got:
             return web.json_response(status(401, "Unauthorized", "Unauthorized"), status=401)
-        if got != f"Bearer {self.token}":
+        if got != f"Bearer {self.token}":  # a token it cannot authenticate: 401, as kube's
+            return web.json_response(status(401, "Unauthorized", "Unauthorized"), status=401)
+        if not self.allowed:  # authenticated, but RBAC does not allow it
             return web.json_response(status(403, "Forbidden", 'pods is forbidden: User '
                                             '"system:serviceaccount:x:y" cannot list'),
                                      status=403)
@@ -340,6 +344,9 @@ class KubeApiPeer:
                                   "metadata": meta, "items": page})
 
     async def _discover(self, request: web.Request) -> web.Response:
+        denied = self._auth(request)
+        if denied is not None:
+            return denied
         gv = f"{request.match_info['group']}/{request.match_info['version']}"
         if gv not in self.discovery:
             return web.json_response(status(404, "NotFound", "not found"), status=404)

@@ -108,7 +108,7 @@ async def test_resolved_workload_served_over_grpc(kubeapi: KubeApiPeer,
 
 
 async def test_forbidden_is_reported(kubeapi: KubeApiPeer, resolver: WorkloadResolver) -> None:
-    kubeapi.token = "rotated"
+    kubeapi.allowed = False
     await until(lambda: any("forbidden (403)" in s for s in resolver.state()))
     assert "ScaledObjects not listed yet" in text(resolver.resolve("llm", "so"))
 
