@@ -199,7 +199,7 @@ def test_the_chain_check_catches_a_broken_link() -> None:
 
     def broken(kind: str, name: str, path: str, value: Any) -> Objs:
         out: Objs = json.loads(json.dumps(objs))
-        node = next(o for o in out if _key(o) == (kind, name))
+        node: Any = next(o for o in out if _key(o) == (kind, name))
         *parents, last = path.split("/")
         for p in parents:
             node = node[int(p)] if isinstance(node, list) else node[p]
