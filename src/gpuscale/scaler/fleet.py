@@ -41,6 +41,7 @@ class FleetView:
         self._select_cache: dict[tuple[str, str], tuple[int, tuple[tuple[str, str], ...]]] = {}
         self._cache_bytes = 0  # selector text held as cache keys
         self._changed = asyncio.Event()
+        self.generation = 0  # bumped by every change (push loops compare it)
 
     # -- writers -------------------------------------------------------------------------
 
@@ -82,6 +83,7 @@ class FleetView:
         self._ns_membership[namespace] = self._ns_membership.get(namespace, 0) + 1
 
     def _notify(self) -> None:
+        self.generation += 1
         self._changed.set()
         self._changed = asyncio.Event()
 

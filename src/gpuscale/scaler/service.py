@@ -36,6 +36,7 @@ from gpuscale.scaler.metadata import TriggerConfig, parse_metadata
 from gpuscale.scaler.planner import Observation
 from gpuscale.scaler.planning import PlanBook, observe
 from gpuscale.scaler.profiles import PLANNED, Target
+from gpuscale.scaler.push import ActivityPushes
 from gpuscale.stream.records import PodRecord
 
 if TYPE_CHECKING:  # the Kubernetes client is imported only where the resolver is built
@@ -114,6 +115,8 @@ class ScalerService(pb_grpc.ExternalScalerServicer):
         self.max_streams_per_peer = MAX_STREAMS_PER_PEER
         self._streams: dict[str, int] = {}  # peer -> open streams
         self.stopping = asyncio.Event()
+        self.pushes = ActivityPushes(lambda: fleet.generation, self.stopping, resend_s,
+                                     self.unavailable_grace_s)
 
     # -- helpers: pure, raising GpuscaleError; the methods below map it to a status -----
 
@@ -266,31 +269,16 @@ class ScalerService(pb_grpc.ExternalScalerServicer):
 
     async def _active_stream(self, request: pb.ScaledObjectRef,
                              cfg: TriggerConfig) -> AsyncIterator[pb.IsActiveResponse]:
-        last: bool | None = None
-        since = 0.0
-        unknown_since: float | None = None
-        loop = asyncio.get_running_loop()
-        while not self.stopping.is_set():
-            now = loop.time()
-            try:
-                active = self._active(request, cfg)
-                unknown_since = None
-            except DataUnavailable:
-                if unknown_since is None:
-                    unknown_since = now
-                if now - unknown_since >= self.unavailable_grace_s:
-                    raise
-                active = None
-            if active is not None and (active != last or now - since >= self._resend_s):
+        """Decided by the push loop (scaler.push), which wakes this stream only when it
+        has something to send."""
+        self.pushes.grace_s = self.unavailable_grace_s
+        sub = self.pushes.open((request.namespace, request.name, cfg),
+                               lambda: self._active(request, cfg))
+        try:
+            while (active := await sub.next()) is not None:
                 yield pb.IsActiveResponse(result=active)
-                last, since = active, now
-            within = self._resend_s if unknown_since is None else self.unavailable_grace_s
-            stop = asyncio.ensure_future(self.stopping.wait())
-            change = asyncio.ensure_future(self.fleet.wait_changed(within))
-            _, pending = await asyncio.wait({stop, change},
-                                            return_when=asyncio.FIRST_COMPLETED)
-            for task in pending:
-                task.cancel()
+        finally:
+            self.pushes.close(sub)
 
     async def GetMetricSpec(self, request: pb.ScaledObjectRef,
                             context: Context) -> pb.GetMetricSpecResponse:

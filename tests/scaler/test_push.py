@@ -1,0 +1,129 @@
+"""The push loop behind StreamIsActive: one decision per trigger per round, streams woken
+only with something to send, a broken trigger ending only its own stream."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from gpuscale.common.errors import ConfigError, DataUnavailable
+from gpuscale.scaler.push import ActivityPushes, Subscription
+
+
+class World:
+    def __init__(self) -> None:
+        self.generation = 0
+        self.active = False
+        self.unknown = False
+        self.checks = 0
+        self.stopping = asyncio.Event()
+
+    def check(self) -> bool:
+        self.checks += 1
+        if self.unknown:
+            raise DataUnavailable("llm/p-0 (stale: 9.0s old)")
+        return self.active
+
+    def pushes(self, **kw: float) -> ActivityPushes:
+        return ActivityPushes(lambda: self.generation, self.stopping, resend_s=30.0,
+                              grace_s=3.0, **kw)  # type: ignore[arg-type]
+
+
+async def first(sub: Subscription, within: float = 2.0) -> bool | None:
+    return await asyncio.wait_for(sub.next(), within)
+
+
+async def test_many_streams_on_one_trigger_share_each_decision() -> None:
+    world = World()
+    pushes = world.pushes(min_period=0.01)
+    subs = [pushes.open("so", world.check) for _ in range(500)]
+    assert [await first(s) for s in subs] == [False] * 500  # each decided at once
+    opened = world.checks
+    world.active, world.generation = True, 1
+    assert [await first(s) for s in subs] == [True] * 500
+    assert world.checks - opened <= 2  # one decision a round, not one a stream
+    assert pushes.decisions <= 2
+    for s in subs:
+        pushes.close(s)
+
+
+async def test_unchanged_state_wakes_nobody_until_a_resend_is_due() -> None:
+    world = World()
+    pushes = world.pushes(min_period=0.01)
+    pushes.resend_s = 0.3
+    sub = pushes.open("so", world.check)
+    assert await first(sub) is False
+    for g in range(1, 6):  # the fleet changes, the state does not
+        world.generation = g
+        await asyncio.sleep(0.02)
+    assert sub.outbox is None
+    assert await first(sub, 1.0) is False  # the re-send
+    pushes.close(sub)
+
+
+async def test_unknown_for_the_grace_ends_the_stream_with_the_reason() -> None:
+    world = World()
+    pushes = world.pushes(min_period=0.01)
+    pushes.grace_s = 0.2
+    sub = pushes.open("so", world.check)
+    assert await first(sub) is False
+    world.unknown, world.generation = True, 1
+    with pytest.raises(DataUnavailable, match="stale"):
+        await first(sub)
+    pushes.close(sub)
+
+
+async def test_a_broken_trigger_ends_its_stream_only() -> None:
+    world = World()
+    pushes = world.pushes(min_period=0.01)
+
+    def broken() -> bool:
+        raise ConfigError("demandSource: gone")
+
+    bad = pushes.open("bad", broken)
+    good = pushes.open("so", world.check)
+    with pytest.raises(ConfigError, match="gone"):
+        await first(bad)
+    assert await first(good) is False
+    world.active, world.generation = True, 1
+    assert await first(good) is True
+    pushes.close(bad)
+    pushes.close(good)
+
+
+async def test_stopping_ends_every_stream_normally() -> None:
+    world = World()
+    pushes = world.pushes(min_period=0.01)
+    subs = [pushes.open(f"so{i}", world.check) for i in range(3)]
+    for s in subs:
+        assert await first(s) is False
+    world.stopping.set()
+    assert [await first(s) for s in subs] == [None, None, None]
+
+
+async def test_rounds_leave_the_event_loop_time() -> None:
+    """With many streams a round is cut into chunks with a turn of the loop between them,
+    and the loop rests after a round as long again (duty 0.5)."""
+    world = World()
+    pushes = world.pushes(min_period=0.001, chunk=10)
+    subs = [pushes.open(f"so{i}", world.check) for i in range(200)]
+    turns = 0
+
+    async def other_work() -> None:
+        nonlocal turns
+        while True:
+            turns += 1
+            await asyncio.sleep(0)
+
+    task = asyncio.create_task(other_work())
+    rounds = pushes.rounds
+    for g in range(1, 4):
+        world.generation = g
+        await asyncio.sleep(0.05)
+    task.cancel()
+    assert pushes.rounds > rounds
+    assert turns >= 20 * (pushes.rounds - rounds)  # 20 chunks a round, a turn after each
+    for s in subs:
+        pushes.close(s)
+    assert len(pushes) == 0
