@@ -149,13 +149,13 @@ async def probe(scaler_port: int, controls: list[tuple[int, int, int]], n: int,
             _, _, port = next(c for c in controls if c[0] <= node < c[1])
             w = (node * PODS) % WORKLOADS
             before = await value(w)
-            boost = boosted[node] = 0.0 if boosted.get(node) else 1000.0
+            boost = boosted[node] = 0.0 if boosted.get(node) else 300.0  # <= the 1,000 % bound
             _, writer = await asyncio.open_connection("127.0.0.1", port)
             writer.write(f"{node} {boost}\n".encode())
             await writer.drain()
             writer.close()
             t0 = time.monotonic()
-            while abs(await value(w) - before) < 500:
+            while abs(await value(w) - before) < 150:
                 await asyncio.sleep(0.005)
             delays.append(time.monotonic() - t0)
             await asyncio.sleep(random.random())
