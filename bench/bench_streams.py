@@ -82,9 +82,13 @@ async def main():
             async for _ in call:
                 pushes += 1
         except grpc.aio.AioRpcError as exc:
-            key = exc.code().name
+            kind = "IsActive" if i % 2 == 0 else "MetricSpec"
+            key = f"{kind} {exc.code().name}: {(exc.details() or '')[:80]}"
             errors[key] = errors.get(key, 0) + 1
-    tasks = [asyncio.create_task(one(i)) for i in range(streams)]
+    tasks = []
+    for c in range(conns):  # a connection's streams at a time, as KEDA opens them over time
+        tasks += [asyncio.create_task(one(i)) for i in range(c * per, min(streams, (c + 1) * per))]
+        await asyncio.sleep(0.2)
     t0 = time.monotonic()
     while time.monotonic() - t0 < seconds:
         await asyncio.sleep(5)
