@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from tests.deploy.test_deploy import DEPLOY, by_kind, helm_render, render, validate
+from tests.conftest import validate
+from tests.deploy.test_deploy import DEPLOY, by_kind, helm_render, render
 
 Peer = dict[str, Any]
 

@@ -1,0 +1,242 @@
+"""A ScaledObject (and a plain HPA for the metrics API) that is right for a workload (pure).
+
+From a Deployment or StatefulSet: the inference engine (the pod template's
+``gpuscale.io/engine`` annotation, else its container images and commands), the profile
+that engine needs, a fallback that holds the replicas there are when the scaler cannot
+answer, scale-to-zero only with a demand source (pods at zero show no load, so nothing
+else can wake them), and HPA behaviour from the workload's start-up time:
+
+- scale up at once (no stabilization), doubling or +4 pods every 15 s, whichever is more
+  (a slow start-up is no reason to ask later: the replicas take that long anyway);
+- scale down only after a window of the longer of 5 minutes and two start-ups (a replica
+  removed in a lull takes a start-up to come back; two start-ups of calm make that cheap),
+  one replica per start-up time (at least a minute), so a falling load steps down instead
+  of dropping to a cliff.
+
+What it cannot see it says: an engine the agent will not scrape (the pod template lacks
+the opt-in annotations) is a warning with the two annotations to add.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from gpuscale.common.errors import ConfigError
+from gpuscale.scaler.profiles import PLANNED, ProfileName
+from gpuscale.scaler.profiles import PROFILES as PROFILE_TABLE
+
+ENGINE_PORTS = {"vllm": 8000, "triton": 8002, "tgi": 80}  # where each serves /metrics
+PROFILES = {"vllm": "vllm-inference", "triton": "triton-inference", "tgi": "tgi-inference",
+            "": "gpu-utilization"}
+_IMAGES = (("vllm", "vllm"), ("tritonserver", "triton"),
+           ("text-generation-inference", "tgi"))
+DEFAULT_STARTUP_S = 180.0  # an LLM replica: image pull, weights, CUDA graphs
+MAX_STARTUP_S = 3600.0
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    kind: str
+    namespace: str
+    name: str
+    match_labels: Mapping[str, str]
+    images: tuple[str, ...]
+    commands: tuple[str, ...]  # command and args, all containers
+    annotations: Mapping[str, str]  # the pod template's
+    replicas: int
+    gpus: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    scaler_address: str = "gpuscale-scaler.gpuscale.svc:6000"
+    min_replicas: int = 1
+    max_replicas: int = 8
+    startup_s: float | None = None  # None: the default, said so in the output
+    demand_source: str = ""
+    planner: bool = False  # vLLM: plan ahead (profile vllm-planner)
+    ttft_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Generated:
+    engine: str
+    profile: str
+    scaled_object: dict[str, Any]
+    hpa: dict[str, Any]
+    notes: tuple[str, ...]  # what was chosen and why, and warnings
+
+
+def _obj(value: Any, what: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ConfigError(f"{what}: expected a mapping, got {type(value).__name__}")
+    return value
+
+
+def _list(value: Any, what: str) -> list[Any]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ConfigError(f"{what}: expected a list, got {type(value).__name__}")
+    return value
+
+
+def workload_from(doc: Any) -> Workload:
+    """The parts of a Deployment or StatefulSet manifest this reads. ConfigError naming the
+    field for anything else."""
+    obj = _obj(doc, "the manifest")
+    kind = obj.get("kind")
+    if obj.get("apiVersion") != "apps/v1" or kind not in ("Deployment", "StatefulSet"):
+        raise ConfigError(f"expected an apps/v1 Deployment or StatefulSet, got "
+                          f"{obj.get('apiVersion')!r} {kind!r}")
+    meta, spec = _obj(obj.get("metadata"), "metadata"), _obj(obj.get("spec"), "spec")
+    name = meta.get("name")
+    if not isinstance(name, str) or not name:
+        raise ConfigError("metadata.name: required")
+    selector = _obj(spec.get("selector"), "spec.selector")
+    labels = _obj(selector.get("matchLabels"), "spec.selector.matchLabels")
+    if not labels or selector.get("matchExpressions"):
+        raise ConfigError("spec.selector: only matchLabels selectors are turned into a "
+                          "podSelector here; write podSelector by hand for expressions")
+    template = _obj(spec.get("template"), "spec.template")
+    pod = _obj(template.get("spec"), "spec.template.spec")
+    containers = [_obj(c, "a container") for c in _list(pod.get("containers"),
+                                                        "spec.template.spec.containers")]
+    if not containers:
+        raise ConfigError("spec.template.spec.containers: none")
+    gpus = any(str(k).startswith("nvidia.com/")
+               for c in containers
+               for part in ("limits", "requests")
+               for k in _obj(_obj(c.get("resources"), "resources").get(part), part))
+    replicas = spec.get("replicas", 1)
+    return Workload(
+        str(kind), str(meta.get("namespace") or "default"), name,
+        {str(k): str(v) for k, v in labels.items()},
+        tuple(str(c.get("image", "")) for c in containers),
+        tuple(str(a) for c in containers
+              for a in (*_list(c.get("command"), "command"), *_list(c.get("args"), "args"))),
+        {str(k): str(v) for k, v in
+         _obj(_obj(template.get("metadata"), "spec.template.metadata").get("annotations"),
+              "annotations").items()},
+        replicas if isinstance(replicas, int) and replicas >= 0 else 1, gpus)
+
+
+def detect_engine(w: Workload) -> tuple[str, str]:
+    """The engine and why: the annotation, else an image or command naming one."""
+    declared = w.annotations.get("gpuscale.io/engine", "")
+    if declared:
+        if declared not in ENGINE_PORTS:
+            raise ConfigError(f"gpuscale.io/engine: {declared!r} is not one of "
+                              f"{', '.join(ENGINE_PORTS)}")
+        return declared, "the pod template's gpuscale.io/engine annotation"
+    for image in w.images:
+        repo = image.rsplit("/", 1)[-1].split(":", 1)[0].split("@", 1)[0]
+        for marker, engine in _IMAGES:
+            if marker in repo:
+                return engine, f"the image {image}"
+    if any("vllm" in c for c in w.commands):
+        return "vllm", "its command runs vllm"
+    return "", "no engine found in the images or commands"
+
+
+def behavior(startup_s: float) -> dict[str, Any]:
+    """HPA behaviour for a replica that takes ``startup_s`` to become Ready."""
+    down_window = max(300, math.ceil(2 * startup_s))
+    return {
+        "scaleUp": {"stabilizationWindowSeconds": 0, "selectPolicy": "Max", "policies": [
+            {"type": "Percent", "value": 100, "periodSeconds": 15},
+            {"type": "Pods", "value": 4, "periodSeconds": 15}]},
+        "scaleDown": {"stabilizationWindowSeconds": down_window, "policies": [
+            {"type": "Pods", "value": 1, "periodSeconds": max(60, math.ceil(startup_s))}]},
+    }
+
+
+def generate(w: Workload, opts: Options) -> Generated:
+    if not 0 <= opts.min_replicas <= opts.max_replicas or opts.max_replicas < 1:
+        raise ConfigError(f"replicas: need 0 <= min ({opts.min_replicas}) <= max "
+                          f"({opts.max_replicas}) and max >= 1")
+    if opts.min_replicas == 0 and not opts.demand_source:
+        raise ConfigError("min 0 (scale to zero) needs a demand source: at zero replicas no "
+                          "pod shows the load, so nothing would wake the workload; give "
+                          "--demand-source NAME (the scaler's config) or keep min >= 1")
+    startup = DEFAULT_STARTUP_S if opts.startup_s is None else opts.startup_s
+    if not 0 < startup <= MAX_STARTUP_S:
+        raise ConfigError(f"start-up: {startup:g} s is not between 0 and {MAX_STARTUP_S:g}")
+    engine, why = detect_engine(w)
+    profile = PROFILES[engine]
+    notes = [f"engine: {engine or 'none'} ({why}); profile {profile}"]
+    if opts.planner:
+        if engine != "vllm":
+            raise ConfigError("the planner (vllm-planner) needs a vLLM workload")
+        profile = "vllm-planner"
+        notes[0] = f"engine: vllm ({why}); profile vllm-planner (plans ahead)"
+    if engine and "gpuscale.io/engine" not in w.annotations:
+        notes.append(f"WARNING: the agent scrapes only pods that opt in: add to the pod "
+                     f"template's annotations gpuscale.io/engine: {engine} and "
+                     f"gpuscale.io/metrics-port: '{ENGINE_PORTS[engine]}' (or your port), "
+                     f"else every answer is UNAVAILABLE")
+    if not w.gpus:
+        notes.append("WARNING: no container requests an nvidia.com/ resource: the agents "
+                     "see no GPU pods here")
+    source = "given" if opts.startup_s else "the default; measure yours: pod creation to Ready"
+    notes.append(f"start-up {startup:g} s ({source}): scale-down window "
+                 f"{max(300, math.ceil(2 * startup))} s, one replica per "
+                 f"{max(60, math.ceil(startup))} s")
+    selector = ",".join(f"{k}={v}" for k, v in sorted(w.match_labels.items()))
+    metadata: dict[str, str] = {"scalerAddress": opts.scaler_address, "profile": profile,
+                                "podSelector": selector}
+    if opts.demand_source:
+        metadata["demandSource"] = opts.demand_source
+    if profile == "vllm-planner":
+        metadata["startupSeconds"] = f"{startup:g}"
+        if opts.ttft_s is not None:
+            metadata["ttftSeconds"] = f"{opts.ttft_s:g}"
+    fallback = max(1, opts.min_replicas)
+    so = {
+        "apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject",
+        "metadata": {"name": w.name, "namespace": w.namespace},
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": w.kind, "name": w.name},
+            "minReplicaCount": opts.min_replicas, "maxReplicaCount": opts.max_replicas,
+            "fallback": {"failureThreshold": 3, "replicas": fallback,
+                         "behavior": "currentReplicasIfHigher"},
+            "triggers": [{"type": "external", "metadata": metadata}],
+            "advanced": {"horizontalPodAutoscalerConfig": {"behavior": behavior(startup)}},
+        }}
+    notes.append(f"fallback: after 3 failed polls (the scaler says UNAVAILABLE when data is "
+                 f"missing) keep the current replicas, at least {fallback} "
+                 "(behavior currentReplicasIfHigher: KEDA 2.15 or later)")
+    return Generated(engine, profile, so, _hpa(w, profile, opts, startup), tuple(notes))
+
+
+def _hpa(w: Workload, profile: str, opts: Options, startup: float) -> dict[str, Any]:
+    """The profile's targets as Object metrics of the custom metrics API (the workload's
+    sum, so AverageValue = per pod; the planner's replicas with its settings in the metric
+    selector). No scale to zero: a plain HPA cannot."""
+    def described() -> dict[str, str]:  # a copy each: YAML then needs no anchors
+        return {"apiVersion": "apps/v1", "kind": w.kind, "name": w.name}
+
+    metrics = []
+    for t in PROFILE_TABLE[ProfileName(profile)].targets:
+        metric: dict[str, Any] = {"name": f"gpuscale_{t.signal.replace('-', '_')}"}
+        if t.signal == PLANNED:
+            settings = {"startupSeconds": f"{startup:g}"}
+            if opts.ttft_s is not None:
+                settings["ttftSeconds"] = f"{opts.ttft_s:g}"
+            metric["selector"] = {"matchLabels": settings}
+        metrics.append({"type": "Object", "object": {
+            "describedObject": described(), "metric": metric,
+            "target": {"type": "AverageValue", "averageValue": f"{t.target:g}"}}})
+    return {
+        "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": w.name, "namespace": w.namespace},
+        "spec": {
+            "scaleTargetRef": described(),
+            "minReplicas": max(1, opts.min_replicas), "maxReplicas": opts.max_replicas,
+            "metrics": metrics, "behavior": behavior(startup),
+        }}
