@@ -23,6 +23,7 @@ from tests.conftest import SCHEMAS, validate
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
+DASHBOARD = DEPLOY / "helm" / "gpuscale" / "dashboards" / "gpuscale.json"
 @cache
 def render(path: str) -> tuple[dict[str, Any], ...]:
     kubectl = shutil.which("kubectl")
@@ -305,7 +306,7 @@ def test_dashboard_queries_only_series_gpuscale_exports() -> None:
     import json
     import re
 
-    dash = json.loads((DEPLOY / "grafana" / "gpuscale-dashboard.json").read_text())
+    dash = json.loads(DASHBOARD.read_text())
     exprs = [t["expr"] for p in dash["panels"] for t in p["targets"]]
     used = {m for e in exprs for m in re.findall(r"\b((?:DCGM_FI|gpuscale)_[A-Za-z_]+)", e)}
     sources = "\n".join(p.read_text() for p in (REPO / "src" / "gpuscale").rglob("*.py"))
@@ -329,3 +330,29 @@ def test_image_constraints_pin_every_runtime_dependency() -> None:
         assert name in pins, f"{name} is not pinned in deploy/image-constraints.txt"
     assert "COPY pyproject.toml README.md deploy/image-constraints.txt" in (
         REPO / "Dockerfile").read_text()
+
+
+def test_the_dashboard_is_provisioned_by_helm_and_compose() -> None:
+    """Helm: a ConfigMap for Grafana's sidecar holding the dashboard file as it is;
+    compose: Grafana with the datasource, the provider and the same file mounted."""
+    import json
+
+    objs = helm_render({"grafanaDashboard": {"enabled": True, "namespace": "monitoring"}})
+    (cm,) = [o for o in objs if o["kind"] == "ConfigMap"]
+    validate(cm)
+    assert cm["metadata"]["labels"] == {"grafana_dashboard": "1"}
+    assert cm["metadata"]["namespace"] == "monitoring"
+    assert json.loads(cm["data"]["gpuscale.json"]) == json.loads(DASHBOARD.read_text())
+    assert not [o for o in helm_render(None) if o["kind"] == "ConfigMap"]
+    grafana = yaml.safe_load((REPO / "compose.yaml").read_text())["services"]["grafana"]
+    for volume in grafana["volumes"]:
+        source = REPO / volume.split(":")[0]
+        assert source.exists(), volume
+    provider = yaml.safe_load((DEPLOY / "grafana" / "dashboards.yaml").read_text())
+    mounted = {v.split(":")[1]: REPO / v.split(":")[0] for v in grafana["volumes"]}
+    folder = mounted[provider["providers"][0]["options"]["path"]]
+    assert (folder / "gpuscale.json").read_text() == DASHBOARD.read_text()
+    titles = {p["title"] for p in json.loads(DASHBOARD.read_text())["panels"]}
+    assert {"Fleet GPU utilization (mean over GPUs)",
+            "Idle GPUs: held by a pod, under 10 % for 15 minutes",
+            "Workload value vs replicas (KEDA, kube-state-metrics, the planner)"} <= titles
