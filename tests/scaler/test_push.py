@@ -127,3 +127,34 @@ async def test_rounds_leave_the_event_loop_time() -> None:
     for s in subs:
         pushes.close(s)
     assert len(pushes) == 0
+
+
+async def test_a_burst_of_thousands_of_streams_is_not_cancelled() -> None:
+    """KEDA re-opening every stream at once after a restart: 3,000 StreamMetricSpec calls
+    over 10 connections in one burst all open (gRPC's default pending-call limits cancelled
+    a third of such a burst)."""
+    import grpc
+
+    from gpuscale.proto import externalscaler_pb2 as pb
+    from gpuscale.proto import externalscaler_pb2_grpc as pb_grpc
+    from gpuscale.scaler.fleet import FleetView
+    from gpuscale.scaler.service import ScalerServer, ScalerService
+
+    server = ScalerServer(ScalerService(FleetView()), host="127.0.0.1", port=0)
+    await server.start()
+    chans = [grpc.aio.insecure_channel(f"127.0.0.1:{server.port}", options=[("gs.conn", i)])
+             for i in range(10)]
+    ref = pb.ScaledObjectRef(name="w", namespace="ns", scalerMetadata={"podSelector": "app=w"})
+    calls = [pb_grpc.ExternalScalerStub(chans[i % 10]).StreamMetricSpec(ref)
+             for i in range(3000)]
+    try:
+        first = await asyncio.wait_for(asyncio.gather(*(c.read() for c in calls),
+                                                      return_exceptions=True), 60)
+        assert [type(f).__name__ for f in first if not isinstance(f, pb.GetMetricSpecResponse)
+                ] == []
+    finally:
+        for c in calls:
+            c.cancel()
+        for ch in chans:
+            await ch.close()
+        await server.stop(0.2)

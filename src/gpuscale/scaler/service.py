@@ -52,6 +52,7 @@ SERVICE = "externalscaler.ExternalScaler"
 REFLECTION_V1 = "grpc.reflection.v1.ServerReflection"
 MAX_CONCURRENT_STREAMS = 1000  # per HTTP/2 connection (gRPC's setting)
 MAX_STREAMS_PER_PEER = 400  # long-lived streams one peer may hold: unary calls keep room
+MAX_PENDING_CALLS = 20_000  # arrived, not yet picked up by the server (a burst of streams)
 PLAN_CHUNK = 50  # planned workloads observed between two turns of the event loop
 MAX_VALUE = 9.2e15  # KEDA's quantities are exact below this; nothing real is near it
 _NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", re.ASCII)  # DNS-1123 label
@@ -345,7 +346,12 @@ class ScalerServer:
         self.health = HealthServicer()
         self._server = grpc.aio.server(options=[
             ("grpc.max_receive_message_length", 1024 * 1024),
-            ("grpc.max_concurrent_streams", MAX_CONCURRENT_STREAMS)])
+            ("grpc.max_concurrent_streams", MAX_CONCURRENT_STREAMS),
+            # Calls that arrived and that the asyncio server has not picked up yet: gRPC's
+            # defaults (1,000 soft, 3,000 hard) cancel part of a burst - KEDA re-opening
+            # thousands of streams after a restart lost a third of them (bench_streams).
+            ("grpc.server.max_pending_requests", MAX_PENDING_CALLS),
+            ("grpc.server.max_pending_requests_hard_limit", 2 * MAX_PENDING_CALLS)])
         pb_grpc.add_ExternalScalerServicer_to_server(service, self._server)  # type: ignore[no-untyped-call]
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)
         enable_reflection(self._server,
