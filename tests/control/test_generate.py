@@ -93,14 +93,29 @@ def test_scale_to_zero_only_with_a_demand_source() -> None:
     validate(out.scaled_object)
 
 
-def test_fallback_holds_the_current_replicas() -> None:
+def test_fallback_holds_the_current_replicas_and_needs_keda_2_17() -> None:
     out = generate(workload_from(deployment()), Options(min_replicas=2))
     assert out.scaled_object["spec"]["fallback"] == {
         "failureThreshold": 3, "replicas": 2, "behavior": "currentReplicasIfHigher"}
+    assert any("KEDA 2.17" in n for n in out.notes)
+    older = generate(workload_from(deployment()), Options(keda_version=(2, 16)))
+    assert "fallback" not in older.scaled_object["spec"]  # a static one would scale down
+    validate(older.scaled_object)
+
+
+def test_the_replicas_it_runs_and_its_namespace_are_kept() -> None:
+    doc = deployment()
+    doc["spec"]["replicas"] = 12
+    del doc["metadata"]["namespace"]
+    out = generate(workload_from(doc), Options(max_replicas=8))
+    assert out.scaled_object["spec"]["maxReplicaCount"] == 12
+    assert out.hpa["spec"]["maxReplicas"] == 12
+    assert "namespace" not in out.scaled_object["metadata"]  # kubectl -n decides
+    assert any("raised to the 12 replicas" in n for n in out.notes)
 
 
 @pytest.mark.parametrize(("startup", "window", "step"), [
-    (30, 300, 60), (180, 360, 180), (600, 1200, 600)])
+    (30, 300, 60), (180, 360, 180), (600, 1200, 600), (1800, 3600, 1800)])
 def test_scale_down_waits_for_two_startups_and_steps_one_replica_per_startup(
         startup: float, window: int, step: int) -> None:
     b = behavior(startup)
@@ -108,6 +123,19 @@ def test_scale_down_waits_for_two_startups_and_steps_one_replica_per_startup(
     assert {p["periodSeconds"] for p in b["scaleUp"]["policies"]} == {15}
     assert b["scaleDown"]["stabilizationWindowSeconds"] == window
     assert b["scaleDown"]["policies"] == [{"type": "Pods", "value": 1, "periodSeconds": step}]
+
+
+def test_start_up_beyond_what_the_hpa_api_takes_is_refused() -> None:
+    """The HPA API takes a policy period up to 1,800 s and a window up to 3,600 s."""
+    with pytest.raises(ConfigError, match="between 0 and 1800"):
+        generate(workload_from(deployment()), Options(startup_s=1801))
+
+
+def test_an_argument_that_mentions_vllm_is_not_vllm() -> None:
+    w = workload_from(deployment("ghcr.io/acme/server:1", args=["--cache=/data/vllm"]))
+    assert detect_engine(w)[0] == ""
+    w = workload_from(deployment("ghcr.io/acme/server:1", args=["vllm", "serve", "m"]))
+    assert detect_engine(w)[0] == "vllm"
 
 
 def test_the_planner_for_vllm_with_its_settings() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from contextlib import suppress
+from dataclasses import replace
 from decimal import Decimal, localcontext
 from typing import Any
 
@@ -137,8 +138,10 @@ def test_who_a_request_is(cas: dict[str, Any]) -> None:
     headers = [("X-Remote-User", "alice"), ("X-Remote-Group", "a"), ("x-remote-group", "b"),
                ("X-Remote-Extra-Acme.com%2Fproject", "p1")]
     assert authenticate(trust, proxy, headers) == User(
-        "alice", ("a", "b"), {"acme.com/project": ("p1",)}, "front proxy")
-    assert authenticate(trust, client, headers) == User("carol", ("devs", "ops"))
+        "alice", ("a", "b", "system:authenticated"), {"acme.com/project": ("p1",)},
+        "front proxy")
+    assert authenticate(trust, client, headers) == User(
+        "carol", ("devs", "ops", "system:authenticated"))
     assert authenticate(trust, None, headers) is None
     assert authenticate(trust, b"\x30\x03garbage", headers) is None
     # no allowed-names list: any front-proxy CN is the proxy
@@ -211,6 +214,37 @@ async def test_cache_expires_and_failures_are_not_cached() -> None:
     assert api.calls == 4
 
 
+async def test_different_questions_get_their_own_decisions() -> None:
+    class ByUser(Reviews):
+        async def create(self, api_version: str, resource: str,
+                         body: dict[str, Any]) -> dict[str, Any]:
+            self.calls += 1
+            spec = body["spec"]
+            ok = spec["user"] == "alice" and "ops" in spec.get("groups", []) and \
+                spec["resourceAttributes"]["namespace"] == "llm"
+            return {**body, "status": {"allowed": ok}}
+
+    authz = Authorizer(ByUser({}))
+    other_ns = replace(ATTRS, namespace="other")
+    assert (await authz.check(User("alice", ("ops",)), ATTRS)).allowed
+    assert not (await authz.check(User("alice", ()), ATTRS)).allowed
+    assert not (await authz.check(User("bob", ("ops",)), ATTRS)).allowed
+    assert not (await authz.check(User("alice", ("ops",)), other_ns)).allowed
+
+
+async def test_a_caller_that_goes_away_does_not_cancel_the_others() -> None:
+    api = Reviews({"allowed": True})
+    api.gate.clear()
+    authz = Authorizer(api)
+    first_caller = asyncio.create_task(authz.check(User("hpa", ()), ATTRS))
+    second = asyncio.create_task(authz.check(User("hpa", ()), ATTRS))
+    await asyncio.sleep(0.01)
+    first_caller.cancel()
+    api.gate.set()
+    assert (await second).allowed
+    assert api.calls == 1
+
+
 def test_cache_is_bounded() -> None:
     async def go() -> None:
         api = Reviews({"allowed": True})
@@ -249,5 +283,6 @@ def test_the_authenticator_remembers_certificates_not_headers(cas: dict[str, Any
     assert auth(proxy, []) is None
     for i in range(5):
         leaf = der(issue(cas["cluster"], f"u{i}", client=True))
-        assert auth(leaf, [("X-Remote-User", "alice")]) == User(f"u{i}", ())
+        assert auth(leaf, [("X-Remote-User", "alice")]) == User(f"u{i}",
+                                                                ("system:authenticated",))
     assert len(auth._peers) <= 2

@@ -19,8 +19,9 @@ import pytest
 import yaml
 from yarl import URL
 
+from gpuscale.common.errors import DataUnavailable
 from gpuscale.control.hpa import Hpa, Metric, MetricSource, TargetType
-from gpuscale.metrics_api.answers import MetricAnswers
+from gpuscale.metrics_api.answers import MetricAnswers, NotFound
 from gpuscale.metrics_api.authz import Authorizer
 from gpuscale.metrics_api.main import configmap_reader
 from gpuscale.metrics_api.quantity import parse_quantity
@@ -324,7 +325,7 @@ async def test_front_proxy_speaks_for_the_user_in_its_headers(cluster: Cluster) 
     assert code == 200, body
     spec = cluster.peer.reviews[-1]
     assert spec["user"] == "alice"
-    assert spec["groups"] == ["team-a"]
+    assert spec["groups"] == ["team-a", "system:authenticated"]
     assert spec["extra"] == {"scopes": ["read"]}
     assert spec["resourceAttributes"] == {
         "verb": "get", "group": "custom.metrics.k8s.io", "version": "v1beta2",
@@ -384,7 +385,7 @@ async def test_a_review_that_fails_refuses_the_request(cluster: Cluster) -> None
 
     cluster.peer.authorize = broken  # the test server answers 500
     code, body = await cluster.get(f"{V1B2}/namespaces/llm/pods/*/tgi_queue_size")
-    assert code in (500, 503)
+    assert code == 503
     assert body["kind"] == "Status"
     assert "subjectaccessreviews" in body["message"]
 
@@ -533,6 +534,53 @@ async def test_no_trust_configmap_yet_means_not_listening_then_serving(
         kubeapi.set_configmap("kube-system", "extension-apiserver-authentication", data)
         await asyncio.wait_for(bound, 10)
         assert server.trust.error == ""
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await api.close()
+
+
+async def test_client_certificate_users_are_authenticated_users(cluster: Cluster) -> None:
+    """RBAC bound to system:authenticated (discovery, a readers' group) applies to a
+    client certificate's user too, as kube-apiserver adds the group to everyone it knows."""
+    await cluster.get(f"{V1B2}/namespaces/llm/pods/*/gpu_utilization", "bob")
+    assert cluster.peer.reviews[-1]["groups"] == ["system:authenticated"]
+
+
+def test_a_named_pod_during_a_roster_gap_is_503_not_404() -> None:
+    """While an agent is silent any pod may be on its node: not found is not known."""
+    class SilentAgent:
+        def problems(self, namespace: str, selector: Any, records: Any) -> list[str]:
+            return ["agent 10.0.0.9:9401 has not reported (not connected): its node's pods "
+                    "are unknown"]
+
+        def ready(self) -> tuple[bool, str]:
+            return False, "waiting"
+
+    answers = MetricAnswers(FleetView(), SilentAgent(), None, PlanBook())
+    with pytest.raises(DataUnavailable, match=r"10\.0\.0\.9:9401 has not reported"):
+        answers.pods("llm", "nope", "gpu_utilization")
+    with pytest.raises(NotFound, match="no GPU pod llm/nope"):
+        MetricAnswers(FleetView(), None, None, PlanBook()).pods("llm", "nope",
+                                                                "gpu_utilization")
+
+
+async def test_rbac_without_the_trust_configmap_is_named(tmp_path: Path,
+                                                        kubeapi: KubeApiPeer) -> None:
+    """The usual broken install: no RoleBinding to extension-apiserver-authentication-
+    reader. The API server refuses that one read (403); the reason says so."""
+    kubeapi.set_configmap("kube-system", "extension-apiserver-authentication",
+                          write_certs(tmp_path))
+    kubeapi.forbidden = {"/api/v1/namespaces/kube-system/configmaps"}
+    api = api_client(kubeapi)
+    server = MetricsApiServer(
+        MetricAnswers(FleetView(), None, None, PlanBook()), Authorizer(api),
+        TrustSource(configmap_reader(api)), tmp_path / "serving.crt",
+        tmp_path / "serving.key", "127.0.0.1", 0)
+    task = asyncio.create_task(server.serve())
+    try:
+        await until(lambda: "403" in server.trust.error, what="a refused read")
+        assert "forbidden" in server.trust.error
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)

@@ -151,6 +151,7 @@ class KubeApiPeer:
     def __init__(self, token: str = "t0ken") -> None:
         self.token = token
         self.allowed = True  # False: the token authenticates, RBAC refuses every call
+        self.forbidden: set[str] = set()  # path prefixes RBAC refuses (a missing binding)
         self.rv = 100
         self.compacted = 0
         self.objects: dict[str, dict[str, dict[str, Any]]] = {c: {} for c in COLLECTIONS}
@@ -262,7 +263,8 @@ class KubeApiPeer:
             return web.json_response(status(401, "Unauthorized", "Unauthorized"), status=401)
         if got != f"Bearer {self.token}":  # a token it cannot authenticate: 401, as kube's
             return web.json_response(status(401, "Unauthorized", "Unauthorized"), status=401)
-        if not self.allowed:  # authenticated, but RBAC does not allow it
+        if not self.allowed or any(request.path.startswith(p) for p in self.forbidden):
+            # authenticated, but RBAC does not allow it (everything, or these paths)
             return web.json_response(status(403, "Forbidden", 'pods is forbidden: User '
                                             '"system:serviceaccount:x:y" cannot list'),
                                      status=403)

@@ -74,6 +74,20 @@ async def test_unknown_for_the_grace_ends_the_stream_with_the_reason() -> None:
     pushes.close(sub)
 
 
+async def test_unknown_for_less_than_the_grace_does_not_end_the_stream() -> None:
+    world = World()
+    pushes = world.pushes(min_period=0.01)
+    pushes.grace_s = 0.5
+    sub = pushes.open("so", world.check)
+    assert await first(sub) is False
+    world.unknown, world.generation = True, 1
+    await asyncio.sleep(0.2)  # unknown, within the grace
+    world.unknown, world.active, world.generation = False, True, 2
+    assert await first(sub) is True
+    assert not sub.done
+    pushes.close(sub)
+
+
 async def test_a_broken_trigger_ends_its_stream_only() -> None:
     world = World()
     pushes = world.pushes(min_period=0.01)

@@ -29,6 +29,9 @@ def add_parser(sub: Any) -> None:
                    help="vLLM: plan ahead of traffic (profile vllm-planner)")
     g.add_argument("--ttft-seconds", type=float, default=None,
                    help="with --planner: the time-to-first-token objective")
+    g.add_argument("--keda-version", default="2.17",
+                   help="the KEDA the cluster runs (a fallback that keeps the current "
+                        "replicas needs 2.17; older gets none, and the HPA holds on errors)")
     g.add_argument("--hpa", action="store_true",
                    help="also a plain HPA on the custom metrics API (for clusters without "
                         "KEDA; apply one or the other, not both)")
@@ -42,8 +45,11 @@ def run(args: argparse.Namespace) -> int:
     from gpuscale.control.generate import Options, generate, workload_from
 
     try:
-        raw = (sys.stdin.read(MAX_MANIFEST_BYTES + 1) if str(args.manifest) == "-"
-               else args.manifest.read_text()[:MAX_MANIFEST_BYTES + 1])
+        if str(args.manifest) == "-":
+            raw = sys.stdin.read(MAX_MANIFEST_BYTES + 1)
+        else:
+            with args.manifest.open(encoding="utf-8") as f:
+                raw = f.read(MAX_MANIFEST_BYTES + 1)
         if len(raw) > MAX_MANIFEST_BYTES:
             raise ConfigError(f"{args.manifest}: larger than {MAX_MANIFEST_BYTES} bytes")
         try:
@@ -54,9 +60,16 @@ def run(args: argparse.Namespace) -> int:
                    and d.get("kind") in ("Deployment", "StatefulSet")]
         if not targets:
             raise ConfigError(f"{args.manifest}: no Deployment or StatefulSet in it")
+        major, _, minor = args.keda_version.partition(".")
+        if not (major.isdigit() and minor.isdigit()):
+            raise ConfigError(f"--keda-version: {args.keda_version[:20]!r} is not MAJOR.MINOR")
         out = generate(workload_from(targets[0]), Options(
             args.scaler_address, args.min_replicas, args.max_replicas, args.startup_seconds,
-            args.demand_source, args.planner, args.ttft_seconds))
+            args.demand_source, args.planner, args.ttft_seconds, (int(major), int(minor))))
+        if len(targets) > 1:
+            print(f"gpuscale: {len(targets)} workloads in {args.manifest}: this is for the "
+                  f"first, {targets[0].get('kind')} "
+                  f"{(targets[0].get('metadata') or {}).get('name')}", file=sys.stderr)
     except (ConfigError, OSError, UnicodeDecodeError) as exc:
         return fail(exc if isinstance(exc, ConfigError) else f"{args.manifest}: {exc}")
     header = "".join(f"# {n}\n" for n in out.notes)

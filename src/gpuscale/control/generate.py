@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuscale.common.errors import ConfigError
+from gpuscale.scaler.metadata import parse_metadata
 from gpuscale.scaler.profiles import PLANNED, ProfileName
 from gpuscale.scaler.profiles import PROFILES as PROFILE_TABLE
 
@@ -34,7 +35,7 @@ PROFILES = {"vllm": "vllm-inference", "triton": "triton-inference", "tgi": "tgi-
 _IMAGES = (("vllm", "vllm"), ("tritonserver", "triton"),
            ("text-generation-inference", "tgi"))
 DEFAULT_STARTUP_S = 180.0  # an LLM replica: image pull, weights, CUDA graphs
-MAX_STARTUP_S = 3600.0
+MAX_STARTUP_S = 1800.0  # the HPA API: a policy period at most 1,800 s, a window 3,600 s
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +60,7 @@ class Options:
     demand_source: str = ""
     planner: bool = False  # vLLM: plan ahead (profile vllm-planner)
     ttft_s: float | None = None
+    keda_version: tuple[int, int] = (2, 17)  # fallback.behavior needs 2.17
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +117,7 @@ def workload_from(doc: Any) -> Workload:
                for k in _obj(_obj(c.get("resources"), "resources").get(part), part))
     replicas = spec.get("replicas", 1)
     return Workload(
-        str(kind), str(meta.get("namespace") or "default"), name,
+        str(kind), str(meta.get("namespace") or ""), name,
         {str(k): str(v) for k, v in labels.items()},
         tuple(str(c.get("image", "")) for c in containers),
         tuple(str(a) for c in containers
@@ -139,9 +141,21 @@ def detect_engine(w: Workload) -> tuple[str, str]:
         for marker, engine in _IMAGES:
             if marker in repo:
                 return engine, f"the image {image}"
-    if any("vllm" in c for c in w.commands):
+    if _runs_vllm(w.commands):
         return "vllm", "its command runs vllm"
     return "", "no engine found in the images or commands"
+
+
+def _runs_vllm(argv: tuple[str, ...]) -> bool:
+    """``vllm serve ...``, ``python -m vllm.entrypoints...``: the program, not any argument
+    that mentions vllm (a download directory)."""
+    for i, arg in enumerate(argv):
+        if i == 0 and not arg.startswith("-") and "=" not in arg and \
+                arg.rsplit("/", 1)[-1] == "vllm":
+            return True
+        if arg == "-m" and i + 1 < len(argv) and argv[i + 1].split(".", 1)[0] == "vllm":
+            return True
+    return False
 
 
 def behavior(startup_s: float) -> dict[str, Any]:
@@ -197,21 +211,38 @@ def generate(w: Workload, opts: Options) -> Generated:
         if opts.ttft_s is not None:
             metadata["ttftSeconds"] = f"{opts.ttft_s:g}"
     fallback = max(1, opts.min_replicas)
-    so = {
+    max_replicas = opts.max_replicas
+    if w.replicas > max_replicas:
+        max_replicas = w.replicas
+        notes.append(f"maxReplicaCount raised to the {w.replicas} replicas the manifest runs "
+                     f"(--max {opts.max_replicas} would scale it down at once)")
+    so: dict[str, Any] = {
         "apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject",
-        "metadata": {"name": w.name, "namespace": w.namespace},
+        "metadata": _meta(w),
         "spec": {
             "scaleTargetRef": {"apiVersion": "apps/v1", "kind": w.kind, "name": w.name},
-            "minReplicaCount": opts.min_replicas, "maxReplicaCount": opts.max_replicas,
-            "fallback": {"failureThreshold": 3, "replicas": fallback,
-                         "behavior": "currentReplicasIfHigher"},
+            "minReplicaCount": opts.min_replicas, "maxReplicaCount": max_replicas,
             "triggers": [{"type": "external", "metadata": metadata}],
             "advanced": {"horizontalPodAutoscalerConfig": {"behavior": behavior(startup)}},
         }}
-    notes.append(f"fallback: after 3 failed polls (the scaler says UNAVAILABLE when data is "
-                 f"missing) keep the current replicas, at least {fallback} "
-                 "(behavior currentReplicasIfHigher: KEDA 2.15 or later)")
+    if opts.keda_version >= (2, 17):
+        so["spec"]["fallback"] = {"failureThreshold": 3, "replicas": fallback,
+                                  "behavior": "currentReplicasIfHigher"}
+        notes.append(f"fallback: after 3 failed polls (the scaler says UNAVAILABLE when data "
+                     f"is missing) keep the current replicas, at least {fallback} (behavior "
+                     "currentReplicasIfHigher needs KEDA 2.17 or later; --keda-version 2.16 "
+                     "for older)")
+    else:
+        notes.append("fallback: none - before KEDA 2.17 a fallback sets a fixed replica "
+                     "count, which would scale a loaded workload down while data is missing; "
+                     "without one the HPA keeps the current replicas on an error")
+    parse_metadata(metadata)  # what the scaler will accept, or a clear error now
     return Generated(engine, profile, so, _hpa(w, profile, opts, startup), tuple(notes))
+
+
+def _meta(w: Workload) -> dict[str, str]:
+    """Name, and the namespace only when the manifest names one (else kubectl's -n)."""
+    return {"name": w.name, **({"namespace": w.namespace} if w.namespace else {})}
 
 
 def _hpa(w: Workload, profile: str, opts: Options, startup: float) -> dict[str, Any]:
@@ -234,9 +265,10 @@ def _hpa(w: Workload, profile: str, opts: Options, startup: float) -> dict[str, 
             "target": {"type": "AverageValue", "averageValue": f"{t.target:g}"}}})
     return {
         "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
-        "metadata": {"name": w.name, "namespace": w.namespace},
+        "metadata": _meta(w),
         "spec": {
             "scaleTargetRef": described(),
-            "minReplicas": max(1, opts.min_replicas), "maxReplicas": opts.max_replicas,
+            "minReplicas": max(1, opts.min_replicas),
+            "maxReplicas": max(opts.max_replicas, w.replicas),
             "metrics": metrics, "behavior": behavior(startup),
         }}

@@ -32,6 +32,7 @@ from cryptography.x509.oid import NameOID
 
 from gpuscale.common.errors import ConfigError
 
+AUTHENTICATED = "system:authenticated"
 MAX_HEADER_VALUES = 64  # groups or extras a request may carry
 MAX_HEADER_LENGTH = 1024
 
@@ -177,8 +178,14 @@ def _user(trust: Trust, peer: _Peer, headers: Iterable[tuple[str, str]]) -> User
         # next rule; a certificate of both CAs would be the client
         return None
     if peer.role == "client":
-        return User(peer.cn, peer.orgs)
+        return User(peer.cn, _authenticated(peer.orgs))
     return None
+
+
+def _authenticated(groups: tuple[str, ...]) -> tuple[str, ...]:
+    """Every authenticated user is in system:authenticated (k8s.io/apiserver's
+    AuthenticatedGroupAdder): RBAC bound to it applies here too."""
+    return groups if AUTHENTICATED in groups else (*groups, AUTHENTICATED)
 
 
 class Authenticator:
@@ -210,7 +217,7 @@ def _from_headers(trust: Trust, headers: list[tuple[str, str]]) -> User | None:
                  if k == h and v.strip()), "")
     if not name:
         return None
-    groups = [v for k, v in lowered if k in trust.group_headers]
+    groups = [v.strip() for k, v in lowered if k in trust.group_headers and v.strip()]
     extra: dict[str, list[str]] = {}
     for k, v in lowered:
         for prefix in trust.extra_prefixes:
@@ -218,7 +225,7 @@ def _from_headers(trust: Trust, headers: list[tuple[str, str]]) -> User | None:
                 extra.setdefault(_unescape(k[len(prefix):]), []).append(v)
     _bounded(groups, "group headers")
     _bounded(list(extra), "extra headers")
-    return User(_bounded([name], "user header")[0], tuple(groups),
+    return User(_bounded([name], "user header")[0], _authenticated(tuple(groups)),
                 {k: _bounded(v, f"extra {k}") for k, v in extra.items()}, "front proxy")
 
 

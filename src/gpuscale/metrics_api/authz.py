@@ -101,7 +101,7 @@ class Authorizer:
         self._max = max_cached
         self._monotonic = monotonic
         self._cache: OrderedDict[tuple[Any, ...], tuple[float, Decision]] = OrderedDict()
-        self._pending: dict[tuple[Any, ...], asyncio.Future[Decision]] = {}
+        self._pending: dict[tuple[Any, ...], asyncio.Task[Decision]] = {}
         self.reviews = 0  # SubjectAccessReviews sent
 
     async def check(self, user: User, attrs: Attributes) -> Decision:
@@ -116,25 +116,19 @@ class Authorizer:
         if hit is not None and hit[0] > now:
             self._cache.move_to_end(key)
             return hit[1]
-        pending = self._pending.get(key)
-        if pending is not None:
-            return await asyncio.shield(pending)
-        future: asyncio.Future[Decision] = asyncio.get_running_loop().create_future()
-        self._pending[key] = future
+        review = self._pending.get(key)
+        if review is None:  # the review is the authorizer's task: a caller that goes away
+            review = self._pending[key] = asyncio.get_running_loop().create_task(
+                self._review(key, user, attrs))  # (cancelled) does not cancel the others
+        return await asyncio.shield(review)
+
+    async def _review(self, key: tuple[Any, ...], user: User, attrs: Attributes) -> Decision:
         try:
             self.reviews += 1
             decision = decision_of(await self._api.create(
                 "authorization.k8s.io/v1", "subjectaccessreviews", review_body(user, attrs)))
-        except asyncio.CancelledError:
-            future.cancel()
-            raise
-        except Exception as exc:
-            future.set_exception(exc)
-            future.exception()  # retrieved: sharers re-raise it, nobody else must
-            raise
         finally:
             del self._pending[key]
-        future.set_result(decision)
         self._cache[key] = (self._monotonic() + self._ttl[decision.allowed], decision)
         while len(self._cache) > self._max:
             self._cache.popitem(last=False)

@@ -8,6 +8,10 @@ port with its own certificate, and only when ``--metrics-api-port`` is given.
 
 from __future__ import annotations
 
+import asyncio
+import itertools
+import logging
+import ssl
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +25,9 @@ from gpuscale.metrics_api.answers import MetricAnswers
 from gpuscale.metrics_api.authz import Authorizer
 from gpuscale.metrics_api.server import AUTH_CONFIGMAP, MetricsApiServer, TrustSource
 from gpuscale.scaler.main import Extra, Parts
+
+log = logging.getLogger(__name__)
+RETRY_S = (5.0, 10.0, 30.0, 60.0)  # after a certificate or port problem
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +81,11 @@ def metrics_api(options: MetricsApiOptions,
                                   TrustSource(configmap_reader(parts.api)),
                                   options.cert, options.key, options.host, options.port)
         parts.registry.register(MetricsApiCollector(server))
-        await server.serve(on_listening)
+        for delay in itertools.chain(RETRY_S, itertools.repeat(RETRY_S[-1])):
+            try:
+                await server.serve(on_listening)
+            except (OSError, ssl.SSLError, ConfigError) as exc:  # a certificate, a port:
+                log.error("metrics API not serving (retry in %.0fs): %s", delay, exc)
+            await asyncio.sleep(delay)  # ... the KEDA service beside it goes on
 
     return run

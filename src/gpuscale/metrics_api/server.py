@@ -42,6 +42,7 @@ MAX_IN_FLIGHT = 1_000  # requests being answered at once (most wait for a review
 MAX_QUERY = 8_192  # bytes of query string (a label selector is at most 4,096)
 TRUST_RETRY_S = (1.0, 2.0, 5.0, 10.0, 30.0)
 RELOAD_S = 60.0  # how often the serving certificate and the trust ConfigMap are re-read
+KEEPALIVE_S = 60.0  # an idle connection is closed after this (the aggregator reconnects)
 AUTH_CONFIGMAP = ("kube-system", "extension-apiserver-authentication")
 
 
@@ -110,6 +111,9 @@ class MetricsApiServer:
         try:
             stamp = self._files_stamp()
             if stamp != self._stamp:
+                # into a scratch context first: a half-written pair must not reach the live
+                # one (every new handshake would fail until the next reload)
+                ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(self._cert, self._key)
                 self._ctx.load_cert_chain(self._cert, self._key)
                 self._stamp = stamp
                 log.info("metrics API: serving certificate (re)loaded")
@@ -139,6 +143,7 @@ class MetricsApiServer:
         app = web.Application(client_max_size=1024)
         app.router.add_route("*", "/{tail:.*}", self._handle)
         runner = web.AppRunner(app, access_log=None, handler_cancellation=True,
+                               keepalive_timeout=KEEPALIVE_S,
                                max_line_size=MAX_QUERY + 2048, max_field_size=8190)
         await runner.setup()
         try:
@@ -170,6 +175,9 @@ class MetricsApiServer:
         except GpuscaleError as exc:
             code = 503 if isinstance(exc, (DataUnavailable, PeerError)) else exc.http_status
             return self._reply(code, status(code, str(exc)))
+        except Exception:  # a bug: a Status all the same, and the trace in the log
+            log.exception("metrics API: %s %s", request.method, request.path[:200])
+            return self._reply(500, status(500, "internal error (logged by the scaler)"))
         finally:
             self._in_flight -= 1
 

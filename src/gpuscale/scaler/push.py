@@ -19,12 +19,15 @@ reason (UNAVAILABLE), so a pushed answer never stands for a state nobody knows.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable, Hashable
 from contextlib import suppress
 from dataclasses import dataclass, field
 
 from gpuscale.common.errors import DataUnavailable
+
+log = logging.getLogger(__name__)
 
 MIN_PERIOD_S = 0.1  # rounds at most this often (adds at most this to a push's delay)
 IDLE_ROUND_S = 1.0  # a round at least this often (re-sends, the grace for unknown states;
@@ -77,26 +80,36 @@ class Subscription:
         if self.outbox is not None:
             out, self.outbox = self.outbox, None
             return out
-        if self.failure is not None:
-            raise self.failure
+        if self.failure is not None:  # a fresh instance per stream: one shared exception
+            raise _copy(self.failure) from None  # would gather every stream's traceback
         return None
 
 
 class ActivityPushes:
     def __init__(self, generation: Callable[[], int], stopping: asyncio.Event,
-                 resend_s: float, grace_s: float, min_period: float = MIN_PERIOD_S,
+                 resend_s: float, grace_s: float | Callable[[], float],
+                 min_period: float = MIN_PERIOD_S,
                  chunk: int = CHUNK, duty: float = DUTY,
                  monotonic: Callable[[], float] = time.monotonic) -> None:
         """``generation``: a number that changes whenever the fleet view does."""
         self._generation = generation
         self._stopping = stopping
-        self.resend_s, self.grace_s = resend_s, grace_s
+        self.resend_s = resend_s
+        self._grace = grace_s
         self._min_period, self._chunk, self._duty = min_period, chunk, duty
         self._monotonic = monotonic
         self._subs: dict[int, Subscription] = {}
         self._task: asyncio.Task[None] | None = None
         self.rounds = 0
         self.decisions = 0
+
+    @property
+    def grace_s(self) -> float:
+        return self._grace() if callable(self._grace) else self._grace
+
+    @grace_s.setter
+    def grace_s(self, value: float) -> None:
+        self._grace = value
 
     def __len__(self) -> int:
         return len(self._subs)
@@ -118,24 +131,32 @@ class ActivityPushes:
         again) or when the service stops (every stream then ends normally)."""
         seen, last_round = self._generation(), self._monotonic()
         try:
-            while self._subs and not self._stopping.is_set():
-                now = self._monotonic()
-                idle = min(IDLE_ROUND_S, self.resend_s, self.grace_s / 2)
-                if self._generation() == seen and now - last_round < idle:
-                    with suppress(TimeoutError):
-                        await asyncio.wait_for(self._stopping.wait(), self._min_period)
-                    continue
-                seen, last_round = self._generation(), now
-                await self._round()
-                took = self._monotonic() - now
-                rest = max(self._min_period - took, took * (1 - self._duty) / self._duty)
-                with suppress(TimeoutError):
-                    await asyncio.wait_for(self._stopping.wait(), rest)
+            await self._rounds(seen, last_round)
+        except Exception as exc:  # a bug: every stream ends (INTERNAL), none hangs
+            log.exception("StreamIsActive push loop failed")
+            for sub in self._subs.values():
+                sub.failure, sub.done = exc, True
+                sub.wake.set()
         finally:
             if self._stopping.is_set():
                 for sub in self._subs.values():
                     sub.done = True
                     sub.wake.set()
+
+    async def _rounds(self, seen: int, last_round: float) -> None:
+        while self._subs and not self._stopping.is_set():
+            now = self._monotonic()
+            idle = min(IDLE_ROUND_S, self.resend_s, self.grace_s / 2)
+            if self._generation() == seen and now - last_round < idle:
+                with suppress(TimeoutError):
+                    await asyncio.wait_for(self._stopping.wait(), self._min_period)
+                continue
+            seen, last_round = self._generation(), now
+            await self._round()
+            took = self._monotonic() - now
+            rest = max(self._min_period - took, took * (1 - self._duty) / self._duty)
+            with suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), rest)
 
     async def _round(self) -> None:
         subs = list(self._subs.values())
@@ -152,6 +173,13 @@ class ActivityPushes:
                 sub.decide(decision, now, self.resend_s, self.grace_s)
             await asyncio.sleep(0)
         self.rounds += 1
+
+
+def _copy(exc: Exception) -> Exception:
+    try:
+        return type(exc)(str(exc))
+    except TypeError:  # an exception class with another signature
+        return RuntimeError(str(exc))
 
 
 def _decide(check: Check) -> bool | Exception:

@@ -117,7 +117,7 @@ class ScalerService(pb_grpc.ExternalScalerServicer):
         self._streams: dict[str, int] = {}  # peer -> open streams
         self.stopping = asyncio.Event()
         self.pushes = ActivityPushes(lambda: fleet.generation, self.stopping, resend_s,
-                                     self.unavailable_grace_s)
+                                     lambda: self.unavailable_grace_s)
 
     # -- helpers: pure, raising GpuscaleError; the methods below map it to a status -----
 
@@ -272,7 +272,6 @@ class ScalerService(pb_grpc.ExternalScalerServicer):
                              cfg: TriggerConfig) -> AsyncIterator[pb.IsActiveResponse]:
         """Decided by the push loop (scaler.push), which wakes this stream only when it
         has something to send."""
-        self.pushes.grace_s = self.unavailable_grace_s
         sub = self.pushes.open((request.namespace, request.name, cfg),
                                lambda: self._active(request, cfg))
         try:
