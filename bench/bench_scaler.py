@@ -189,12 +189,15 @@ async def latency(seconds: float) -> None:
                                                 {"method": "GetMetrics", "code": code}) or 0.0
                 for code in ("OK", "UNAVAILABLE", "INVALID_ARGUMENT", "INTERNAL")}
 
-    async def updates() -> None:  # every node once a second, spread over the second
+    async def updates() -> None:
+        """Every node once a second, one node per turn of the event loop at evenly spread
+        times, as the scaler's subscriber applies each agent's message as it arrives."""
+        start = time.monotonic()
         while True:
             for n in range(NODES):
                 fleet.update_node(f"node-{n}", fleet_records(n, time.monotonic()))
-                if n % 50 == 49:
-                    await asyncio.sleep(0.05)
+                start += 1.0 / NODES
+                await asyncio.sleep(max(0.0, start - time.monotonic()))
 
     t0 = time.perf_counter()
     for n in range(NODES):
