@@ -26,8 +26,11 @@ import json
 import os
 import platform
 import random
+import shutil
 import sys
+import tempfile
 import time
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +38,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 import grpc  # noqa: E402
+from prometheus_client import CollectorRegistry, Counter  # noqa: E402
 
 from gpuscale.agent.app import Agent, AgentConfig  # noqa: E402
 from gpuscale.attribution.sources import ScenarioSources  # noqa: E402
@@ -94,18 +98,77 @@ async def main():
                 errors += 1
             if pace:
                 await asyncio.sleep(max(0.0, pace - (time.perf_counter() - t0)))
+    cpu0 = time.process_time()
     await asyncio.gather(*(caller(i) for i in range(callers)))
-    print(json.dumps({"lat": lat, "errors": errors}))
+    print(json.dumps({"lat": lat, "errors": errors, "cpu": time.process_time() - cpu0}))
 asyncio.run(main())
 """
 
 
+SERVER_CORE, CLIENT_CORE = 0, 1  # the scaler has one core; its clients the other
+PATH = "/externalscaler.ExternalScaler/GetMetrics"
+
+
+def pin_process(core: int) -> None:
+    """Pin every thread of this process (grpc's C-core threads too) to ``core``; threads
+    started later inherit the mask."""
+    for tid in os.listdir("/proc/self/task"):
+        with suppress(OSError):  # a thread that has just ended
+            os.sched_setaffinity(int(tid), {core})
+
+
+def on_client_core(argv: list[str]) -> list[str]:
+    return ["taskset", "-c", str(CLIENT_CORE), *argv] if shutil.which("taskset") else argv
+
+
+def grpc_frame(request: pb.GetMetricsRequest) -> bytes:
+    """A request as gRPC frames it on the wire (uncompressed flag, length, message)."""
+    body = request.SerializeToString()
+    return b"\x00" + len(body).to_bytes(4, "big") + body
+
+
+async def h2load(port: int, seconds: float, paced: bool) -> tuple[str, list[float]] | None:
+    """GetMetrics from h2load (nghttp2's C load generator, on the client core): its own
+    CPU per call is small, so what it measures is the scaler, about as a Go client such as
+    KEDA's would see it. ``paced``: 200 connections, each one call a second, started 5 ms
+    apart (200 calls/s spread evenly); else a closed loop (4 connections x 50 streams) to
+    saturate the scaler's core. One workload's request repeated (every workload's answer
+    comes from the same caches). Returns h2load's summary and, when paced, each call's
+    latency in seconds (from its log); None when h2load is not installed."""
+    if shutil.which("h2load") is None:
+        return None
+    w = 7
+    req = pb.GetMetricsRequest(metricName="s0-gpuscale-gpu-utilization",
+                               scaledObjectRef=pb.ScaledObjectRef(
+                                   name=f"w{w}", namespace=f"ns{w % NAMESPACES}",
+                                   scalerMetadata={"podSelector": f"app=w{w}"}))
+    load = (["-n", str(round(200 * seconds)), "-c", "200", "-r", "1", "--rate-period", "5ms",
+             "--rps", "1"] if paced else
+            ["-D", str(max(1, round(seconds))), "-c", "4", "-m", "50"])
+    with tempfile.TemporaryDirectory() as tmp:
+        data, log = Path(tmp) / "request.grpc", Path(tmp) / "calls.log"
+        data.write_bytes(grpc_frame(req))
+        proc = await asyncio.create_subprocess_exec(*on_client_core([
+            "h2load", *load, "-H", "content-type: application/grpc", "-H", "te: trailers",
+            "-d", str(data), f"--log-file={log}", f"http://127.0.0.1:{port}{PATH}"]),
+            stdout=asyncio.subprocess.PIPE)
+        out, _ = await proc.communicate()
+        lat = ([int(line.split()[2]) / 1e6 for line in log.read_text().splitlines()]
+               if paced else [])
+    summary = next((x.strip() for x in out.decode().splitlines() if "req/s" in x), "?")
+    return summary, lat
+
+
 async def latency(seconds: float) -> None:
+    pin_process(SERVER_CORE)
     fleet = FleetView(stale_after=3.0)
     now = time.monotonic()
     for n in range(NODES):
         fleet.update_node(f"node-{n}", fleet_records(n, now))
-    service = ScalerService(fleet)
+    registry = CollectorRegistry(auto_describe=False)  # counted as the scaler counts
+    requests = Counter("gpuscale_scaler_requests", "calls", ["method", "code"],
+                       registry=registry)
+    service = ScalerService(fleet, count=lambda m, c: requests.labels(m, c).inc())
     handler_times: list[float] = []
     original = service.GetMetrics
 
@@ -119,13 +182,22 @@ async def latency(seconds: float) -> None:
     service.GetMetrics = timed  # type: ignore[method-assign]
     server = ScalerServer(service, host="127.0.0.1", port=0)
     await server.start()
+    pin_process(SERVER_CORE)
 
-    async def updates() -> None:  # every node once a second, spread over the second
+    def answered() -> dict[str, float]:
+        return {code: registry.get_sample_value("gpuscale_scaler_requests_total",
+                                                {"method": "GetMetrics", "code": code}) or 0.0
+                for code in ("OK", "UNAVAILABLE", "INVALID_ARGUMENT", "INTERNAL")}
+
+    async def updates() -> None:
+        """Every node once a second, one node per turn of the event loop at evenly spread
+        times, as the scaler's subscriber applies each agent's message as it arrives."""
+        start = time.monotonic()
         while True:
             for n in range(NODES):
                 fleet.update_node(f"node-{n}", fleet_records(n, time.monotonic()))
-                if n % 50 == 49:
-                    await asyncio.sleep(0.05)
+                start += 1.0 / NODES
+                await asyncio.sleep(max(0.0, start - time.monotonic()))
 
     t0 = time.perf_counter()
     for n in range(NODES):
@@ -134,21 +206,59 @@ async def latency(seconds: float) -> None:
           f"{(time.perf_counter() - t0) * 1e3:.1f} ms of the event loop")
     feeder = asyncio.create_task(updates())
     try:
+        cpu0, wall0 = time.process_time(), time.perf_counter()
+        await asyncio.sleep(min(seconds, 5.0))
+        idle = (time.process_time() - cpu0) / (time.perf_counter() - wall0)
+        print(f"  scaler core {SERVER_CORE}, clients core {CLIENT_CORE}; scaler CPU with no "
+              f"calls (the 1 Hz updates): {idle * 100:.1f} % of its core")
+
+        def server_cost(cpu: float, wall: float, calls: float) -> str:
+            per_call = (cpu - idle * wall) / max(calls, 1.0)
+            return (f"scaler CPU {cpu / wall * 100:.0f} % of its core, "
+                    f"{per_call * 1e6:.0f} us per call beyond the updates")
+
         for label, pace in (("KEDA-like, each caller every 1 s", 1.0),
                             ("paced, each caller every 100 ms", 0.1),
-                            ("closed loop", 0.0)):
+                            ("closed loop, Python client", 0.0)):
             handler_times.clear()
+            before = answered()
+            cpu0, wall0 = time.process_time(), time.perf_counter()
             proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-c", CLIENT, str(server.port), "200", str(seconds),
-                str(pace), stdout=asyncio.subprocess.PIPE, env={**os.environ,
-                                                               "PYTHONPATH": str(REPO / "src")})
+                *on_client_core([sys.executable, "-c", CLIENT, str(server.port), "200",
+                                 str(seconds), str(pace)]),
+                stdout=asyncio.subprocess.PIPE, env={**os.environ,
+                                                     "PYTHONPATH": str(REPO / "src")})
             out, _ = await proc.communicate()
+            cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+            after = answered()
             res = json.loads(out)
             lat = res["lat"]
+            calls = after["OK"] - before["OK"]
             print(f"  {label}: {len(lat) / seconds:,.0f} calls/s, client p50 "
                   f"{pct(lat, 0.5):.2f} ms p99 {pct(lat, 0.99):.2f} ms; handler p50 "
                   f"{pct(handler_times, 0.5):.3f} ms p99 {pct(handler_times, 0.99):.3f} ms; "
-                  f"errors {res['errors']}")
+                  f"errors {res['errors']}; {server_cost(cpu, wall, calls)}; client CPU "
+                  f"{res['cpu'] / seconds * 100:.0f} % of its core")
+        for label, paced in (("KEDA-like, h2load, 200 calls/s spread evenly", True),
+                             ("closed loop, h2load (4 connections x 50 streams)", False)):
+            handler_times.clear()
+            before = answered()
+            cpu0, wall0 = time.process_time(), time.perf_counter()
+            got = await h2load(server.port, seconds, paced)
+            cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+            after = answered()
+            if got is None:
+                print(f"  {label}: h2load not installed (apt install nghttp2-client)")
+                continue
+            summary, lat = got
+            ok = after["OK"] - before["OK"]
+            other = sum(after.values()) - sum(before.values()) - ok
+            client = (f"client p50 {pct(lat, 0.5):.2f} ms p99 {pct(lat, 0.99):.2f} ms p99.9 "
+                      f"{pct(lat, 0.999):.2f} ms; " if lat else "")
+            print(f"  {label}: {ok / wall:,.0f} OK calls/s over {wall:.1f} s, {other:.0f} not "
+                  f"OK; {client}handler p50 {pct(handler_times, 0.5):.3f} ms p99 "
+                  f"{pct(handler_times, 0.99):.3f} ms; {server_cost(cpu, wall, ok)}; "
+                  f"h2load: {summary}")
     finally:
         feeder.cancel()
         await server.stop(0.5)
@@ -219,8 +329,9 @@ async def main() -> None:
     print(f"1. GetMetrics, {WORKLOADS} workloads, {NODES * PODS_PER_NODE} pods updated at "
           f"1 Hz, 200 concurrent callers in another process:")
     await latency(args.seconds)
-    print("2. freshness at 1 Hz sampling:")
-    await freshness(args.trials)
+    if args.trials:
+        print("2. freshness at 1 Hz sampling:")
+        await freshness(args.trials)
 
 
 if __name__ == "__main__":
