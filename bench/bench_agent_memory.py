@@ -248,21 +248,21 @@ async def deployed(seconds: float, warmup: float = 10.0) -> None:
     kubeconfig = write_kubeconfig(tmp / "kubeconfig", f"http://127.0.0.1:{api.port}",
                                   {"token": api.token})
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "NODE_NAME": NODE}
+    log = tmp / "agent.log"  # a file, not a pipe nobody reads: a full pipe would stall it
     agent = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "gpuscale.cli", "--log-level", "WARNING", "agent",
         "--gpu-backend", "sim", "--scenario", str(scenario_file), "--attribution", "cluster",
         "--kubeconfig", str(kubeconfig), "--kubelet-socket", str(kubelet.socket_path),
         "--proc-root", str(proc), "--host", "127.0.0.1", "--port", "0",
         "--stream-port", "0", "--stream-insecure", "--interval", "1",
-        env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        env=env, stdout=asyncio.subprocess.PIPE, stderr=log.open("wb"))
     sink = Records()
     subscriber = AgentSubscriber(sink, "bench")
     try:
         assert agent.stdout is not None
         line = (await asyncio.wait_for(agent.stdout.readline(), 60)).decode()
         if "serving metrics at " not in line:
-            assert agent.stderr is not None
-            raise SystemExit(f"agent did not start: {line}{(await agent.stderr.read()).decode()}")
+            raise SystemExit(f"agent did not start: {line}{log.read_text()[-4000:]}")
         url = line.split("at ")[1].split()[0]
         subscriber.set_addresses([f"127.0.0.1:{line.rsplit(':', 1)[1].strip()}"])
         await asyncio.sleep(warmup)  # imports done, the pod list in, first scrapes done
@@ -298,6 +298,8 @@ async def deployed(seconds: float, warmup: float = 10.0) -> None:
           f"signals")
     print(f"  CPU {100 * cpu / elapsed:.2f} % of one core; VmRSS {rss:.1f} MiB, "
           f"VmHWM {hwm:.1f} MiB")
+    warnings = [line for line in log.read_text().splitlines() if " WARNING " in line]
+    print(f"  agent log: {len(warnings)} warnings{': ' + warnings[-1][:200] if warnings else ''}")
 
 
 def main() -> None:
