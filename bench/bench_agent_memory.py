@@ -3,14 +3,15 @@ then the agent as deployed.
 
 Each line imports its modules (and those of the lines above) in a new interpreter and
 prints the peak RSS, so the difference between two lines is what those imports cost in
-this process (native libraries, module objects and their data). The last part lists the
+this process (native libraries, module objects and their data). The third part lists the
 largest Python-level allocations (tracemalloc) after the agent's whole import set, by
 top-level package: what is Python heap rather than mapped native code.
 
-The Kubernetes client options are each measured on top of the agent's set (not of each
-other); the ones not installed are skipped. The first is the one in use: gpuscale's seam
-(kube/api.py, kube/credentials.py) on lightkube's config and httpx2 client. To measure the
-others too (kubernetes_asyncio, which it replaced, and kr8s):
+The Kubernetes client options (and aiohttp, which the agent no longer imports) are each
+measured on top of the agent's set (not of each other); the ones not installed are
+skipped. The first is the one in use: gpuscale's seam (kube/api.py, kube/credentials.py)
+on lightkube's config and httpx2 client. To measure the others too (kubernetes_asyncio,
+which it replaced, and kr8s):
     python3 -m venv /tmp/k && /tmp/k/bin/pip install -e . kubernetes_asyncio kr8s
     /tmp/k/bin/python bench/bench_agent_memory.py
 
@@ -48,15 +49,15 @@ sys.path.insert(0, str(REPO))
 
 STEPS: list[tuple[str, list[str]]] = [
     ("python itself", []),
-    ("+ protobuf, grpcio (+ health, reflection)",
-     ["google.protobuf", "grpc", "grpc_health.v1.health", "grpc_reflection.v1alpha.reflection"]),
-    ("+ aiohttp (engine scrapes, /metrics)", ["aiohttp", "aiohttp.web"]),
-    ("+ prometheus_client", ["prometheus_client"]),
+    ("+ protobuf, grpcio", ["google.protobuf", "grpc"]),
+    ("+ prometheus_client (its wsgiref server: /metrics)", ["prometheus_client"]),
     ("+ nvidia-ml-py, PyYAML", ["pynvml", "yaml"]),
+    ("+ httpx2 (engine scrapes; kube/'s client)", ["httpx2"]),
     ("+ the agent (gpuscale.agent.app, cli)", ["gpuscale.agent.app", "gpuscale.cli.agent"]),
 ]
 
-#: Kubernetes clients, each on top of the agent's set: the one in use, and lighter ones.
+#: On top of the agent's set, each alone: the Kubernetes client in use and the ones it
+#: replaced or could, and aiohttp, which the agent used before (engine scrapes, /metrics).
 CLIENTS: list[tuple[str, list[str]]] = [
     ("lightkube (in use: kube.api, kube.credentials)",
      ["gpuscale.kube.api", "gpuscale.kube.credentials"]),
@@ -65,13 +66,18 @@ CLIENTS: list[tuple[str, list[str]]] = [
     ("kubernetes_asyncio (before: its client, config)",
      ["kubernetes_asyncio.client", "kubernetes_asyncio.config"]),
     ("kr8s (kr8s.asyncio)", ["kr8s.asyncio"]),
+    ("aiohttp, aiohttp.web (the agent's before)", ["aiohttp", "aiohttp.web"]),
 ]
 
+# VmHWM, not getrusage's ru_maxrss: on Linux the latter keeps the peak of the forked
+# parent from before exec, so it would measure this script.
 _PROBE = """
-import importlib, resource, sys
+import importlib, sys
 for name in sys.argv[1:]:
     importlib.import_module(name)
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+for line in open("/proc/self/status"):
+    if line.startswith("VmHWM"):
+        print(int(line.split()[1]) / 1024)
 """
 
 _HEAP = """
@@ -107,7 +113,7 @@ print(f"{sum(by_package.values()) / 2**20:8.1f} MiB  in all")
 def imports() -> None:
     print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, Python "
           f"{sys.version.split()[0]}")
-    print("peak RSS of a fresh interpreter after importing (cumulative):")
+    print("peak RSS (VmHWM) of a fresh interpreter after importing (cumulative):")
     modules: list[str] = []
     before = None
     for label, names in STEPS:
@@ -120,7 +126,7 @@ def imports() -> None:
         before = rss
     assert before is not None
     agent = before
-    print("a Kubernetes client on top of the agent's set (each alone):")
+    print("on top of the agent's set (each alone):")
     for label, names in CLIENTS:
         out = subprocess.run([sys.executable, "-c", _PROBE, *modules, *names],
                              capture_output=True, text=True, check=False)
