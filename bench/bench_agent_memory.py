@@ -122,7 +122,7 @@ def imports() -> None:
                              text=True, check=True)
         rss = float(out.stdout.strip())
         step = "" if before is None else f"  (+{rss - before:.1f})"
-        print(f"  {label:<48}{rss:7.1f} MiB{step}")
+        print(f"  {label:<52}{rss:7.1f} MiB{step}")
         before = rss
     assert before is not None
     agent = before
@@ -131,10 +131,10 @@ def imports() -> None:
         out = subprocess.run([sys.executable, "-c", _PROBE, *modules, *names],
                              capture_output=True, text=True, check=False)
         if out.returncode != 0:
-            print(f"  {label:<48}    not installed here")
+            print(f"  {label:<52}    not installed here")
             continue
         rss = float(out.stdout.strip())
-        print(f"  {label:<48}{rss:7.1f} MiB  (+{rss - agent:.1f})")
+        print(f"  {label:<52}{rss:7.1f} MiB  (+{rss - agent:.1f})")
     print("Python heap (tracemalloc) of the agent's set with the client in use, by package:")
     heap = subprocess.run([sys.executable, "-c", _HEAP, *modules, *CLIENTS[0][1]],
                           capture_output=True, text=True, check=True)
