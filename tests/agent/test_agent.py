@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import threading
 import time
@@ -14,6 +15,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from gpuscale.agent.app import Agent, AgentConfig
+from gpuscale.agent.http import MAX_CONNECTIONS
 from gpuscale.agent.sampler import Sampler
 from gpuscale.telemetry.model import BackendState, NodeSnapshot
 from gpuscale.telemetry.scenario import load_scenario
@@ -116,6 +118,34 @@ async def test_hostile_requests_get_clear_errors_and_the_server_keeps_serving(
         assert r.status == 200
     for w in (junk, slow):
         w.close()
+
+
+async def test_connections_over_the_limit_are_closed_and_the_server_recovers(
+        sim_agent: tuple[Agent, int]) -> None:
+    """MAX_CONNECTIONS clients that never finish their request hold every slot: one more
+    connection is closed unanswered (no thread, no buffer for it); when they go, the
+    server answers again."""
+    _, port = sim_agent
+    held = [await asyncio.open_connection("127.0.0.1", port) for _ in range(MAX_CONNECTIONS)]
+    for _, w in held:
+        w.write(b"GET /metr")
+        await w.drain()
+    # Accepted in the order they connected: these 16 first.
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"GET /healthz HTTP/1.0\r\n\r\n")
+    await writer.drain()
+    with contextlib.suppress(ConnectionResetError):  # closed with our request unread
+        assert await asyncio.wait_for(reader.read(), 5) == b""
+    writer.close()
+    for _, w in held:
+        w.close()
+
+    async def healthz() -> bool:
+        async with aiohttp.ClientSession() as http, http.get(
+                f"http://127.0.0.1:{port}/healthz") as r:
+            return r.status == 200
+    assert await until(healthz, 5.0, "/healthz after the slow clients left",
+                       tolerate=(aiohttp.ClientError,))
 
 
 async def test_not_ready_until_first_sample_and_when_backend_unavailable() -> None:

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import free_port, until
+from tests.conftest import free_port, until, until_sync
 
 GPUSCALE = [sys.executable, "-m", "gpuscale.cli"]
 
@@ -61,15 +61,25 @@ def test_agent_serves_then_stops_cleanly_on_sigterm() -> None:
                              "--stream-port", "-1",
                              "--host", "127.0.0.1"], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    assert "serving metrics at http://127.0.0.1:" in line
-    url = line.split("at ")[1].split()[0]
-    with urllib.request.urlopen(url, timeout=5) as resp:
-        assert b"DCGM_FI_DEV_POWER_USAGE" in resp.read()
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=10) == 0
-    assert "stopping on signal" in (proc.stderr.read() if proc.stderr else "")
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert "serving metrics at http://127.0.0.1:" in line
+        url = line.split("at ")[1].split()[0]
+        # The server answers from the start; GPU series appear with the first sample,
+        # which /readyz reports.
+        ready = url.removesuffix("/metrics") + "/readyz"
+        until_sync(lambda: urllib.request.urlopen(ready, timeout=5).status == 200, 10.0,
+                   "the first sample", tolerate=(OSError,))
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            assert b"DCGM_FI_DEV_POWER_USAGE" in resp.read()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0
+        assert "stopping on signal" in (proc.stderr.read() if proc.stderr else "")
+    finally:
+        if proc.poll() is None:  # a failed assertion must not leave an agent running
+            proc.kill()
+            proc.wait()
 
 
 def test_agent_port_in_use() -> None:

@@ -398,3 +398,45 @@ async def test_a_bad_value_that_changes_every_scrape_is_logged_once(
     logged = [r.getMessage() for r in caplog.records]
     assert len(logged) == 1
     assert logged[0].endswith(": vllm:num_requests_waiting = -1 (negative)")
+
+
+@pytest.mark.parametrize(("answer", "why"), [
+    (b"", "no HTTP answer: "),
+    (b"SSH-2.0-OpenSSH_9.6\r\n", "no HTTP answer: "),
+    (b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\nvllm:num_requests_waiting 1\n",
+     "body cut short: "),
+])
+async def test_an_engine_that_is_no_http_server_or_hangs_up_says_so(answer: bytes,
+                                                                    why: str) -> None:
+    """Raw answers no HTTP server library would send: nothing, not HTTP, a short body."""
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(answer)
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    t = target_for(pod("p", server.sockets[0].getsockname()[1]))
+    assert isinstance(t, Target)
+    scraper = EngineScraper(dict, lambda: None)
+    async with server, scraper.session() as http:
+        got = await scraper.scrape(http, t)
+    assert set(got.signals.values()) == {U}
+    assert got.error.startswith(why), got.error
+
+
+async def test_engines_cookies_are_not_kept(serve: Serve) -> None:
+    """A scrape carries no session: whatever an engine sets is dropped, not collected."""
+    class Setter(Engine):
+        async def handle(self, request: web.Request) -> web.StreamResponse:
+            resp = await super().handle(request)
+            resp.set_cookie(f"c{self.requests}", "x" * 1000)
+            return resp
+
+    t = target_for(pod("p", await serve(Setter())))
+    assert isinstance(t, Target)
+    scraper = EngineScraper(dict, lambda: None)
+    async with scraper.session() as http:
+        for _ in range(3):
+            assert (await scraper.scrape(http, t)).error == ""
+        assert len(http.cookies.jar) == 0

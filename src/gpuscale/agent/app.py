@@ -91,17 +91,22 @@ class Agent:
 
     async def run(self, on_listening: Callable[[int], None] | None = None) -> None:
         """Run until cancelled. ``on_listening(port)`` is called once the port is bound."""
-        runner, self.port = await start_http(
-            make_app(self.registry, self.sampler.readiness), self.config.host, self.config.port)
+        http = await start_http(make_app(self.registry, self.sampler.readiness),
+                                self.config.host, self.config.port)
+        self.port = http.port
         stream = None
-        if self.publisher is not None:
-            stream = grpc.aio.server(options=[("grpc.max_concurrent_streams", 64)])
-            pb_grpc.add_AgentTelemetryServicer_to_server(self.publisher, stream)  # type: ignore[no-untyped-call]
-            address = f"{self.config.host}:{self.config.stream_port}"
-            self.stream_port = bind(stream, address,
-                                    server_credentials(self.config.stream_tls)
-                                    if self.config.stream_tls is not None else None)
-            await stream.start()
+        try:
+            if self.publisher is not None:
+                stream = grpc.aio.server(options=[("grpc.max_concurrent_streams", 64)])
+                pb_grpc.add_AgentTelemetryServicer_to_server(self.publisher, stream)  # type: ignore[no-untyped-call]
+                address = f"{self.config.host}:{self.config.stream_port}"
+                self.stream_port = bind(stream, address,
+                                        server_credentials(self.config.stream_tls)
+                                        if self.config.stream_tls is not None else None)
+                await stream.start()
+        except BaseException:  # the HTTP server's threads must not outlive a failed start
+            await asyncio.shield(asyncio.wait_for(http.close(), timeout=5.0))
+            raise
         try:
             if on_listening is not None:
                 on_listening(self.port)
@@ -115,7 +120,7 @@ class Agent:
             if stream is not None and self.publisher is not None:
                 self.publisher.stopping.set()
                 await asyncio.shield(stream.stop(2.0))
-            await asyncio.shield(asyncio.wait_for(runner.cleanup(), timeout=5.0))
+            await asyncio.shield(asyncio.wait_for(http.close(), timeout=5.0))
             if self.sources is not None:
                 await asyncio.shield(asyncio.wait_for(self.sources.close(), timeout=5.0))
             self.backend.close()

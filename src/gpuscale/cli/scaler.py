@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuscale.cli.common import fail, tls_files
-from gpuscale.scaler.service import DEFAULT_PORT
+from gpuscale.scaler import DEFAULT_PORT
 
 
 def add_parser(sub: Any) -> None:

@@ -1,6 +1,7 @@
 """Reading HTTP bodies with a size limit (aiohttp's ``read(n)`` returns what is buffered,
 not n bytes, so a limit needs a loop). The loop is over chunks of any client: aiohttp's
-(``read_bounded``) and the Kubernetes seam's httpx2 (``gather_bounded`` on its chunks)."""
+(``read_bounded``, the scaler's demand sources) and httpx2's (``gather_bounded`` on its
+chunks: the Kubernetes seam and the agent's engine scraper)."""
 
 from __future__ import annotations
 

@@ -32,18 +32,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import http.cookiejar
 import ipaddress
 import logging
 import re
+import ssl
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-import aiohttp
+import httpx2
 
 from gpuscale.attribution.model import AttributionState, NodeAttribution, PodInfo
-from gpuscale.common.bounded import BodyTooLarge, read_bounded
+from gpuscale.common.bounded import CHUNK, BodyTooLarge, gather_bounded
 from gpuscale.engines.signals import (
     ENGINES,
     EngineParseError,
@@ -66,6 +68,10 @@ TIMEOUT_S = 2.0
 MAX_CONCURRENT = 16
 
 PodKey = tuple[str, str]  # (namespace, pod)
+# The scraper's TLS context: it speaks plain HTTP only (target URLs are http://<pod IP>),
+# so this trusts no CA and costs no CA bundle in memory; were it ever used, it would
+# verify and fail.
+_NO_TLS = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
 _DIGITS = re.compile(r"\d+")
 
 
@@ -114,20 +120,38 @@ def target_for(pod: PodInfo) -> Target | str | None:
     return Target(pod.namespace, pod.name, engine, f"http://{host}:{port}{path}")
 
 
-def describe(exc: aiohttp.ClientError) -> str:
-    """A failed request in words (not a class name) for the pod's reading."""
-    if isinstance(exc, aiohttp.ClientConnectorError):
-        os_error = exc.os_error
-        if os_error.errno == errno.ECONNREFUSED:
+def describe(exc: httpx2.HTTPError, in_body: bool) -> str:
+    """A failed request in words (not a class name) for the pod's reading; ``in_body``: it
+    failed after the status line and headers had arrived."""
+    if isinstance(exc, httpx2.ConnectError):
+        os_error = _os_error(exc)
+        if os_error is not None and os_error.errno == errno.ECONNREFUSED:
             return "connection refused"
-        return f"cannot connect: {os_error.strerror or os_error}"[:160]
-    if isinstance(exc, aiohttp.ServerDisconnectedError):
-        return "the engine closed the connection before a complete answer"
-    if isinstance(exc, aiohttp.ClientPayloadError):
+        why = (os_error.strerror if os_error is not None else None) or exc
+        return f"cannot connect: {why}"[:160]
+    if isinstance(exc, httpx2.DecodingError):
+        return f"body cannot be decoded: {exc}"[:160]
+    if in_body:
         return f"body cut short: {exc}"[:160]
-    if isinstance(exc, aiohttp.ClientResponseError):
-        return f"not an HTTP answer: {exc.message}"[:160]
+    if isinstance(exc, (httpx2.RemoteProtocolError, httpx2.ReadError)):
+        return f"no HTTP answer: {exc}"[:160]
     return f"{type(exc).__name__}: {exc}"[:160]
+
+
+def _os_error(exc: BaseException) -> OSError | None:
+    """The operating system's error under the client's (which wraps it, and for a connect
+    attempt wraps it once more in an OSError without an errno)."""
+    todo: list[BaseException] = [exc]
+    for _ in range(16):  # a chain is a few links deep; never follow a cycle for ever
+        if not todo:
+            break
+        e = todo.pop()
+        if isinstance(e, OSError) and e.errno is not None:
+            return e
+        todo += [c for c in (e.__cause__, e.__context__) if c is not None]
+        if isinstance(e, BaseExceptionGroup):
+            todo += e.exceptions
+    return None
 
 
 class EngineScraper:
@@ -176,9 +200,9 @@ class EngineScraper:
     async def run(self) -> None:
         """Follow the node's GPU pods until cancelled: a task per pod, stopped with it."""
         try:
-            async with self.session() as http, asyncio.TaskGroup() as tg:
+            async with asyncio.TaskGroup() as tg:
                 def start(key: PodKey, t: Target) -> asyncio.Task[None]:
-                    return tg.create_task(self._follow(http, key, t),
+                    return tg.create_task(self._follow(key, t),
                                           name=f"engine-scrape {key[0]}/{key[1]}")
 
                 while True:
@@ -192,11 +216,25 @@ class EngineScraper:
             self._parser.shutdown(wait=False, cancel_futures=True)
 
     @contextlib.asynccontextmanager
-    async def session(self) -> AsyncIterator[aiohttp.ClientSession]:
-        """The HTTP client the scrapes share: no proxies from the environment, no DNS."""
-        connector = aiohttp.TCPConnector(limit=MAX_CONCURRENT, use_dns_cache=False)
-        async with aiohttp.ClientSession(connector=connector, trust_env=False) as http:
-            yield http
+    async def session(self) -> AsyncIterator[httpx2.AsyncClient]:
+        """An HTTP client for one pod's scrapes (each pod has its own, so finding a pod's
+        connection is not a search through every pod's: httpx2's pool looks at each of its
+        connections on every request). No proxies or other settings from the environment,
+        no redirects, no cookies, one keep-alive connection, plain HTTP only (its TLS
+        context trusts no CA: nothing is loaded for it). It asks for bodies uncompressed (a
+        gzip body is inflated in memory anyway, and inflating costs CPU); one sent
+        compressed all the same is inflated, and the body limit counts the inflated
+        bytes."""
+        async with httpx2.AsyncClient(
+                trust_env=False, follow_redirects=False, verify=_NO_TLS,
+                limits=httpx2.Limits(max_connections=1, max_keepalive_connections=1),
+                timeout=httpx2.Timeout(self._timeout),
+                # Engines' Set-Cookie headers are dropped (no domain is allowed): a jar
+                # would keep whatever an engine sends, and scrapes carry no session.
+                cookies=http.cookiejar.CookieJar(
+                    http.cookiejar.DefaultCookiePolicy(allowed_domains=[])),
+                headers={"Accept": "text/plain", "Accept-Encoding": "identity"}) as client:
+            yield client
 
     def reconcile(self, start: Callable[[PodKey, Target], asyncio.Task[None]]) -> None:
         """Bring the per-pod tasks in line with the pods that hold GPUs here and opt in:
@@ -256,8 +294,13 @@ class EngineScraper:
         self._logged.pop(key, None)
         self._starting.discard(key)
 
-    async def _follow(self, http: aiohttp.ClientSession, key: PodKey, t: Target) -> None:
+    async def _follow(self, key: PodKey, t: Target) -> None:
         """Scrape one pod every interval until stopped; each reading lands on its own."""
+        async with self.session() as http:
+            await self._scrape_every_interval(http, key, t)
+
+    async def _scrape_every_interval(self, http: httpx2.AsyncClient, key: PodKey,
+                                     t: Target) -> None:
         while True:
             began = self._monotonic()
             try:
@@ -274,26 +317,27 @@ class EngineScraper:
             self._readings[key] = reading
             await asyncio.sleep(max(0.0, began + self._interval - self._monotonic()))
 
-    async def scrape(self, http: aiohttp.ClientSession, t: Target) -> EngineReading:
+    async def scrape(self, http: httpx2.AsyncClient, t: Target) -> EngineReading:
         """One scrape of ``t``: its signals, or all UNAVAILABLE with the reason."""
         key = (t.namespace, t.pod)
         async with self._limit:
+            in_body = False
             try:
-                async with asyncio.timeout(self._timeout):
-                    async with http.get(t.url, allow_redirects=False,
-                                        headers={"Accept": "text/plain"}) as resp:
-                        if resp.status != 200:
-                            why = f"HTTP {resp.status}"
-                            if 300 <= resp.status < 400:
-                                why += " (redirects are not followed)"
-                            return self._fail(key, t, why)
-                        body = await read_bounded(resp, self._max_body)
+                async with asyncio.timeout(self._timeout), http.stream("GET", t.url) as resp:
+                    if resp.status_code != 200:
+                        why = f"HTTP {resp.status_code}"
+                        if 300 <= resp.status_code < 400:
+                            why += " (redirects are not followed)"
+                        return self._fail(key, t, why)
+                    in_body = True
+                    body = await gather_bounded(resp.aiter_bytes(CHUNK), self._max_body,
+                                                _declared_length(resp))
             except BodyTooLarge as exc:
                 return self._fail(key, t, f"{exc} (the limit is --engine-max-body-bytes)")
-            except TimeoutError:
+            except (TimeoutError, httpx2.TimeoutException):
                 return self._fail(key, t, f"no complete answer in {float(self._timeout)}s")
-            except aiohttp.ClientError as exc:
-                return self._fail(key, t, describe(exc))
+            except httpx2.HTTPError as exc:
+                return self._fail(key, t, describe(exc, in_body))
             triton = (self._triton.setdefault(key, TritonWindow()) if t.engine == "triton"
                       else None)
             vllm = self._vllm.setdefault(key, VllmRates()) if t.engine == "vllm" else None
@@ -325,6 +369,13 @@ class EngineScraper:
         if self._logged.get(key) != shape:
             self._logged[key] = shape
             log.warning("%s/%s: cannot use engine metrics from %s: %s", *key, t.url, why)
+
+
+def _declared_length(resp: httpx2.Response) -> int | None:
+    try:
+        return int(resp.headers["content-length"])
+    except (KeyError, ValueError):
+        return None
 
 
 def _parse(engine: str, body: bytes, scraped_at: float, triton: TritonWindow | None,

@@ -30,6 +30,7 @@ from gpuscale.common.errors import ConfigError, DataUnavailable, GpuscaleError, 
 from gpuscale.common.grpc_bind import bind
 from gpuscale.proto import externalscaler_pb2 as pb
 from gpuscale.proto import externalscaler_pb2_grpc as pb_grpc
+from gpuscale.scaler import DEFAULT_PORT
 from gpuscale.scaler.evaluate import WorkloadUnavailable, evaluate
 from gpuscale.scaler.fleet import FleetView
 from gpuscale.scaler.metadata import TriggerConfig, parse_metadata
@@ -45,7 +46,6 @@ if TYPE_CHECKING:  # the Kubernetes client is imported only where the resolver i
 
 log = logging.getLogger(__name__)
 
-DEFAULT_PORT = 6000
 STREAM_RESEND_S = 30.0  # StreamIsActive re-sends the current state at least this often
 UNAVAILABLE_GRACE_S = 3.0  # StreamIsActive ends with UNAVAILABLE after this long unknown
 SERVICE = "externalscaler.ExternalScaler"
