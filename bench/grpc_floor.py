@@ -25,41 +25,43 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import bench_scaler as b
 import grpc
 from prometheus_client import CollectorRegistry, Counter
 
+from bench import bench_scaler as b
 from gpuscale.proto import externalscaler_pb2 as pb
 from gpuscale.proto import externalscaler_pb2_grpc as g
+from gpuscale.scaler.fleet import FleetView
+from gpuscale.scaler.service import ScalerServer, ScalerService
 
 ANSWER = pb.GetMetricsResponse(metricValues=[pb.MetricValue(
     metricName="s0-gpuscale-gpu-utilization", metricValue=50, metricValueFloat=50.0)])
 
 
-def fleet() -> b.FleetView:
-    view = b.FleetView(stale_after=1e9)  # no updates in the -ours variants
+def fleet() -> FleetView:
+    view = FleetView(stale_after=1e9)  # no updates in the -ours variants
     for n in range(b.NODES):
         view.update_node(f"node-{n}", b.fleet_records(n, time.monotonic()))
     return view
 
 
 class Empty(g.ExternalScalerServicer):
-    async def GetMetrics(self, request, context):  # type: ignore[no-untyped-def]
+    async def GetMetrics(self, request, context):
         return ANSWER
 
 
 class SyncEmpty(g.ExternalScalerServicer):
-    def GetMetrics(self, request, context):  # type: ignore[no-untyped-def]
+    def GetMetrics(self, request, context):
         return ANSWER
 
 
 class SyncOurs(g.ExternalScalerServicer):
     def __init__(self) -> None:
-        self.service = b.ScalerService(fleet())
+        self.service = ScalerService(fleet())
 
-    def GetMetrics(self, request, context):  # type: ignore[no-untyped-def]
+    def GetMetrics(self, request, context):
         return self.service._metrics(request)
 
 
@@ -71,12 +73,12 @@ async def serve_aio(variant: str, port: int) -> None:
         registry = CollectorRegistry(auto_describe=False)
         requests = Counter("gpuscale_scaler_requests", "calls", ["method", "code"],
                            registry=registry)
-        service: g.ExternalScalerServicer = b.ScalerService(
+        service: g.ExternalScalerServicer = ScalerService(
             view, count=lambda m, c: requests.labels(m, c).inc())
-        server = b.ScalerServer(service, host="127.0.0.1", port=port)  # type: ignore[arg-type]
+        server = ScalerServer(service, host="127.0.0.1", port=port)  # type: ignore[arg-type]
         await server.start()
     else:
-        service = Empty() if view is None else b.ScalerService(view)
+        service = Empty() if view is None else ScalerService(view)
         aio = grpc.aio.server(options=[("grpc.max_concurrent_streams", 1000)])
         g.add_ExternalScalerServicer_to_server(service, aio)
         aio.add_insecure_port(f"127.0.0.1:{port}")
