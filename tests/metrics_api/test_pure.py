@@ -245,13 +245,20 @@ async def test_a_caller_that_goes_away_does_not_cancel_the_others() -> None:
     assert api.calls == 1
 
 
-def test_cache_is_bounded() -> None:
+def test_cache_is_bounded_in_entries_and_bytes() -> None:
     async def go() -> None:
         api = Reviews({"allowed": True})
         authz = Authorizer(api, max_cached=10)
         for i in range(50):
             await authz.check(User(f"u{i}", ()), ATTRS)
         assert len(authz._cache) == 10
+        authz = Authorizer(api)
+        authz.max_bytes = 20_000
+        groups = tuple(f"g{i}-" + "x" * 900 for i in range(5))  # ~5 KB of key each
+        for i in range(20):
+            await authz.check(User(f"u{i}", groups), ATTRS)
+        assert 0 < len(authz._cache) <= 4
+        assert authz._bytes <= 20_000
 
     asyncio.run(go())
 
@@ -286,3 +293,31 @@ def test_the_authenticator_remembers_certificates_not_headers(cas: dict[str, Any
         assert auth(leaf, [("X-Remote-User", "alice")]) == User(f"u{i}",
                                                                 ("system:authenticated",))
     assert len(auth._peers) <= 2
+
+
+def test_planners_from_metric_selectors_take_a_bounded_part_of_the_plan_book(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Readers of the API choose the planner's settings (the metric selector): each new
+    setting would be a planner in the book KEDA's planners share. Ours stop at MAX_PLANS."""
+    from gpuscale.metrics_api import answers as mod
+    from gpuscale.scaler.fleet import FleetView
+    from gpuscale.scaler.planning import PlanBook, TooManyPlans
+    from gpuscale.scaler.selector import parse_selector
+
+    monkeypatch.setattr(mod, "MAX_PLANS", 3)
+
+    class Deployment:
+        def target(self, namespace: str, kind: str, name: str) -> Any:
+            return parse_selector("app=vllm")
+
+    book = PlanBook()
+    answers = mod.MetricAnswers(FleetView(), None, Deployment(), book)
+    for startup in (100, 110, 120):
+        answers.object("llm", "deployments.apps", "vllm", "gpuscale_planned_replicas",
+                       f"startupSeconds={startup}")
+    with pytest.raises(TooManyPlans, match="limit 3"):
+        answers.object("llm", "deployments.apps", "vllm", "gpuscale_planned_replicas",
+                       "startupSeconds=130")
+    answers.object("llm", "deployments.apps", "vllm", "gpuscale_planned_replicas",
+                   "startupSeconds=110")  # an existing one still answers
+    assert len(book) == 3

@@ -27,7 +27,7 @@ from gpuscale.scaler.evaluate import WorkloadUnavailable, evaluate
 from gpuscale.scaler.fleet import FleetView
 from gpuscale.scaler.metadata import PLANNER_KEYS, parse_metadata
 from gpuscale.scaler.planner import Observation
-from gpuscale.scaler.planning import PlanBook, observe
+from gpuscale.scaler.planning import PlanBook, TooManyPlans, observe
 from gpuscale.scaler.profiles import PLANNED, Target, ValueMode
 from gpuscale.scaler.roster import Roster
 from gpuscale.scaler.selector import Selector, SelectorError, parse_selector
@@ -35,6 +35,8 @@ from gpuscale.stream.records import PodRecord
 from gpuscale.telemetry.model import Absent
 
 EVERY_POD = Selector((), "")
+SOURCE = "metrics-api"  # the plan book's keys of planners this API created
+MAX_PLANS = 100  # of the scaler's plan book (1,000), whatever metric selectors readers send
 GPU_WINDOW_S = 1  # the agent's tick: NVML samples are averaged over it
 
 
@@ -149,8 +151,15 @@ class MetricAnswers:
         def sample() -> Observation:
             return observe(self.fleet, *self._select(namespace, selector))
 
-        plan = self._plans.plan(("metrics-api", namespace, workload, selector.text, cfg),
-                                (namespace, workload), cfg.planner, sample,
+        key = (SOURCE, namespace, workload, selector.text, cfg)
+        if key not in self._plans:  # the KEDA planners share the book: ours take a part
+            planned = self._plans.keys()
+            ours = sum(1 for k in planned if isinstance(k, tuple) and k[:1] == (SOURCE,))
+            if ours >= MAX_PLANS:
+                raise TooManyPlans(f"the metrics API already plans {ours} workload settings "
+                                   f"(limit {MAX_PLANS}, so KEDA's planners keep room); "
+                                   "give HPAs of one workload the same metric selector")
+        plan = self._plans.plan(key, (namespace, workload), cfg.planner, sample,
                                 self.fleet.now())
         return plan.replicas
 

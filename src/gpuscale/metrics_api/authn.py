@@ -153,10 +153,16 @@ def _classify(trust: Trust, peer_der: bytes) -> _Peer:
     until = cert.not_valid_after_utc
     if trust.proxy_cas and issued_by(cert, trust.proxy_cas) and \
             (not trust.allowed_names or cn in trust.allowed_names):
-        return _Peer("proxy", cn, orgs, until)
+        return _Peer("proxy", cn, orgs, min(until, _ca_until(cert, trust.proxy_cas)))
     if trust.client_cas and issued_by(cert, trust.client_cas) and cn:
-        return _Peer("client", cn, orgs, until)
+        return _Peer("client", cn, orgs, min(until, _ca_until(cert, trust.client_cas)))
     return _Peer("", cn, orgs, until)
+
+
+def _ca_until(cert: x509.Certificate, cas: Iterable[x509.Certificate]) -> datetime.datetime:
+    """When the CA that issued ``cert`` expires: a remembered check ends then too."""
+    return min((ca.not_valid_after_utc for ca in cas if ca.subject == cert.issuer),
+               default=cert.not_valid_after_utc)
 
 
 def authenticate(trust: Trust, peer_der: bytes | None,

@@ -24,6 +24,7 @@ from gpuscale.metrics_api.authn import User
 ALLOW_TTL_S = 10.0
 DENY_TTL_S = 10.0
 MAX_CACHED = 10_000
+MAX_CACHED_BYTES = 16 * 1024 * 1024  # of the questions kept as keys (users' groups, extras)
 ALWAYS_ALLOWED_PATHS = frozenset({"/healthz", "/livez", "/readyz"})
 PRIVILEGED_GROUP = "system:masters"
 
@@ -100,7 +101,9 @@ class Authorizer:
         self._ttl = {True: allow_ttl_s, False: deny_ttl_s}
         self._max = max_cached
         self._monotonic = monotonic
-        self._cache: OrderedDict[tuple[Any, ...], tuple[float, Decision]] = OrderedDict()
+        self._cache: OrderedDict[tuple[Any, ...], tuple[float, Decision, int]] = OrderedDict()
+        self._bytes = 0
+        self.max_bytes = MAX_CACHED_BYTES
         self._pending: dict[tuple[Any, ...], asyncio.Task[Decision]] = {}
         self.reviews = 0  # SubjectAccessReviews sent
 
@@ -129,7 +132,10 @@ class Authorizer:
                 "authorization.k8s.io/v1", "subjectaccessreviews", review_body(user, attrs)))
         finally:
             del self._pending[key]
-        self._cache[key] = (self._monotonic() + self._ttl[decision.allowed], decision)
-        while len(self._cache) > self._max:
-            self._cache.popitem(last=False)
+        size = len(repr(key))  # once per review, not per request
+        old = self._cache.pop(key, None)
+        self._bytes += size - (old[2] if old else 0)
+        self._cache[key] = (self._monotonic() + self._ttl[decision.allowed], decision, size)
+        while len(self._cache) > self._max or self._bytes > self.max_bytes:
+            self._bytes -= self._cache.popitem(last=False)[1][2]
         return decision

@@ -82,6 +82,9 @@ class PlanBook:
     def __len__(self) -> int:
         return len(self._entries)
 
+    def __contains__(self, key: Hashable) -> bool:
+        return key in self._entries
+
     def plan(self, key: Hashable, label: tuple[str, str], config: PlannerConfig,
              sample: Sample, now: float) -> Plan:
         """The workload's current plan; the first ask creates its planner and observes at
