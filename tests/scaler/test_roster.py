@@ -174,7 +174,8 @@ async def test_with_the_api_every_ready_gpu_pod_must_have_reported(
             kubeapi.modify(gpu_pod("a-1", "n-b", phase="Succeeded"))
             assert await until(lambda: _equals(value(stub, "a"), 40.0), what="OK again")
     finally:
-        watch.cancel()
+        watch.cancel()  # and awaited before the client closes: closing httpx2's pool while
+        await asyncio.gather(watch, return_exceptions=True)  # a stream unwinds can hang
         await server.stop(0.2)
         await sub.close()
         await api.close()
@@ -207,7 +208,8 @@ async def test_a_pod_watch_down_too_long_holds_every_answer(kubeapi: KubeApiPeer
             await until(lambda: roster.problems("llm", sel, fleet.select("llm", sel)) == [],
                         what="no gaps once the watch is back")
     finally:
-        watch.cancel()
+        watch.cancel()  # and awaited before the client closes: closing httpx2's pool while
+        await asyncio.gather(watch, return_exceptions=True)  # a stream unwinds can hang
         await sub.close()
         await api.close()
 

@@ -72,6 +72,7 @@ async def test_endpointslices_drive_the_subscriptions(agents: list[Agent]) -> No
         assert [r.name for r in fleet.select("ns", sel)] == ["w-1"]
     finally:
         task.cancel()
+        await asyncio.gather(task, return_exceptions=True)  # before its client closes
         await sub.close()
         await api.close()
         await peer.stop()

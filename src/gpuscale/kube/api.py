@@ -18,6 +18,7 @@ lightkube errors do not leave this package: a failed call is an ``ApiError`` (a
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -29,6 +30,8 @@ import httpx2
 from gpuscale.kube.errors import ApiError, BadReference, BadReply
 from gpuscale.kube.listwatch import FAILED, JSON, ListWatch, api_json, describe
 
+log = logging.getLogger(__name__)
+CLOSE_TIMEOUT_S = 10.0
 GET_TIMEOUT_S = 10  # one request, from sending to the last byte of the answer
 # The core group's collections gpuscale watches (access.py grants no other); every other
 # group's collections are reached the same way, custom resources included.
@@ -106,7 +109,14 @@ class KubeApi:
         self._resources: dict[tuple[str, str], str] = {}  # (apiVersion, kind) -> plural
 
     async def close(self) -> None:
-        await self._http.aclose()
+        """Close the client, within ``CLOSE_TIMEOUT_S``: await the watches' tasks first
+        (closing the pool while a cancelled stream still unwinds can wait on it); a close
+        that does not finish in time is logged and left, never a hang at shutdown."""
+        try:
+            await asyncio.wait_for(asyncio.shield(self._http.aclose()), CLOSE_TIMEOUT_S)
+        except TimeoutError:
+            log.warning("the Kubernetes API client did not close within %.0fs",
+                        CLOSE_TIMEOUT_S)
 
     async def get(self, ref: ObjectRef) -> dict[str, Any]:
         """The object as JSON. ApiError (status 404: not found) or BadReference."""
