@@ -28,6 +28,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from bench.proc import proc_cpu_seconds, proc_mem_mib  # noqa: E402
 from tests.peers.fakenvml import big_mig_scenario, build  # noqa: E402
 
 SAMPLE_CODE = textwrap.dedent("""
@@ -83,18 +84,6 @@ IMPORT_CODE = textwrap.dedent("""
 """)
 
 
-def proc_cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def proc_mem_mib(pid: int) -> tuple[float, float]:
-    values = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(("VmRSS", "VmHWM")):
-            key, val = line.split(":")
-            values[key] = int(val.split()[0]) / 1024
-    return values["VmRSS"], values["VmHWM"]
 
 
 def main() -> None:

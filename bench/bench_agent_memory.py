@@ -47,6 +47,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from bench.proc import proc_cpu_seconds, proc_mem_mib  # noqa: E402
+
 STEPS: list[tuple[str, list[str]]] = [
     ("python itself", []),
     ("+ protobuf, grpcio", ["google.protobuf", "grpc"]),
@@ -183,18 +185,6 @@ class Records:
         self.latest = []
 
 
-def proc_cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def proc_mem_mib(pid: int) -> tuple[float, float]:
-    values = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(("VmRSS", "VmHWM")):
-            key, val = line.split(":")
-            values[key] = int(val.split()[0]) / 1024
-    return values["VmRSS"], values["VmHWM"]
 
 
 async def deployed(seconds: float, warmup: float = 10.0) -> None:

@@ -27,6 +27,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from bench.proc import proc_cpu_seconds, proc_mem_mib  # noqa: E402
+
 NODES, PODS_PER_NODE, WORKLOADS, NAMESPACES = 1000, 8, 1000, 10
 PER_CONNECTION = 400  # scaler.service.MAX_STREAMS_PER_PEER
 
@@ -157,12 +159,7 @@ asyncio.run(main())
 
 def proc_stat(pid: int) -> tuple[float, float]:
     """(RSS MiB, CPU seconds) of ``pid``."""
-    status = Path(f"/proc/{pid}/status").read_text()
-    rss = next(int(line.split()[1]) for line in status.splitlines()
-               if line.startswith("VmRSS:")) / 1024
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    ticks = os.sysconf("SC_CLK_TCK")
-    return rss, (int(fields[11]) + int(fields[12])) / ticks
+    return proc_mem_mib(pid)[0], proc_cpu_seconds(pid)
 
 
 async def main() -> None:
