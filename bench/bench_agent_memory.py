@@ -177,7 +177,7 @@ class Records:
         self.latest: list[object] = []
         self.updates = 0
 
-    def update_node(self, node: str, records: Iterable[object]) -> None:
+    def update_node(self, node: str, records: Iterable[object], devices: object = ()) -> None:
         self.latest = list(records)
         self.updates += 1
 

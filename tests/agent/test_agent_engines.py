@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -17,7 +17,7 @@ from gpuscale.attribution.model import Allocation, PodInfo, PodPhase
 from gpuscale.attribution.sources import Inputs
 from gpuscale.cli import main
 from gpuscale.stream.codec import decode, encode
-from gpuscale.stream.records import PodRecord
+from gpuscale.stream.records import DeviceRecord, PodRecord
 from gpuscale.telemetry.model import Absent, NodeSnapshot
 from gpuscale.telemetry.scenario import gpu_uuid, load_scenario
 from gpuscale.telemetry.simulated import SimulatedBackend
@@ -83,7 +83,8 @@ class Records:
     def __init__(self) -> None:
         self.latest: dict[str, PodRecord] = {}
 
-    def update_node(self, node: str, records: Iterable[PodRecord]) -> None:
+    def update_node(self, node: str, records: Iterable[PodRecord],
+                    devices: Sequence[DeviceRecord] = ()) -> None:
         self.latest = {r.name: r for r in records}
 
     def remove_node(self, node: str) -> None:

@@ -22,7 +22,7 @@ from prometheus_client import CollectorRegistry, disable_created_metrics
 
 from gpuscale.agent.exporter import SnapshotCollector
 from gpuscale.agent.http import make_app, start_http
-from gpuscale.agent.records import EngineSignals, pod_records
+from gpuscale.agent.records import EngineSignals, node_devices, pod_records
 from gpuscale.agent.sampler import Sampler
 from gpuscale.attribution.model import AttributionState, NodeAttribution
 from gpuscale.attribution.sources import AttributionSources, attribute_tick
@@ -31,7 +31,7 @@ from gpuscale.common.shutdown import cancel_on_signals
 from gpuscale.engines.scrape import MAX_BODY_BYTES, EngineScraper
 from gpuscale.proto import telemetry_pb2_grpc as pb_grpc
 from gpuscale.stream.publisher import TelemetryPublisher
-from gpuscale.stream.records import NodeSink, PodRecord
+from gpuscale.stream.records import DeviceRecord, NodeSink, PodRecord
 from gpuscale.stream.tls import TlsFiles, server_credentials
 from gpuscale.telemetry.backend import GpuBackend
 from gpuscale.telemetry.model import Absent, BackendState, NodeSnapshot
@@ -87,7 +87,8 @@ class Agent:
             publisher = self.publisher
             self.sampler.add_listener(
                 lambda snap, att: publisher.publish(self.pod_records(snap, att),
-                                                    snap.node or hostname))
+                                                    snap.node or hostname,
+                                                    self.devices(snap, att)))
 
     async def run(self, on_listening: Callable[[int], None] | None = None) -> None:
         """Run until cancelled. ``on_listening(port)`` is called once the port is bound."""
@@ -135,7 +136,7 @@ class Agent:
         def on_tick(snap: NodeSnapshot, att: NodeAttribution | None) -> None:
             records = self.pod_records(snap, att)
             if not isinstance(records, str):
-                sink.update_node(snap.node, records)
+                sink.update_node(snap.node, records, self.devices(snap, att))
 
         self.sampler.add_listener(on_tick)
 
@@ -159,6 +160,13 @@ class Agent:
                     f"({'; '.join(att.reasons)[:120]})")
         return pod_records(snap, att, sampled_at=snap.monotonic,
                            engines=self.engine_signals())
+
+    @staticmethod
+    def devices(snap: NodeSnapshot, att: NodeAttribution | None) -> list[DeviceRecord]:
+        """The node's devices and who holds them (none while attribution is unknown)."""
+        if att is None or att.state is AttributionState.UNAVAILABLE:
+            return []
+        return node_devices(snap, att)
 
     def engine_signals(self) -> dict[tuple[str, str], EngineSignals]:
         """Per-pod engine signals, and why the unusable ones are: the scrape's reason, or

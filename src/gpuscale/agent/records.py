@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from gpuscale.attribution.model import NodeAttribution, PodUsage
-from gpuscale.stream.records import PodRecord
-from gpuscale.telemetry.model import Absent, NodeSnapshot, Reading
+from gpuscale.stream.records import DeviceRecord, PodRecord
+from gpuscale.telemetry.model import Absent, IntReading, NodeSnapshot, Reading, SharingMode
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +54,36 @@ def pod_records(snapshot: NodeSnapshot, attribution: NodeAttribution,
                              info.ready if info else False, signals, sampled_at,
                              reasons=reasons))
     return out
+
+
+def node_devices(snapshot: NodeSnapshot, attribution: NodeAttribution) -> list[DeviceRecord]:
+    """The node's GPUs and MIG instances with the pods allocated each (a time-sliced GPU
+    lists every pod holding one of its replicas). A GPU split into MIG instances is listed
+    too (sharing "mig", no pods): its instances carry the allocations."""
+    holders: dict[str, set[str]] = {}
+    for u in attribution.pods:
+        for d in u.devices:
+            holders.setdefault(d.mig_uuid or d.gpu_uuid, set()).add(f"{u.namespace}/{u.pod}")
+    out = []
+    for g in snapshot.gpus:
+        sharing = "mig" if g.mig_enabled else _SHARING[g.sharing]
+        out.append(DeviceRecord(g.uuid, g.index, g.name, "", sharing, g.utilization_percent,
+                                _to_mib(g.memory_used_bytes), _to_mib(g.memory_total_bytes),
+                                tuple(sorted(holders.get(g.uuid, ())))))
+        out.extend(DeviceRecord(m.uuid, g.index, m.profile, g.uuid, "exclusive",
+                                m.utilization_percent, _to_mib(m.memory_used_bytes),
+                                _to_mib(m.memory_total_bytes),
+                                tuple(sorted(holders.get(m.uuid, ()))))
+                   for m in g.migs)
+    return out
+
+
+_SHARING = {SharingMode.EXCLUSIVE: "exclusive", SharingMode.TIME_SLICED: "time-sliced",
+            SharingMode.MPS: "mps", SharingMode.MIG: "mig"}
+
+
+def _to_mib(value: IntReading) -> Reading:
+    return value if isinstance(value, Absent) else value / 2**20
 
 
 def _first_absent(values: list[Reading] | list[int | Absent]) -> Absent | None:

@@ -23,6 +23,9 @@ from gpuscale.common.shutdown import cancel_on_signals
 from gpuscale.engines.simulated import engines_for, start_engines
 from gpuscale.scaler.demand import DemandSources, ScalerConfig, load_config
 from gpuscale.scaler.fleet import FleetView
+from gpuscale.scaler.inspect import SERVICE as INSPECT
+from gpuscale.scaler.inspect import Inspector
+from gpuscale.scaler.inspect import add_to_server as add_inspect
 from gpuscale.scaler.service import ScalerServer, ScalerService
 from gpuscale.telemetry.model import Absent
 from gpuscale.telemetry.scenario import load_scenario
@@ -54,7 +57,9 @@ async def serve_scenario(args: argparse.Namespace) -> None:
     demand = DemandSources(load_config(args.scaler_config) if args.scaler_config
                            else ScalerConfig())
     service = ScalerService(fleet, demand=demand.pending)
-    server = ScalerServer(service, host=args.host, port=args.port)
+    inspector = Inspector(service)
+    server = ScalerServer(service, host=args.host, port=args.port,
+                          extra=[(INSPECT, lambda s: add_inspect(inspector, s))])
     host = "localhost" if args.host in ("0.0.0.0", "::", "[::]") else args.host
     cancel_on_signals()
 
@@ -71,7 +76,8 @@ async def serve_scenario(args: argparse.Namespace) -> None:
                    "metricName": "gpuscale-gpu-utilization"}
         print(f"KEDA external scaler on {host}:{port}; try:\n  grpcurl -plaintext -d "
               f"'{json.dumps(example)}' {host}:{port} "
-              f"externalscaler.ExternalScaler/GetMetrics", flush=True)
+              f"externalscaler.ExternalScaler/GetMetrics\nWatch the fleet: gpuscale top "
+              f"--scaler {host}:{port}", flush=True)
 
     try:
         async with asyncio.TaskGroup() as tg:
@@ -79,6 +85,7 @@ async def serve_scenario(args: argparse.Namespace) -> None:
                 tg.create_task(agent.run(agent_up(node.name)), name=f"agent-{node.name}")
             tg.create_task(server.serve(scaler_up), name="scaler")
             tg.create_task(service.plan_loop(), name="planner")
+            tg.create_task(inspector.record(), name="history")
             tg.create_task(demand.run(), name="demand-sources")
     except asyncio.CancelledError:
         log.info("stopping on signal")

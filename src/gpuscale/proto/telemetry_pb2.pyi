@@ -13,7 +13,7 @@ class SubscribeRequest(_message.Message):
     def __init__(self, subscriber: _Optional[str] = ...) -> None: ...
 
 class NodeUpdate(_message.Message):
-    __slots__ = ("node", "agent_id", "seq", "sampled_at", "interval", "pods", "attribution_ok", "attribution_detail")
+    __slots__ = ("node", "agent_id", "seq", "sampled_at", "interval", "pods", "attribution_ok", "attribution_detail", "devices")
     NODE_FIELD_NUMBER: _ClassVar[int]
     AGENT_ID_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
@@ -22,6 +22,7 @@ class NodeUpdate(_message.Message):
     PODS_FIELD_NUMBER: _ClassVar[int]
     ATTRIBUTION_OK_FIELD_NUMBER: _ClassVar[int]
     ATTRIBUTION_DETAIL_FIELD_NUMBER: _ClassVar[int]
+    DEVICES_FIELD_NUMBER: _ClassVar[int]
     node: str
     agent_id: str
     seq: int
@@ -30,7 +31,30 @@ class NodeUpdate(_message.Message):
     pods: _containers.RepeatedCompositeFieldContainer[PodSignals]
     attribution_ok: bool
     attribution_detail: str
-    def __init__(self, node: _Optional[str] = ..., agent_id: _Optional[str] = ..., seq: _Optional[int] = ..., sampled_at: _Optional[float] = ..., interval: _Optional[float] = ..., pods: _Optional[_Iterable[_Union[PodSignals, _Mapping]]] = ..., attribution_ok: _Optional[bool] = ..., attribution_detail: _Optional[str] = ...) -> None: ...
+    devices: _containers.RepeatedCompositeFieldContainer[Device]
+    def __init__(self, node: _Optional[str] = ..., agent_id: _Optional[str] = ..., seq: _Optional[int] = ..., sampled_at: _Optional[float] = ..., interval: _Optional[float] = ..., pods: _Optional[_Iterable[_Union[PodSignals, _Mapping]]] = ..., attribution_ok: _Optional[bool] = ..., attribution_detail: _Optional[str] = ..., devices: _Optional[_Iterable[_Union[Device, _Mapping]]] = ...) -> None: ...
+
+class Device(_message.Message):
+    __slots__ = ("uuid", "parent_uuid", "index", "model", "sharing", "utilization", "memory_used", "memory_total", "pods")
+    UUID_FIELD_NUMBER: _ClassVar[int]
+    PARENT_UUID_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    SHARING_FIELD_NUMBER: _ClassVar[int]
+    UTILIZATION_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_USED_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    PODS_FIELD_NUMBER: _ClassVar[int]
+    uuid: str
+    parent_uuid: str
+    index: int
+    model: str
+    sharing: str
+    utilization: Reading
+    memory_used: Reading
+    memory_total: Reading
+    pods: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, uuid: _Optional[str] = ..., parent_uuid: _Optional[str] = ..., index: _Optional[int] = ..., model: _Optional[str] = ..., sharing: _Optional[str] = ..., utilization: _Optional[_Union[Reading, _Mapping]] = ..., memory_used: _Optional[_Union[Reading, _Mapping]] = ..., memory_total: _Optional[_Union[Reading, _Mapping]] = ..., pods: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class PodSignals(_message.Message):
     __slots__ = ("namespace", "name", "labels", "owner_kind", "owner_name", "ready", "signals")

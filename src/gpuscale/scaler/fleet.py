@@ -12,17 +12,18 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from gpuscale.scaler.selector import Selector
-from gpuscale.stream.records import PodRecord
+from gpuscale.stream.records import DeviceRecord, PodRecord
 
 
 @dataclass
 class _Node:
     pods: dict[tuple[str, str], PodRecord] = field(default_factory=dict)
     updated_at: float = 0.0
+    devices: tuple[DeviceRecord, ...] = ()
 
 
 CACHE_ENTRIES = 20_000  # distinct (namespace, selector) pairs remembered
@@ -45,9 +46,11 @@ class FleetView:
 
     # -- writers -------------------------------------------------------------------------
 
-    def update_node(self, node: str, records: Iterable[PodRecord]) -> None:
-        """Replace ``node``'s pods. O(pods on the node); selections of a namespace are
-        recomputed only when that namespace's pods come, go or change labels."""
+    def update_node(self, node: str, records: Iterable[PodRecord],
+                    devices: Sequence[DeviceRecord] = ()) -> None:
+        """Replace ``node``'s pods (and devices, kept for the operator tools). O(pods on
+        the node); selections of a namespace are recomputed only when that namespace's pods
+        come, go or change labels."""
         new = {(r.namespace, r.name): r for r in records}
         entry = self._nodes.setdefault(node, _Node())
         old = entry.pods
@@ -61,6 +64,7 @@ class FleetView:
                 self._bump(key[0])
             self._pods[key] = r
         entry.pods = new
+        entry.devices = tuple(devices)
         entry.updated_at = self._monotonic()
         self._notify()
 
@@ -117,6 +121,14 @@ class FleetView:
         """Node -> seconds since its last update."""
         now = self._monotonic()
         return {n: now - e.updated_at for n, e in self._nodes.items()}
+
+    def devices(self) -> dict[str, tuple[DeviceRecord, ...]]:
+        """Node -> its devices as last reported."""
+        return {n: e.devices for n, e in self._nodes.items()}
+
+    def pods(self) -> list[PodRecord]:
+        """Every pod's latest record."""
+        return list(self._pods.values())
 
     def pod_count(self) -> int:
         return len(self._pods)

@@ -25,6 +25,9 @@ from gpuscale.common.errors import ConfigError
 from gpuscale.common.shutdown import cancel_on_signals
 from gpuscale.scaler.demand import DemandSources, ScalerConfig, load_config
 from gpuscale.scaler.fleet import FleetView
+from gpuscale.scaler.inspect import SERVICE as INSPECT
+from gpuscale.scaler.inspect import Inspector
+from gpuscale.scaler.inspect import add_to_server as add_inspect
 from gpuscale.scaler.planning import PlanBook
 from gpuscale.scaler.roster import AgentRoster, PodRoster, Roster
 from gpuscale.scaler.service import ScalerServer, ScalerService
@@ -158,9 +161,11 @@ async def serve(args: argparse.Namespace, extras: Sequence[Extra] = (),
     service = ScalerService(fleet, demand=demand.pending, workloads=workloads,
                             count=lambda m, c: requests.labels(m, c).inc(), roster=roster)
     registry.register(PlanCollector(service.plans))
+    inspector = Inspector(service, subscriber.states, workloads)
     server = ScalerServer(service,
                           host=args.host, port=args.port,
-                          credentials=server_credentials(args.tls) if args.tls else None)
+                          credentials=server_credentials(args.tls) if args.tls else None,
+                          extra=[(INSPECT, lambda s: add_inspect(inspector, s))])
 
     async def metrics(_: web.Request) -> web.Response:
         return web.Response(body=generate_latest(registry), content_type="text/plain")
@@ -204,6 +209,7 @@ async def serve(args: argparse.Namespace, extras: Sequence[Extra] = (),
             tg.create_task(demand.run())
             tg.create_task(sweep())
             tg.create_task(service.plan_loop())
+            tg.create_task(inspector.record())
             if workloads is not None:
                 tg.create_task(workloads.run())
             if pod_roster is not None:

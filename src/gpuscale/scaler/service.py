@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -33,6 +33,7 @@ from gpuscale.proto import externalscaler_pb2_grpc as pb_grpc
 from gpuscale.scaler import DEFAULT_PORT
 from gpuscale.scaler.evaluate import WorkloadUnavailable, evaluate
 from gpuscale.scaler.fleet import FleetView
+from gpuscale.scaler.history import TriggerHistory
 from gpuscale.scaler.metadata import TriggerConfig, parse_metadata
 from gpuscale.scaler.planner import Observation
 from gpuscale.scaler.planning import PlanBook, observe
@@ -107,6 +108,7 @@ class ScalerService(pb_grpc.ExternalScalerServicer):
         ``plans``: the planners of vllm-planner triggers (``plan_loop`` ticks them)."""
         self.fleet = fleet
         self.plans = plans if plans is not None else PlanBook()
+        self.history = TriggerHistory()  # what KEDA asks about (scaler.inspect records it)
         self._roster = roster
         self._answered = _Answered(count)
         self._demand = demand
@@ -119,11 +121,16 @@ class ScalerService(pb_grpc.ExternalScalerServicer):
         self.pushes = ActivityPushes(lambda: fleet.generation, self.stopping, resend_s,
                                      lambda: self.unavailable_grace_s)
 
+    @property
+    def demand(self) -> DemandCheck | None:
+        return self._demand
+
     # -- helpers: pure, raising GpuscaleError; the methods below map it to a status -----
 
     def _config(self, ref: pb.ScaledObjectRef) -> TriggerConfig:
         check_ref(ref)
         cfg = parse_metadata(ref.scalerMetadata)  # MetadataError
+        self.history.note(ref.namespace, ref.name, ref.scalerMetadata, cfg, self.fleet.now())
         if cfg.selector is None and self._workloads is None:
             raise ConfigError("podSelector: required (label selector of the workload's pods, "
                               "e.g. app=vllm); resolving scaleTargetRef through the API is "
@@ -157,8 +164,8 @@ class ScalerService(pb_grpc.ExternalScalerServicer):
             else:
                 del self._streams[peer]
 
-    def _pods(self, ref: pb.ScaledObjectRef,
-              cfg: TriggerConfig) -> tuple[list[PodRecord], list[str]]:
+    def pods_of(self, ref: pb.ScaledObjectRef,
+                cfg: TriggerConfig) -> tuple[list[PodRecord], list[str]]:
         """The workload's pods' records (podSelector, else the ScaledObject's scale
         target's selector, from the watches) and the roster's gaps. Raises
         WorkloadUnavailable."""
@@ -174,14 +181,14 @@ class ScalerService(pb_grpc.ExternalScalerServicer):
                 self._roster.problems(ref.namespace, selector, records))
         return records, gaps
 
-    def _value(self, ref: pb.ScaledObjectRef, cfg: TriggerConfig, target: Target) -> float:
+    def value(self, ref: pb.ScaledObjectRef, cfg: TriggerConfig, target: Target) -> float:
         if target.signal == PLANNED and cfg.planner is not None:
             def sample() -> Observation:
-                return observe(self.fleet, *self._pods(ref, cfg))
+                return observe(self.fleet, *self.pods_of(ref, cfg))
             plan = self.plans.plan((ref.namespace, ref.name, cfg), (ref.namespace, ref.name),
                                    cfg.planner, sample, self.fleet.now())
             return plan.replicas * target.target
-        records, gaps = self._pods(ref, cfg)
+        records, gaps = self.pods_of(ref, cfg)
         return evaluate(self.fleet, records, target, cfg.value_mode, gaps).value
 
     async def plan_loop(self, period: float | None = None, chunk: int = PLAN_CHUNK) -> None:
@@ -204,9 +211,9 @@ class ScalerService(pb_grpc.ExternalScalerServicer):
         stale, a reply that is not a number), the answer is UNAVAILABLE, not "inactive": a
         workload at zero replicas has no pods to show its load. Raises DataUnavailable."""
         if cfg.planner is not None:  # one target, answered from the plan
-            active = any(self._value(ref, cfg, t) > t.activation for t in cfg.targets)
+            active = any(self.value(ref, cfg, t) > t.activation for t in cfg.targets)
         else:  # the pods selected once for every target (evaluated until one is active)
-            records, gaps = self._pods(ref, cfg)
+            records, gaps = self.pods_of(ref, cfg)
             active = any(evaluate(self.fleet, records, t, cfg.value_mode, gaps).value
                          > t.activation for t in cfg.targets)
         if active:
@@ -227,7 +234,7 @@ class ScalerService(pb_grpc.ExternalScalerServicer):
         if target is None:
             raise ConfigError(f"metricName: {request.metricName[:100]!r} is not one of "
                               f"{', '.join(cfg.metric_name(t) for t in cfg.targets)}")
-        value = min(self._value(ref, cfg, target), MAX_VALUE)  # beyond: maxReplicas anyway
+        value = min(self.value(ref, cfg, target), MAX_VALUE)  # beyond: maxReplicas anyway
         return pb.GetMetricsResponse(metricValues=[pb.MetricValue(
             metricName=request.metricName, metricValue=round(value),
             metricValueFloat=value)])
@@ -340,7 +347,10 @@ class ScalerServer:
 
     def __init__(self, service: ScalerService, host: str = "[::]",
                  port: int = DEFAULT_PORT,
-                 credentials: grpc.ServerCredentials | None = None) -> None:
+                 credentials: grpc.ServerCredentials | None = None,
+                 extra: Sequence[tuple[str, Callable[[grpc.aio.Server], None]]] = ()) -> None:
+        """``extra``: more services on the same port and credentials, each (full name,
+        registration)."""
         self.service = service
         self.health = HealthServicer()
         self._server = grpc.aio.server(options=[
@@ -353,8 +363,11 @@ class ScalerServer:
             ("grpc.server.max_pending_requests_hard_limit", 2 * MAX_PENDING_CALLS)])
         pb_grpc.add_ExternalScalerServicer_to_server(service, self._server)  # type: ignore[no-untyped-call]
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)
+        for _, register in extra:
+            register(self._server)
         enable_reflection(self._server,
-                          (SERVICE, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name))
+                          (SERVICE, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+                           *(name for name, _ in extra)))
         address = host if host.startswith("unix:") else f"{host}:{port}"
         self.port = bind(self._server, address, credentials)
 

@@ -61,6 +61,8 @@ class WorkloadResolver:
                                    on_change=self._index_targets, backoff_s=backoff_s)
         self._refresh_s = scale_refresh_s
         self._targets: dict[tuple[str, str], TargetRef] = {}  # (ns, so) -> target
+        self._specs: dict[tuple[str, str], Mapping[str, Any]] = {}  # (ns, so) -> its spec
+        self._replicas: dict[tuple[str, str, str], int] = {}  # (ns, kind, name) -> spec.replicas
         self._selectors: dict[tuple[str, str, str, str], Selector | str] = {}  # (ns, av, k, n)
         self._scales: dict[tuple[str, str, str, str], Selector | str] = {}
 
@@ -91,6 +93,19 @@ class WorkloadResolver:
             return f"{kind}s not listed yet ({lw.state()[1]})"
         return self._selectors.get((namespace, "apps/v1", kind, name))
 
+    def scaled_object(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        """ScaledObject ``namespace/name``'s spec as last watched (for gpuscale explain)."""
+        return self._specs.get((namespace, name))
+
+    def scaling(self, namespace: str, kind: str, name: str) -> list[str]:
+        """The ScaledObjects of ``namespace`` whose target is ``kind``/``name``."""
+        return sorted(so for (ns, so), (_, k, n) in self._targets.items()
+                      if ns == namespace and k == kind and n == name)
+
+    def replicas(self, namespace: str, kind: str, name: str) -> int | None:
+        """A watched Deployment's or StatefulSet's spec.replicas (None: not known)."""
+        return self._replicas.get((namespace, kind, name))
+
     def state(self) -> list[str]:
         return [f"{lw.what}: {why}" for lw in (self._so, self._deploy, self._sts)
                 for ok, why in [lw.state()] if not ok]
@@ -104,27 +119,33 @@ class WorkloadResolver:
 
     async def _index_so(self) -> None:
         targets = {}
+        specs = {}
         for so in self._so.items.values():
             meta, ref = obj_at(so, "metadata"), obj_at(so, "spec", "scaleTargetRef")
             if not str_at(ref, "name"):
                 continue
-            targets[(str_at(meta, "namespace"), str_at(meta, "name"))] = (
-                str_at(ref, "apiVersion") or "apps/v1", str_at(ref, "kind") or "Deployment",
-                str_at(ref, "name"))
-        self._targets = targets
+            key = (str_at(meta, "namespace"), str_at(meta, "name"))
+            targets[key] = (str_at(ref, "apiVersion") or "apps/v1",
+                            str_at(ref, "kind") or "Deployment", str_at(ref, "name"))
+            specs[key] = obj_at(so, "spec")
+        self._targets, self._specs = targets, specs
 
     async def _index_targets(self) -> None:
         selectors: dict[tuple[str, str, str, str], Selector | str] = {}
+        replicas: dict[tuple[str, str, str], int] = {}
         for kind, lw in (("Deployment", self._deploy), ("StatefulSet", self._sts)):
             for obj in lw.items.values():
                 meta = obj_at(obj, "metadata")
                 key = (str_at(meta, "namespace"), "apps/v1", kind, str_at(meta, "name"))
+                count = obj_at(obj, "spec").get("replicas", 1)  # the API's default is 1
+                if isinstance(count, int) and not isinstance(count, bool) and count >= 0:
+                    replicas[(key[0], kind, key[3])] = count
                 try:
                     selectors[key] = selector_from_label_selector(
                         obj_at(obj, "spec", "selector"))
                 except SelectorError as exc:
                     selectors[key] = f"{kind} {key[0]}/{key[3]}: {exc}"
-        self._selectors = selectors
+        self._selectors, self._replicas = selectors, replicas
 
     async def _refresh_scales(self) -> None:
         while True:

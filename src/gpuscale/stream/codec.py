@@ -2,24 +2,29 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from gpuscale.attribution.model import OwnerRef
 from gpuscale.common.errors import PeerError
 from gpuscale.proto import telemetry_pb2 as pb
-from gpuscale.stream.records import PodRecord
+from gpuscale.stream.records import DeviceRecord, PodRecord
 from gpuscale.telemetry.model import Absent, Reading
 
 MAX_PODS_PER_NODE = 2048
 MAX_SIGNALS = 32
 MAX_DETAIL = 200
+MAX_DEVICES_PER_NODE = 512  # 8-16 GPUs x 7 MIG instances is the real range
+MAX_HOLDERS = 256  # pods holding one device (time-slicing replicas)
+MAX_NAME = 320  # a "namespace/name" is at most 63 + 1 + 253
 _ABSENT = {a.value: a for a in Absent}
 
 
 def encode(node: str, agent_id: str, seq: int, sampled_at: float, interval: float,
-           records: Iterable[PodRecord] | str) -> pb.NodeUpdate:
-    """One update: the node's pods, or, when there are none to trust this tick, why not
-    (``attribution_ok=False``; the subscriber keeps what it had, which ages)."""
+           records: Iterable[PodRecord] | str,
+           devices: Sequence[DeviceRecord] = ()) -> pb.NodeUpdate:
+    """One update: the node's pods and devices, or, when there are none to trust this
+    tick, why not (``attribution_ok=False``; the subscriber keeps what it had, which
+    ages)."""
     complete = not isinstance(records, str)
     msg = pb.NodeUpdate(node=node, agent_id=agent_id, seq=seq, sampled_at=sampled_at,
                         interval=interval, attribution_ok=complete,
@@ -37,7 +42,30 @@ def encode(node: str, agent_id: str, seq: int, sampled_at: float, interval: floa
                 pod.signals[name].detail = r.reasons.get(name, "")[:MAX_DETAIL]
             else:
                 pod.signals[name].value = float(value)
+    for d in devices:
+        put_device(msg.devices.add(), d)
     return msg
+
+
+def put_device(msg: pb.Device, d: DeviceRecord) -> None:
+    """Fill ``msg`` (an empty Device) from ``d``."""
+    msg.uuid, msg.parent_uuid, msg.index = d.uuid, d.parent_uuid, d.index
+    msg.model, msg.sharing = d.model, d.sharing
+    msg.pods.extend(d.pods)
+    put_reading(msg.utilization, d.utilization)
+    put_reading(msg.memory_used, d.memory_used_mib)
+    put_reading(msg.memory_total, d.memory_total_mib)
+
+
+def put_reading(msg: pb.Reading, value: Reading) -> None:
+    if isinstance(value, Absent):
+        msg.absent = value.value
+    else:
+        msg.value = float(value)
+
+
+def _get(msg: pb.Reading) -> Reading:
+    return _ABSENT.get(msg.absent, Absent.UNAVAILABLE) if msg.absent else msg.value
 
 
 class DecodeError(PeerError, ValueError):
@@ -58,10 +86,27 @@ def decode(msg: pb.NodeUpdate, received_at: float, stale_after: float,
         signals: dict[str, Reading] = {}
         reasons: dict[str, str] = {}
         for name, r in p.signals.items():
-            signals[name] = _ABSENT.get(r.absent, Absent.UNAVAILABLE) if r.absent else r.value
+            signals[name] = _get(r)
             if r.absent and r.detail:
                 reasons[name] = r.detail[:MAX_DETAIL]
         owner = OwnerRef(p.owner_kind, p.owner_name) if p.owner_kind else None
         out.append(PodRecord(p.namespace, p.name, node, dict(p.labels), owner, p.ready,
                              signals, received_at, stale_after, reasons))
+    return out
+
+
+def decode_devices(msg: pb.NodeUpdate) -> list[DeviceRecord]:
+    """The devices of an update, bounded (DecodeError beyond); long names are cut."""
+    if len(msg.devices) > MAX_DEVICES_PER_NODE:
+        raise DecodeError(f"{len(msg.devices)} devices on one node "
+                          f"(bound {MAX_DEVICES_PER_NODE})")
+    out = []
+    for d in msg.devices:
+        if len(d.pods) > MAX_HOLDERS:
+            raise DecodeError(f"{len(d.pods)} pods hold device {d.uuid[:64]!r} "
+                              f"(bound {MAX_HOLDERS})")
+        out.append(DeviceRecord(d.uuid[:MAX_NAME], d.index, d.model[:MAX_NAME],
+                                d.parent_uuid[:MAX_NAME], d.sharing[:32],
+                                _get(d.utilization), _get(d.memory_used),
+                                _get(d.memory_total), tuple(p[:MAX_NAME] for p in d.pods)))
     return out

@@ -11,7 +11,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import grpc
@@ -19,7 +19,7 @@ import grpc
 from gpuscale.proto import telemetry_pb2 as pb
 from gpuscale.proto import telemetry_pb2_grpc as pb_grpc
 from gpuscale.stream.codec import encode
-from gpuscale.stream.records import PodRecord
+from gpuscale.stream.records import DeviceRecord, PodRecord
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +57,8 @@ class TelemetryPublisher(pb_grpc.AgentTelemetryServicer):
     def subscribers(self) -> int:
         return len(self._boxes)
 
-    def publish(self, records: list[PodRecord] | str, node: str = "") -> None:
+    def publish(self, records: list[PodRecord] | str, node: str = "",
+                devices: Sequence[DeviceRecord] = ()) -> None:
         """Called once per tick with the node's pods, or why there are none to trust this
         tick (a reason string). ``node``: the node the readings are from (the backend's;
         default: the name this publisher was given). A subscriber that connects later gets
@@ -65,7 +66,7 @@ class TelemetryPublisher(pb_grpc.AgentTelemetryServicer):
         look fresh on arrival."""
         self._seq += 1
         update = encode(node or self.node, self.agent_id, self._seq, time.time(),
-                        self.interval, records)
+                        self.interval, records, devices)
         self._latest = update
         for box in self._boxes:
             box.put(update)

@@ -8,12 +8,12 @@ sink. Both ends import these types from here, below both of them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from gpuscale.attribution.model import OwnerRef
-from gpuscale.telemetry.model import Reading
+from gpuscale.telemetry.model import Absent, Reading
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,11 +33,28 @@ class PodRecord:
     reasons: Mapping[str, str] = field(default_factory=dict)  # signal -> why it is Absent
 
 
+@dataclass(frozen=True, slots=True)
+class DeviceRecord:
+    """One GPU or MIG instance of a node at one tick, and the pods allocated it (for the
+    operator tools; the scaler's answers come from the pods' signals)."""
+
+    uuid: str
+    index: int  # the GPU's index on the node (a MIG instance: its parent's)
+    model: str  # the GPU's name; a MIG instance: its profile ("1g.10gb")
+    parent_uuid: str = ""  # a MIG instance's GPU
+    sharing: str = "exclusive"  # exclusive, time-sliced, mps, mig (a GPU split into MIG)
+    utilization: Reading = Absent.NO_DATA  # percent
+    memory_used_mib: Reading = Absent.NO_DATA
+    memory_total_mib: Reading = Absent.NO_DATA
+    pods: tuple[str, ...] = ()  # "namespace/name" of each pod allocated it
+
+
 class NodeSink(Protocol):
     """Takes a node's whole state per tick (full updates: skipping one loses nothing)."""
 
-    def update_node(self, node: str, records: Iterable[PodRecord]) -> None:
-        """Replace ``node``'s pods with ``records``."""
+    def update_node(self, node: str, records: Iterable[PodRecord],
+                    devices: Sequence[DeviceRecord] = ()) -> None:
+        """Replace ``node``'s pods with ``records`` (and its devices with ``devices``)."""
         ...
 
     def remove_node(self, node: str) -> None:

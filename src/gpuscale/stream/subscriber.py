@@ -31,7 +31,7 @@ import grpc
 
 from gpuscale.proto import telemetry_pb2 as pb
 from gpuscale.proto import telemetry_pb2_grpc as pb_grpc
-from gpuscale.stream.codec import DecodeError, decode
+from gpuscale.stream.codec import DecodeError, decode, decode_devices
 from gpuscale.stream.records import NodeSink
 from gpuscale.stream.tls import DEFAULT_SERVER_NAME
 
@@ -166,8 +166,9 @@ class AgentLink:
         if msg.attribution_ok:
             bound = max(3.0 * msg.interval, MIN_STALE_S)
             records = decode(msg, now, bound, node=s.identity)
+            devices = decode_devices(msg)
             s.reported, s.incomplete = True, ""
-            self._sink.update_node(s.address, records)
+            self._sink.update_node(s.address, records, devices)
         else:
             s.incomplete = msg.attribution_detail[:200] or "attribution unavailable"
 

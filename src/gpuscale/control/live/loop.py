@@ -61,6 +61,9 @@ from gpuscale.control.simulate import SLO_TTFT_S, Slo, needed_replicas
 from gpuscale.proto import externalscaler_pb2 as pb
 from gpuscale.proto import externalscaler_pb2_grpc as pb_grpc
 from gpuscale.scaler.fleet import FleetView
+from gpuscale.scaler.inspect import SERVICE as INSPECT
+from gpuscale.scaler.inspect import Inspector
+from gpuscale.scaler.inspect import add_to_server as add_inspect
 from gpuscale.scaler.planning import PlanBook
 from gpuscale.scaler.roster import AgentRoster
 from gpuscale.scaler.service import ScalerServer, ScalerService
@@ -179,7 +182,9 @@ async def run_live(cfg: LiveConfig, tty: bool | None = None,
     # of the scaler's clock, see World.engine_text), so its windows are simulated seconds.
     service = ScalerService(fleet, roster=AgentRoster(subscriber),
                             plans=PlanBook(time_scale=cfg.speed))
-    server = ScalerServer(service, host=cfg.host, port=cfg.port)
+    inspector = Inspector(service, subscriber.states)
+    server = ScalerServer(service, host=cfg.host, port=cfg.port,
+                          extra=[(INSPECT, lambda s: add_inspect(inspector, s))])
     address = f"{'localhost' if cfg.host in ('0.0.0.0', '::', '[::]') else cfg.host}:" \
               f"{server.port}"
     status = Status()
@@ -206,13 +211,16 @@ async def run_live(cfg: LiveConfig, tty: bool | None = None,
                      for a in agents]
             tasks.append(tg.create_task(server.serve(listening), name="scaler"))
             tasks.append(tg.create_task(service.plan_loop(), name="planner"))
+            tasks.append(tg.create_task(inspector.record(), name="history"))
             await up.wait()
             subscriber.set_addresses(f"127.0.0.1:{a.stream_port}" for a in agents)
             if not tty:
                 write(f"KEDA external scaler on {address}; {cfg.nodes} simulated nodes of "
                       f"{GPUS_PER_NODE}x {GPU_MODEL}; profile {cfg.profile}; simulated "
                       f"{fmt_time(cfg.duration)} at x{cfg.speed:g}. Ask it what KEDA "
-                      f"gets:\n  {grpcurl_hint(address, trigger_metadata(cfg))}")
+                      f"gets:\n  {grpcurl_hint(address, trigger_metadata(cfg))}\n"
+                      f"Watch it: gpuscale top --scaler {address}; why this count: "
+                      f"gpuscale explain {NAMESPACE}/{WORKLOAD} --scaler {address}")
             tasks.append(tg.create_task(view.run(), name="view"))
             tasks.append(tg.create_task(
                 control(world, clock, status, address, view.decision), name="keda-hpa"))

@@ -1,0 +1,197 @@
+"""The scaler's recent past, bounded, for the operator tools (``gpuscale explain --at``,
+``gpuscale idle``): what it would have answered for each ScaledObject every STEP_S, and
+each device's allocation and utilization per minute. Nothing on KEDA's request path reads
+or writes it; a loop records it (scaler.inspect).
+
+Bounds (the worst case is what a scaler must have memory for): MAX_TRIGGERS ScaledObjects
+x KEEP_S / STEP_S moments, and MAX_DEVICES devices x KEEP_S / 60 minutes. Past the
+trigger bound, the ScaledObject KEDA asked about least recently is forgotten first.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict, deque
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+
+from gpuscale.scaler.metadata import TriggerConfig
+from gpuscale.stream.records import DeviceRecord, PodRecord
+
+STEP_S = 15.0  # one moment per ScaledObject this often (the HPA's sync period)
+KEEP_S = 3600.0  # how far back the history goes
+MINUTE_S = 60.0
+MAX_TRIGGERS = 2000
+MAX_DEVICES = 20_000
+MAX_NAMED = 5  # missing pods kept per moment
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """What the scaler answers (or would) for one target of a trigger."""
+
+    metric_name: str
+    signal: str
+    target: float
+    activation: float
+    value: float = 0.0
+    unavailable: str = ""  # the UNAVAILABLE reason; "" when ``value`` holds
+    counted: int = 0
+    starting: int = 0
+    ready: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Moment:
+    at: float  # wall seconds
+    answers: tuple[Answer, ...]
+    pods: int  # pods of the selection in the fleet view
+    planned: int = -1  # the planner's replicas (-1: not planned, or no plan)
+    terms: tuple[tuple[str, float], ...] = ()
+    missing: tuple[str, ...] = ()
+    demand: str = ""  # the demand source's word ("pending", "none", why not) or ""
+
+
+@dataclass(slots=True)
+class Seen:
+    """A ScaledObject KEDA asked about: its metadata as sent, when last asked."""
+
+    metadata: Mapping[str, str]
+    config: TriggerConfig
+    asked_at: float  # monotonic
+    moments: deque[Moment] = field(default_factory=deque)
+
+
+class TriggerHistory:
+    def __init__(self, max_triggers: int = MAX_TRIGGERS, keep_s: float = KEEP_S,
+                 step_s: float = STEP_S) -> None:
+        self._seen: OrderedDict[tuple[str, str], Seen] = OrderedDict()
+        self.max_triggers = max_triggers
+        self.keep_s = keep_s
+        self.step_s = step_s
+
+    def note(self, namespace: str, name: str, metadata: Mapping[str, str],
+             config: TriggerConfig, now: float) -> None:
+        """KEDA asked about ``namespace/name`` (called on every request: O(1), no copy of
+        the metadata unless the trigger's configuration changed)."""
+        key = (namespace, name)
+        seen = self._seen.get(key)
+        if seen is None:
+            if len(self._seen) >= self.max_triggers:
+                self._seen.popitem(last=False)
+            self._seen[key] = Seen(dict(metadata), config, now,
+                                   deque(maxlen=max(1, int(self.keep_s / self.step_s))))
+            return
+        if seen.config is not config:
+            seen.metadata, seen.config = dict(metadata), config
+        seen.asked_at = now
+        self._seen.move_to_end(key)
+
+    def get(self, namespace: str, name: str) -> Seen | None:
+        return self._seen.get((namespace, name))
+
+    def items(self) -> list[tuple[tuple[str, str], Seen]]:
+        return list(self._seen.items())
+
+    def record(self, namespace: str, name: str, moment: Moment) -> None:
+        seen = self._seen.get((namespace, name))
+        if seen is not None:
+            seen.moments.append(moment)
+
+    def at(self, namespace: str, name: str, when: float) -> tuple[Moment | None, str]:
+        """The moment nearest ``when`` (wall seconds) within one step, or why none."""
+        seen = self._seen.get((namespace, name))
+        if seen is None or not seen.moments:
+            return None, f"no history for {namespace}/{name} in this scaler"
+        first, last = seen.moments[0].at, seen.moments[-1].at
+        if when < first - self.step_s or when > last + self.step_s:
+            return None, (f"{namespace}/{name}: the history this scaler keeps runs from "
+                          f"{first:.0f} to {last:.0f} (wall seconds); {when:.0f} is outside it")
+        best = min(seen.moments, key=lambda m: abs(m.at - when))
+        return best, ""
+
+    def before(self, namespace: str, name: str, when: float,
+               span: float) -> list[Moment]:
+        """The moments in (``when`` - ``span``, ``when``], oldest first."""
+        seen = self._seen.get((namespace, name))
+        if seen is None:
+            return []
+        return [m for m in seen.moments if when - span < m.at <= when]
+
+
+@dataclass(slots=True)
+class MinuteUse:
+    start: float  # wall seconds, a multiple of MINUTE_S
+    pods: tuple[str, ...]
+    owners: tuple[str, ...]
+    util_sum: float = 0.0
+    samples: int = 0
+
+
+@dataclass(slots=True)
+class DeviceLog:
+    node: str
+    model: str
+    fraction: float
+    minutes: deque[MinuteUse]
+
+
+class DeviceHistory:
+    """Per device (node, UUID): allocation and mean utilization per minute."""
+
+    def __init__(self, max_devices: int = MAX_DEVICES, keep_s: float = KEEP_S) -> None:
+        self._logs: OrderedDict[tuple[str, str], DeviceLog] = OrderedDict()
+        self.max_devices = max_devices
+        self.keep_s = keep_s
+
+    def sample(self, now: float, devices: Mapping[str, tuple[DeviceRecord, ...]],
+               pods: Iterable[PodRecord]) -> None:
+        """One sample of every node's devices at wall time ``now``: utilization (absent
+        readings are not counted) and who holds each device."""
+        owners = {f"{p.namespace}/{p.name}": f"{p.owner.kind}/{p.owner.name}" if p.owner
+                  else "" for p in pods}
+        start = math.floor(now / MINUTE_S) * MINUTE_S
+        for node, devs in devices.items():
+            gpus = {d.uuid: d for d in devs if not d.parent_uuid}
+            for d in devs:
+                if d.sharing == "mig":
+                    continue  # a GPU split into MIG: its instances are the devices
+                log = self._log(node, d, gpus)
+                held = tuple(d.pods)
+                minutes = log.minutes
+                if not minutes or minutes[-1].start != start:
+                    minutes.append(MinuteUse(start, held,
+                                             tuple(owners.get(p, "") for p in held)))
+                m = minutes[-1]
+                if held and held != m.pods:  # allocation changed within the minute
+                    m.pods = tuple(sorted({*m.pods, *held}))
+                    m.owners = tuple(owners.get(p, "") for p in m.pods)
+                if isinstance(d.utilization, float | int):
+                    m.util_sum += float(d.utilization)
+                    m.samples += 1
+
+    def _log(self, node: str, d: DeviceRecord,
+             gpus: Mapping[str, DeviceRecord]) -> DeviceLog:
+        key = (node, d.uuid)
+        log = self._logs.get(key)
+        if log is None:
+            if len(self._logs) >= self.max_devices:
+                self._logs.popitem(last=False)
+            parent = gpus.get(d.parent_uuid)
+            model, fraction = d.model, 1.0
+            if parent is not None:  # a MIG instance: its share of the GPU's memory
+                model = f"{parent.model} {d.model}"
+                mine, whole = d.memory_total_mib, parent.memory_total_mib
+                if isinstance(mine, float | int) and isinstance(whole, float | int) and whole:
+                    fraction = min(1.0, float(mine) / float(whole))
+            log = self._logs[key] = DeviceLog(node, model, fraction, deque(
+                maxlen=max(1, int(self.keep_s / MINUTE_S)) + 1))
+        self._logs.move_to_end(key)
+        return log
+
+    def logs(self, since: float) -> Iterator[tuple[str, DeviceLog, list[MinuteUse]]]:
+        """(uuid, log, its minutes starting at or after ``since``)."""
+        for (_, uuid), log in self._logs.items():
+            minutes = [m for m in log.minutes if m.start + MINUTE_S > since]
+            if minutes:
+                yield uuid, log, minutes

@@ -1,0 +1,339 @@
+"""The read-only operator service (inspect.proto): the fleet now, one ScaledObject
+explained, per-minute device use. Served on the KEDA port with the same credentials, so it
+is exactly as protected as the scaler's answers; it reads the scaler's memory and changes
+nothing KEDA gets (planners are read, never asked: reading does not keep one alive).
+
+``record`` runs beside the service: every STEP_S it writes what the scaler would answer
+for each ScaledObject KEDA asks about, and samples every device, into scaler.history.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import time
+from collections.abc import Callable, Iterable, Mapping
+from contextlib import suppress
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+import grpc
+
+from gpuscale.common.errors import ConfigError, DataUnavailable
+from gpuscale.proto import externalscaler_pb2 as keda_pb
+from gpuscale.proto import inspect_pb2 as pb
+from gpuscale.proto import inspect_pb2_grpc as pb_grpc
+from gpuscale.scaler.evaluate import WorkloadUnavailable, evaluate
+from gpuscale.scaler.history import (
+    MAX_NAMED,
+    MINUTE_S,
+    STEP_S,
+    Answer,
+    DeviceHistory,
+    Moment,
+    Seen,
+)
+from gpuscale.scaler.profiles import PLANNED
+from gpuscale.scaler.service import ScalerService, check_ref
+from gpuscale.stream.codec import put_device, put_reading
+from gpuscale.stream.records import PodRecord
+
+if TYPE_CHECKING:
+    from gpuscale.scaler.workloads import WorkloadResolver
+    from gpuscale.stream.subscriber import LinkState
+
+log = logging.getLogger(__name__)
+
+SERVICE = "gpuscale.inspect.v1.Inspect"
+RECORD_CHUNK = 50  # ScaledObjects recorded between two turns of the event loop
+MAX_FILTER = 253
+
+Context = grpc.aio.ServicerContext[Any, Any]
+Links = Callable[[], Iterable["LinkState"]]
+
+
+class Inspector(pb_grpc.InspectServicer):
+    def __init__(self, service: ScalerService, links: Links | None = None,
+                 workloads: WorkloadResolver | None = None,
+                 wall: Callable[[], float] = time.time) -> None:
+        """``links``: the subscriber's agent links (None where the fleet view is fed in
+        the same process: the demo); ``workloads``: the ScaledObject watch, when the API is
+        used (min/max replicas, fallback, the target's replica count)."""
+        self._service = service
+        self._fleet = service.fleet
+        self._history = service.history
+        self._links = links
+        self._workloads = workloads
+        self._wall = wall
+        self.devices = DeviceHistory(keep_s=self._history.keep_s)
+
+    # -- what the scaler would answer ------------------------------------------------------
+
+    def _moment(self, namespace: str, name: str,
+                seen: Seen) -> tuple[Moment, list[PodRecord]]:
+        """What the scaler answers now for each target of ``seen``, without side effects
+        (no planner created or kept alive), and the pods it read."""
+        svc, cfg = self._service, seen.config
+        ref = keda_pb.ScaledObjectRef(namespace=namespace, name=name,
+                                      scalerMetadata=seen.metadata)
+        records: list[PodRecord] = []
+        gaps: list[str] = []
+        whole = ""
+        try:
+            records, gaps = svc.pods_of(ref, cfg)
+        except DataUnavailable as exc:
+            whole = str(exc)
+        plan = dict(svc.plans.plans()).get((namespace, name))
+        problem = svc.plans.problems().get((namespace, name))
+        answers = []
+        for t in cfg.targets:
+            base = Answer(cfg.metric_name(t), t.signal, t.target, t.activation)
+            if whole:
+                answers.append(replace(base, unavailable=whole))
+            elif t.signal == PLANNED:
+                if problem:
+                    answers.append(replace(base, unavailable=problem))
+                elif plan is None:
+                    answers.append(replace(base, unavailable="the planner has no plan yet"))
+                else:
+                    answers.append(replace(base, value=plan.replicas * t.target,
+                                            counted=len(records)))
+            else:
+                try:
+                    ev = evaluate(self._fleet, records, t, cfg.value_mode, gaps)
+                    answers.append(replace(base, value=ev.value, counted=ev.pods,
+                                            starting=ev.starting, ready=ev.ready))
+                except WorkloadUnavailable as exc:
+                    answers.append(replace(base, unavailable=str(exc)))
+        demand = ""
+        if cfg.demand_source and svc.demand is not None:
+            try:
+                demand = "pending" if svc.demand(cfg.demand_source) else "none"
+            except (DataUnavailable, ConfigError) as exc:
+                demand = f"cannot tell: {exc}"
+        terms = tuple(plan.terms().items()) if plan is not None else ()
+        moment = Moment(self._wall(), tuple(answers), len(records),
+                        plan.replicas if plan is not None else -1, terms,
+                        tuple(gaps[:MAX_NAMED]), demand)
+        return moment, records
+
+    async def record(self, step_s: float = STEP_S, chunk: int = RECORD_CHUNK) -> None:
+        """Every ``step_s``: a moment per ScaledObject KEDA asked about within the kept
+        history, and a sample of every device. Runs until cancelled."""
+        while True:
+            started = time.monotonic()
+            try:
+                self.devices.sample(self._wall(), self._fleet.devices(), self._fleet.pods())
+                items = self._history.items()
+                for i in range(0, len(items), chunk):
+                    for (ns, name), seen in items[i:i + chunk]:
+                        if self._fleet.now() - seen.asked_at <= self._history.keep_s:
+                            self._history.record(ns, name, self._moment(ns, name, seen)[0])
+                    await asyncio.sleep(0)
+            except Exception as exc:  # a bug here must not end the scaler
+                log.error("recording the history failed: %s", exc, exc_info=exc)
+            await asyncio.sleep(max(0.0, step_s - (time.monotonic() - started)))
+
+    # -- the service -----------------------------------------------------------------------
+
+    async def Fleet(self, request: pb.FleetRequest, context: Context) -> pb.FleetReply:
+        await _check_filter(context, "namespace", request.namespace)
+        await _check_filter(context, "node", request.node)
+        ns, node = request.namespace, request.node
+        reply = pb.FleetReply(now=self._wall(), stale_after=self._fleet.stale_after)
+        devices = self._fleet.devices()
+        ages = self._fleet.nodes()
+        if self._links is not None:
+            for s in self._links():
+                if node and s.identity != node:
+                    continue
+                n = reply.nodes.add(name=s.identity or s.address, address=s.address,
+                                    connected=s.connected,
+                                    age=ages.get(s.address, -1.0),
+                                    problem=s.waiting() or s.error)
+                for d in devices.get(s.address, ()):
+                    put_device(n.devices.add(), d)
+        else:
+            for address, devs in devices.items():
+                if node and address != node:
+                    continue
+                n = reply.nodes.add(name=address, address=address, connected=True,
+                                    age=ages.get(address, -1.0))
+                for d in devs:
+                    put_device(n.devices.add(), d)
+        for p in self._fleet.pods():
+            if (not ns or p.namespace == ns) and (not node or p.node == node):
+                self._put_pod(reply.pods.add(), p)
+        for (sns, name), seen in self._history.items():
+            if ns and sns != ns:
+                continue
+            moment, _ = self._moment(sns, name, seen)
+            w = reply.workloads.add(namespace=sns, name=name,
+                                    seen=self._fleet.now() - seen.asked_at,
+                                    pods=moment.pods, planned_replicas=moment.planned)
+            _put_answers(w.answers, moment.answers)
+        return reply
+
+    async def Explain(self, request: pb.ExplainRequest, context: Context) -> pb.ExplainReply:
+        try:
+            check_ref(keda_pb.ScaledObjectRef(namespace=request.namespace,
+                                              name=request.name))
+        except ConfigError as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        if not math.isfinite(request.at) or request.at < 0:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                f"at: {request.at} is not a time (wall seconds, 0 = now)")
+        ns, name = request.namespace, request.name
+        seen = self._history.get(ns, name)
+        if seen is None:
+            name, why = self._scaled_object_of(ns, request.name)
+            if not name:
+                await context.abort(grpc.StatusCode.NOT_FOUND, why)
+            seen = self._history.get(ns, name)
+            assert seen is not None
+        reply = pb.ExplainReply(now=self._wall(), namespace=ns, name=name,
+                                selector=seen.config.selector.text
+                                if seen.config.selector is not None else "",
+                                value_mode=seen.config.value_mode.value,
+                                seen=self._fleet.now() - seen.asked_at, at=request.at,
+                                demand_source=seen.config.demand_source or "")
+        reply.metadata.update(seen.metadata)
+        if request.at:
+            moment, why = self._history.at(ns, name, request.at)
+            if moment is None:
+                await context.abort(grpc.StatusCode.OUT_OF_RANGE, why)
+            assert moment is not None
+            reply.at = moment.at
+        else:
+            moment, records = self._moment(ns, name, seen)
+            for p in records:
+                self._put_pod(reply.pods.add(), p)
+            if seen.config.selector is None and self._workloads is not None:
+                resolved = self._workloads.resolve(ns, name)
+                reply.selector = resolved if isinstance(resolved, str) else resolved.text
+        _put_answers(reply.answers, moment.answers)
+        reply.missing.extend(moment.missing)
+        reply.plan_terms.update(dict(moment.terms))
+        reply.planned_replicas = moment.planned
+        reply.demand = moment.demand
+        self._put_target(reply.scale_target, ns, name)
+        return reply
+
+    async def Usage(self, request: pb.UsageRequest, context: Context) -> pb.UsageReply:
+        await _check_filter(context, "namespace", request.namespace)
+        if not math.isfinite(request.window) or request.window < 0:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                f"window: {request.window} is not a number of seconds")
+        now = self._wall()
+        window = min(request.window or self.devices.keep_s, self.devices.keep_s)
+        reply = pb.UsageReply(now=now, minute=MINUTE_S, kept=self.devices.keep_s)
+        prefix = f"{request.namespace}/"
+        for uuid, dlog, minutes in self.devices.logs(now - window):
+            if request.namespace and not any(p.startswith(prefix)
+                                             for m in minutes for p in m.pods):
+                continue
+            d = reply.devices.add(node=dlog.node, uuid=uuid, model=dlog.model,
+                                  fraction=dlog.fraction)
+            for m in minutes:
+                util = m.util_sum / m.samples if m.samples else -1.0
+                d.minutes.add(start=m.start, pods=m.pods, owners=m.owners, utilization=util,
+                              samples=m.samples)
+        return reply
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _scaled_object_of(self, namespace: str, name: str) -> tuple[str, str]:
+        """The ScaledObject KEDA asked about that scales workload ``name`` (a Deployment or
+        StatefulSet): by the ScaledObject watch, else by the owners of the pods each one
+        selects. ("", why) when none or several."""
+        known = sorted(so for (ns, so), _ in self._history.items() if ns == namespace)
+        found: list[str] = []
+        if self._workloads is not None:
+            for kind in ("Deployment", "StatefulSet"):
+                found += [so for so in self._workloads.scaling(namespace, kind, name)
+                          if so in known]
+        else:
+            for so in known:
+                seen = self._history.get(namespace, so)
+                assert seen is not None
+                ref = keda_pb.ScaledObjectRef(namespace=namespace, name=so)
+                with suppress(DataUnavailable):
+                    records, _ = self._service.pods_of(ref, seen.config)
+                    if any(r.owner is not None and r.owner.name == name for r in records):
+                        found.append(so)
+        if len(found) == 1:
+            return found[0], ""
+        if found:
+            return "", (f"{namespace}/{name} is scaled by several ScaledObjects: "
+                        f"{', '.join(found)}; name one")
+        listed = ", ".join(known[:20]) or "none"
+        return "", (f"no ScaledObject {namespace}/{name} (nor one scaling a workload of that "
+                    f"name) has been asked about by KEDA at this scaler; known in "
+                    f"{namespace}: {listed}")
+
+    def _put_pod(self, msg: pb.Pod, p: PodRecord) -> None:
+        msg.namespace, msg.name, msg.node, msg.ready = p.namespace, p.name, p.node, p.ready
+        if p.owner is not None:
+            msg.owner_kind, msg.owner_name = p.owner.kind, p.owner.name
+        msg.age = self._fleet.age(p)
+        msg.stale_after = p.stale_after or self._fleet.stale_after
+        msg.labels.update(p.labels)
+        for signal, value in p.signals.items():
+            put_reading(msg.signals[signal], value)
+            if signal in p.reasons:
+                msg.signals[signal].detail = p.reasons[signal]
+
+    def _put_target(self, msg: pb.ScaleTarget, namespace: str, name: str) -> None:
+        spec = (self._workloads.scaled_object(namespace, name)
+                if self._workloads is not None else None)
+        msg.replicas = msg.fallback_replicas = -1
+        msg.min_replicas, msg.max_replicas = 0, 100  # KEDA's defaults
+        msg.fallback_failures, msg.polling_interval, msg.cooldown_period = 3, 30, 300
+        if spec is None:
+            return
+        msg.known = True
+        ref = _obj(spec.get("scaleTargetRef"))
+        msg.kind, msg.name = str(ref.get("kind") or "Deployment"), str(ref.get("name") or "")
+        msg.min_replicas = _int(spec.get("minReplicaCount"), 0)
+        msg.max_replicas = _int(spec.get("maxReplicaCount"), 100)
+        msg.polling_interval = _int(spec.get("pollingInterval"), 30)
+        msg.cooldown_period = _int(spec.get("cooldownPeriod"), 300)
+        fallback = _obj(spec.get("fallback"))
+        if fallback:
+            msg.fallback_replicas = _int(fallback.get("replicas"), -1)
+            msg.fallback_failures = _int(fallback.get("failureThreshold"), 3)
+        behavior = _obj(_obj(_obj(spec.get("advanced")).get("horizontalPodAutoscalerConfig"))
+                        .get("behavior"))
+        if behavior:
+            msg.behavior_json = json.dumps(behavior, sort_keys=True)[:16384]
+        assert self._workloads is not None
+        count = self._workloads.replicas(namespace, msg.kind, msg.name)
+        if count is not None:
+            msg.replicas = count
+
+
+def _put_answers(out: Any, answers: Iterable[Answer]) -> None:
+    for a in answers:
+        out.add(metric_name=a.metric_name, signal=a.signal, target=a.target,
+                activation=a.activation, value=a.value, unavailable=a.unavailable,
+                counted=a.counted, starting=a.starting, ready=a.ready)
+
+
+def _obj(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _int(value: Any, default: int) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+
+async def _check_filter(context: Context, what: str, value: str) -> None:
+    if len(value) > MAX_FILTER or any(c in value for c in "/ \t\n"):
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                            f"{what}: {value[:64]!r} is not a Kubernetes name")
+
+
+def add_to_server(inspector: Inspector, server: grpc.aio.Server) -> None:
+    pb_grpc.add_InspectServicer_to_server(inspector, server)  # type: ignore[no-untyped-call]
