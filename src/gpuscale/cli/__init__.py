@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from gpuscale import __version__
-from gpuscale.cli import agent, demo, generate, gpus, profiles, scaler, simulate
+from gpuscale.cli import agent, demo, explain, generate, gpus, profiles, scaler, simulate
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -21,7 +21,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--log-level", default="INFO",
                         choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     sub = parser.add_subparsers(dest="command", required=True)
-    for module in (agent, demo, scaler, simulate, profiles, gpus, generate):
+    for module in (agent, demo, scaler, simulate, profiles, gpus, generate, explain):
         module.add_parser(sub)
     return parser
 

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from gpuscale.common.errors import GpuscaleError
 from gpuscale.stream.tls import TlsFiles
+
+if TYPE_CHECKING:
+    from gpuscale.control.tools.client import Target
 
 
 def fail(exc: GpuscaleError | str, code: int | None = None) -> int:
@@ -26,3 +30,28 @@ def tls_files(cert: Path | None, key: Path | None, ca: Path | None) -> TlsFiles 
     if cert is None or key is None or ca is None:
         raise ValueError("TLS needs a certificate, its key and a CA: all three files")
     return TlsFiles(cert, key, ca)
+
+
+def add_scaler_args(parser: Any) -> None:
+    """--scaler and the client TLS flags of the operator tools (explain, top, idle)."""
+    from gpuscale.control.tools.client import DEFAULT_SCALER, DEFAULT_SERVER_NAME
+
+    parser.add_argument("--scaler", default=DEFAULT_SCALER,
+                        help=f"the scaler's gRPC address (default {DEFAULT_SCALER}: ./dev "
+                             "run's, or kubectl -n gpuscale port-forward svc/gpuscale-scaler "
+                             "6000)")
+    parser.add_argument("--tls-cert", type=Path, help="client certificate for a scaler that "
+                                                      "requires mutual TLS (PEM)")
+    parser.add_argument("--tls-key", type=Path, help="its private key (PEM)")
+    parser.add_argument("--tls-ca", type=Path, help="the CA that signed the scaler's "
+                                                    "certificate")
+    parser.add_argument("--tls-server-name", default=DEFAULT_SERVER_NAME,
+                        help=f"the name in the scaler's certificate ({DEFAULT_SERVER_NAME})")
+
+
+def scaler_target(args: Any) -> Target:
+    """The scaler the flags of add_scaler_args name. ValueError for a partial TLS set."""
+    from gpuscale.control.tools.client import Target
+
+    return Target(args.scaler, tls_files(args.tls_cert, args.tls_key, args.tls_ca),
+                  args.tls_server_name)

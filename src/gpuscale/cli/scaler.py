@@ -41,6 +41,9 @@ def add_parser(sub: Any) -> None:
     sc.add_argument("--tls-ca", type=Path,
                     help="CA of KEDA's client certificate (TriggerAuthentication caCert's "
                          "counterpart); with these three KEDA must connect with mTLS")
+    sc.add_argument("--history-step", type=float, default=15.0,
+                    help="seconds between the moments recorded for gpuscale explain --at "
+                         "and idle (15; one hour is kept)")
     sc.add_argument("--metrics-api-port", type=int, default=0,
                     help="serve custom.metrics.k8s.io for a plain HPA on this port (HTTPS, "
                          "behind an APIService; needs the API); 0: off")
@@ -58,6 +61,8 @@ def run(args: argparse.Namespace) -> int:
         args.tls = tls_files(args.tls_cert, args.tls_key, args.tls_ca)
     except ValueError as exc:
         return fail(str(exc))
+    if not 0.1 <= args.history_step <= 3600:
+        return fail(f"--history-step: {args.history_step:g} is not 0.1..3600 seconds")
     extras = []
     if args.metrics_api_port:
         if not (args.metrics_api_cert and args.metrics_api_key):

@@ -110,7 +110,7 @@ class Hpa:
     _events: list[tuple[float, int]] = field(default_factory=list)  # (time, +/- replicas)
     last_reason: str = ""
 
-    def _within(self, ratio: float) -> bool:
+    def within(self, ratio: float) -> bool:
         up = self.tolerance if self.scale_up.tolerance is None else self.scale_up.tolerance
         down = (self.tolerance if self.scale_down.tolerance is None
                 else self.scale_down.tolerance)
@@ -123,11 +123,11 @@ class Hpa:
                 return None
             if metric.target_type is TargetType.AVERAGE_VALUE:
                 ratio = metric.value / (metric.target * max(current, 1))
-                if self._within(ratio):
+                if self.within(ratio):
                     return current
                 return math.ceil(metric.value / metric.target)
             ratio = metric.value / metric.target
-            if self._within(ratio):
+            if self.within(ratio):
                 return current
             return math.ceil(ratio * ready)
         present = [v for v in metric.pod_values if v is not None]
@@ -137,7 +137,7 @@ class Hpa:
         ratio = sum(present) / len(present) / metric.target
         up_with_unready = metric.unready_pods > 0 and ratio > 1.0
         if not up_with_unready and not missing:
-            if self._within(ratio):
+            if self.within(ratio):
                 return current
             return math.ceil(ratio * len(present))
         # Missing pods: at target when scaling down, idle when scaling up; unready pods
@@ -147,7 +147,7 @@ class Hpa:
         if up_with_unready:
             filled += [0.0] * metric.unready_pods
         new_ratio = sum(filled) / len(filled) / metric.target
-        if self._within(new_ratio) or (ratio < 1.0 < new_ratio) or \
+        if self.within(new_ratio) or (ratio < 1.0 < new_ratio) or \
                 (ratio > 1.0 > new_ratio):
             return current
         replicas = math.ceil(new_ratio * len(filled))

@@ -46,7 +46,7 @@ class Node(_message.Message):
     def __init__(self, name: _Optional[str] = ..., address: _Optional[str] = ..., connected: _Optional[bool] = ..., age: _Optional[float] = ..., problem: _Optional[str] = ..., devices: _Optional[_Iterable[_Union[_telemetry_pb2.Device, _Mapping]]] = ...) -> None: ...
 
 class Pod(_message.Message):
-    __slots__ = ("namespace", "name", "node", "owner_kind", "owner_name", "ready", "age", "stale_after", "signals", "labels")
+    __slots__ = ("namespace", "name", "node", "owner_kind", "owner_name", "ready", "age", "stale_after", "signals", "labels", "gpus")
     class SignalsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -71,6 +71,7 @@ class Pod(_message.Message):
     STALE_AFTER_FIELD_NUMBER: _ClassVar[int]
     SIGNALS_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
+    GPUS_FIELD_NUMBER: _ClassVar[int]
     namespace: str
     name: str
     node: str
@@ -81,7 +82,8 @@ class Pod(_message.Message):
     stale_after: float
     signals: _containers.MessageMap[str, _telemetry_pb2.Reading]
     labels: _containers.ScalarMap[str, str]
-    def __init__(self, namespace: _Optional[str] = ..., name: _Optional[str] = ..., node: _Optional[str] = ..., owner_kind: _Optional[str] = ..., owner_name: _Optional[str] = ..., ready: _Optional[bool] = ..., age: _Optional[float] = ..., stale_after: _Optional[float] = ..., signals: _Optional[_Mapping[str, _telemetry_pb2.Reading]] = ..., labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    gpus: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, namespace: _Optional[str] = ..., name: _Optional[str] = ..., node: _Optional[str] = ..., owner_kind: _Optional[str] = ..., owner_name: _Optional[str] = ..., ready: _Optional[bool] = ..., age: _Optional[float] = ..., stale_after: _Optional[float] = ..., signals: _Optional[_Mapping[str, _telemetry_pb2.Reading]] = ..., labels: _Optional[_Mapping[str, str]] = ..., gpus: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Workload(_message.Message):
     __slots__ = ("namespace", "name", "seen", "answers", "pods", "planned_replicas")
@@ -122,17 +124,19 @@ class Answer(_message.Message):
     def __init__(self, metric_name: _Optional[str] = ..., signal: _Optional[str] = ..., target: _Optional[float] = ..., activation: _Optional[float] = ..., value: _Optional[float] = ..., unavailable: _Optional[str] = ..., counted: _Optional[int] = ..., starting: _Optional[int] = ..., ready: _Optional[int] = ...) -> None: ...
 
 class ExplainRequest(_message.Message):
-    __slots__ = ("namespace", "name", "at")
+    __slots__ = ("namespace", "name", "at", "history")
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     AT_FIELD_NUMBER: _ClassVar[int]
+    HISTORY_FIELD_NUMBER: _ClassVar[int]
     namespace: str
     name: str
     at: float
-    def __init__(self, namespace: _Optional[str] = ..., name: _Optional[str] = ..., at: _Optional[float] = ...) -> None: ...
+    history: float
+    def __init__(self, namespace: _Optional[str] = ..., name: _Optional[str] = ..., at: _Optional[float] = ..., history: _Optional[float] = ...) -> None: ...
 
 class ExplainReply(_message.Message):
-    __slots__ = ("now", "namespace", "name", "metadata", "selector", "value_mode", "seen", "answers", "pods", "missing", "plan_terms", "planned_replicas", "at", "scale_target", "demand_source", "demand")
+    __slots__ = ("now", "namespace", "name", "metadata", "selector", "value_mode", "seen", "answers", "pods", "missing", "plan_terms", "planned_replicas", "at", "scale_target", "demand_source", "demand", "pod_count", "past", "step")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -163,6 +167,9 @@ class ExplainReply(_message.Message):
     SCALE_TARGET_FIELD_NUMBER: _ClassVar[int]
     DEMAND_SOURCE_FIELD_NUMBER: _ClassVar[int]
     DEMAND_FIELD_NUMBER: _ClassVar[int]
+    POD_COUNT_FIELD_NUMBER: _ClassVar[int]
+    PAST_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
     now: float
     namespace: str
     name: str
@@ -179,7 +186,22 @@ class ExplainReply(_message.Message):
     scale_target: ScaleTarget
     demand_source: str
     demand: str
-    def __init__(self, now: _Optional[float] = ..., namespace: _Optional[str] = ..., name: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., selector: _Optional[str] = ..., value_mode: _Optional[str] = ..., seen: _Optional[float] = ..., answers: _Optional[_Iterable[_Union[Answer, _Mapping]]] = ..., pods: _Optional[_Iterable[_Union[Pod, _Mapping]]] = ..., missing: _Optional[_Iterable[str]] = ..., plan_terms: _Optional[_Mapping[str, float]] = ..., planned_replicas: _Optional[int] = ..., at: _Optional[float] = ..., scale_target: _Optional[_Union[ScaleTarget, _Mapping]] = ..., demand_source: _Optional[str] = ..., demand: _Optional[str] = ...) -> None: ...
+    pod_count: int
+    past: _containers.RepeatedCompositeFieldContainer[Past]
+    step: float
+    def __init__(self, now: _Optional[float] = ..., namespace: _Optional[str] = ..., name: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., selector: _Optional[str] = ..., value_mode: _Optional[str] = ..., seen: _Optional[float] = ..., answers: _Optional[_Iterable[_Union[Answer, _Mapping]]] = ..., pods: _Optional[_Iterable[_Union[Pod, _Mapping]]] = ..., missing: _Optional[_Iterable[str]] = ..., plan_terms: _Optional[_Mapping[str, float]] = ..., planned_replicas: _Optional[int] = ..., at: _Optional[float] = ..., scale_target: _Optional[_Union[ScaleTarget, _Mapping]] = ..., demand_source: _Optional[str] = ..., demand: _Optional[str] = ..., pod_count: _Optional[int] = ..., past: _Optional[_Iterable[_Union[Past, _Mapping]]] = ..., step: _Optional[float] = ...) -> None: ...
+
+class Past(_message.Message):
+    __slots__ = ("at", "answers", "pods", "planned_replicas")
+    AT_FIELD_NUMBER: _ClassVar[int]
+    ANSWERS_FIELD_NUMBER: _ClassVar[int]
+    PODS_FIELD_NUMBER: _ClassVar[int]
+    PLANNED_REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    at: float
+    answers: _containers.RepeatedCompositeFieldContainer[Answer]
+    pods: int
+    planned_replicas: int
+    def __init__(self, at: _Optional[float] = ..., answers: _Optional[_Iterable[_Union[Answer, _Mapping]]] = ..., pods: _Optional[int] = ..., planned_replicas: _Optional[int] = ...) -> None: ...
 
 class ScaleTarget(_message.Message):
     __slots__ = ("known", "kind", "name", "min_replicas", "max_replicas", "replicas", "fallback_replicas", "fallback_failures", "polling_interval", "cooldown_period", "behavior_json")

@@ -57,7 +57,7 @@ Links = Callable[[], Iterable["LinkState"]]
 class Inspector(pb_grpc.InspectServicer):
     def __init__(self, service: ScalerService, links: Links | None = None,
                  workloads: WorkloadResolver | None = None,
-                 wall: Callable[[], float] = time.time) -> None:
+                 wall: Callable[[], float] = time.time, step_s: float = STEP_S) -> None:
         """``links``: the subscriber's agent links (None where the fleet view is fed in
         the same process: the demo); ``workloads``: the ScaledObject watch, when the API is
         used (min/max replicas, fallback, the target's replica count)."""
@@ -68,6 +68,7 @@ class Inspector(pb_grpc.InspectServicer):
         self._workloads = workloads
         self._wall = wall
         self.devices = DeviceHistory(keep_s=self._history.keep_s)
+        self._history.step_s = step_s  # before any ScaledObject is noted (ring sizes)
 
     # -- what the scaler would answer ------------------------------------------------------
 
@@ -119,22 +120,32 @@ class Inspector(pb_grpc.InspectServicer):
                         tuple(gaps[:MAX_NAMED]), demand)
         return moment, records
 
-    async def record(self, step_s: float = STEP_S, chunk: int = RECORD_CHUNK) -> None:
-        """Every ``step_s``: a moment per ScaledObject KEDA asked about within the kept
-        history, and a sample of every device. Runs until cancelled."""
+    async def record(self, chunk: int = RECORD_CHUNK) -> None:
+        """Every step (STEP_S unless the constructor says): a moment per ScaledObject KEDA
+        asked about within the kept history, and a sample of every device. Runs until
+        cancelled."""
         while True:
             started = time.monotonic()
             try:
                 self.devices.sample(self._wall(), self._fleet.devices(), self._fleet.pods())
                 items = self._history.items()
                 for i in range(0, len(items), chunk):
-                    for (ns, name), seen in items[i:i + chunk]:
-                        if self._fleet.now() - seen.asked_at <= self._history.keep_s:
-                            self._history.record(ns, name, self._moment(ns, name, seen)[0])
+                    self._record(items[i:i + chunk])
                     await asyncio.sleep(0)
             except Exception as exc:  # a bug here must not end the scaler
                 log.error("recording the history failed: %s", exc, exc_info=exc)
-            await asyncio.sleep(max(0.0, step_s - (time.monotonic() - started)))
+            await asyncio.sleep(max(0.0, self._history.step_s -
+                                    (time.monotonic() - started)))
+
+    def record_now(self) -> None:
+        """One step of ``record`` at once (all ScaledObjects, no yielding)."""
+        self.devices.sample(self._wall(), self._fleet.devices(), self._fleet.pods())
+        self._record(self._history.items())
+
+    def _record(self, items: Iterable[tuple[tuple[str, str], Seen]]) -> None:
+        for (ns, name), seen in items:
+            if self._fleet.now() - seen.asked_at <= self._history.keep_s:
+                self._history.record(ns, name, self._moment(ns, name, seen)[0])
 
     # -- the service -----------------------------------------------------------------------
 
@@ -163,9 +174,10 @@ class Inspector(pb_grpc.InspectServicer):
                                     age=ages.get(address, -1.0))
                 for d in devs:
                     put_device(n.devices.add(), d)
+        gpus = self._gpus()
         for p in self._fleet.pods():
             if (not ns or p.namespace == ns) and (not node or p.node == node):
-                self._put_pod(reply.pods.add(), p)
+                self._put_pod(reply.pods.add(), p, gpus)
         for (sns, name), seen in self._history.items():
             if ns and sns != ns:
                 continue
@@ -208,12 +220,20 @@ class Inspector(pb_grpc.InspectServicer):
             reply.at = moment.at
         else:
             moment, records = self._moment(ns, name, seen)
+            gpus = self._gpus()
             for p in records:
-                self._put_pod(reply.pods.add(), p)
+                self._put_pod(reply.pods.add(), p, gpus)
             if seen.config.selector is None and self._workloads is not None:
                 resolved = self._workloads.resolve(ns, name)
                 reply.selector = resolved if isinstance(resolved, str) else resolved.text
         _put_answers(reply.answers, moment.answers)
+        reply.pod_count, reply.step = moment.pods, self._history.step_s
+        if request.history > 0 and math.isfinite(request.history):
+            for m in self._history.before(ns, name, moment.at,
+                                          min(request.history, self._history.keep_s)):
+                if m.at < moment.at:
+                    past = reply.past.add(at=m.at, pods=m.pods, planned_replicas=m.planned)
+                    _put_answers(past.answers, m.answers)
         reply.missing.extend(moment.missing)
         reply.plan_terms.update(dict(moment.terms))
         reply.planned_replicas = moment.planned
@@ -273,7 +293,26 @@ class Inspector(pb_grpc.InspectServicer):
                     f"name) has been asked about by KEDA at this scaler; known in "
                     f"{namespace}: {listed}")
 
-    def _put_pod(self, msg: pb.Pod, p: PodRecord) -> None:
+    def _gpus(self) -> dict[str, list[str]]:
+        """"namespace/name" -> the devices it holds, in words."""
+        out: dict[str, list[str]] = {}
+        for devs in self._fleet.devices().values():
+            index = {d.uuid: d.index for d in devs}
+            for d in devs:
+                if d.parent_uuid:
+                    what = f"MIG {d.model} on GPU {index.get(d.parent_uuid, d.index)}"
+                elif len(d.pods) > 1 or d.sharing in ("time-sliced", "mps"):
+                    what = f"GPU {d.index} {d.sharing} 1/{max(1, len(d.pods))}"
+                else:
+                    what = f"GPU {d.index}"
+                for p in d.pods:
+                    out.setdefault(p, []).append(what)
+        return out
+
+    def _put_pod(self, msg: pb.Pod, p: PodRecord,
+                 gpus: Mapping[str, list[str]] | None = None) -> None:
+        if gpus is not None:
+            msg.gpus.extend(gpus.get(f"{p.namespace}/{p.name}", ()))
         msg.namespace, msg.name, msg.node, msg.ready = p.namespace, p.name, p.node, p.ready
         if p.owner is not None:
             msg.owner_kind, msg.owner_name = p.owner.kind, p.owner.name

@@ -25,6 +25,7 @@ from gpuscale.common.errors import ConfigError
 from gpuscale.common.shutdown import cancel_on_signals
 from gpuscale.scaler.demand import DemandSources, ScalerConfig, load_config
 from gpuscale.scaler.fleet import FleetView
+from gpuscale.scaler.history import STEP_S
 from gpuscale.scaler.inspect import SERVICE as INSPECT
 from gpuscale.scaler.inspect import Inspector
 from gpuscale.scaler.inspect import add_to_server as add_inspect
@@ -161,7 +162,8 @@ async def serve(args: argparse.Namespace, extras: Sequence[Extra] = (),
     service = ScalerService(fleet, demand=demand.pending, workloads=workloads,
                             count=lambda m, c: requests.labels(m, c).inc(), roster=roster)
     registry.register(PlanCollector(service.plans))
-    inspector = Inspector(service, subscriber.states, workloads)
+    inspector = Inspector(service, subscriber.states, workloads,
+                          step_s=getattr(args, "history_step", STEP_S))
     server = ScalerServer(service,
                           host=args.host, port=args.port,
                           credentials=server_credentials(args.tls) if args.tls else None,

@@ -70,9 +70,11 @@ class InspectClient:
         return self._call(self._stub.Fleet, pb.FleetRequest(namespace=namespace, node=node),
                           pb.FleetReply)
 
-    def explain(self, namespace: str, name: str, at: float = 0.0) -> pb.ExplainReply:
+    def explain(self, namespace: str, name: str, at: float = 0.0,
+                history_s: float = 0.0) -> pb.ExplainReply:
         return self._call(self._stub.Explain,
-                          pb.ExplainRequest(namespace=namespace, name=name, at=at),
+                          pb.ExplainRequest(namespace=namespace, name=name, at=at,
+                                            history=history_s),
                           pb.ExplainReply)
 
     def usage(self, window_s: float, namespace: str = "") -> pb.UsageReply:
