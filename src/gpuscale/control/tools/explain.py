@@ -186,6 +186,10 @@ def decide(reply: pb.ExplainReply, replicas: int | None = None) -> Decision:
     if reply.past:
         d.lines.append(f"scale-down stabilization: {down.stabilization_s:g}s window over "
                        f"{len(reply.past)} recorded moments")
+    elif desired < current and down.stabilization_s > 0:
+        d.lines.append(f"no recorded moments to replay: the HPA holds the highest "
+                       f"recommendation of its last {down.stabilization_s:g}s, which may "
+                       f"keep more than {desired}")
     if not active and lo == 0:
         d.lines.append(f"inactive with minReplicaCount 0: KEDA scales to 0 after "
                        f"cooldownPeriod ({st.cooldown_period}s) without activity")
