@@ -13,7 +13,6 @@ from pathlib import Path
 import grpc
 import pytest
 from hypothesis import given
-from hypothesis import strategies as st
 
 from gpuscale.common.errors import ConfigError
 from gpuscale.control.tools.explain import decide, parse_behavior, parse_time, render
@@ -100,10 +99,12 @@ def test_render_fits_and_names_everything() -> None:
 @given(json_values(["scaleUp", "scaleDown", "policies", "type", "value", "periodSeconds",
                     "stabilizationWindowSeconds", "selectPolicy", "tolerance"]))
 def test_any_behavior_is_rules_or_a_clear_error(doc: object) -> None:
+    message = ""
     try:
         parse_behavior(json.dumps(doc))
     except ConfigError as exc:
-        assert str(exc).startswith("behavior")
+        message = str(exc)
+    assert not message or message.startswith("behavior")
 
 
 def test_times() -> None:
@@ -149,7 +150,7 @@ def keda_asks(port: int, name: str, **metadata: str) -> None:
 
 def explain(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "gpuscale.cli", "explain", *args],
-                          capture_output=True, text=True, timeout=60,
+                          capture_output=True, text=True, timeout=60, check=False,
                           cwd=Path(__file__).parents[2])
 
 
