@@ -74,7 +74,10 @@ def test_unavailable_holds_or_falls_back() -> None:
     assert any("no fallback configured" in line for line in held.lines)
     fallback = decide(reply(0.0, unavailable=why, known=True, replicas=3, fallback=6))
     assert fallback.desired == 6
-    assert any("fallback: 6 replicas" in line for line in fallback.lines)
+    assert any("replicas 6): 6 replicas" in line for line in fallback.lines)
+    higher = reply(0.0, unavailable=why, known=True, replicas=8, fallback=6)
+    higher.scale_target.fallback_behavior = "currentReplicasIfHigher"
+    assert decide(higher).desired == 8
 
 
 def test_activation_and_scale_to_zero() -> None:

@@ -179,3 +179,45 @@ def test_any_json_label_selector_is_a_selector_or_refused(sel: object) -> None:
     except SelectorError:
         return
     assert got.requirements
+
+
+async def test_explain_reads_the_scaledobject_and_its_target(kubeapi: KubeApiPeer,
+                                                             resolver: WorkloadResolver,
+                                                             fleet: FleetView) -> None:
+    """What gpuscale explain needs from the watches: the ScaledObject's bounds, fallback
+    and HPA behavior, and the target's spec.replicas; found by the Deployment's name too."""
+    from gpuscale.proto import inspect_pb2 as ipb
+    from gpuscale.proto import inspect_pb2_grpc as ipb_grpc
+    from gpuscale.scaler.inspect import SERVICE, Inspector, add_to_server
+
+    kubeapi.add(make_workload("Deployment", "llm", "vllm", {"app": "vllm"}), DEPLOYMENTS)
+    so = make_scaledobject("llm", "so-vllm", "vllm")
+    so["spec"].update({"minReplicaCount": 1, "maxReplicaCount": 12, "cooldownPeriod": 60,
+                       "fallback": {"failureThreshold": 4, "replicas": 6,
+                                    "behavior": "currentReplicasIfHigher"},
+                       "advanced": {"horizontalPodAutoscalerConfig": {"behavior": {
+                           "scaleDown": {"stabilizationWindowSeconds": 600}}}}})
+    kubeapi.add(so, SCALEDOBJECTS)
+    await until(lambda: resolver.replicas("llm", "Deployment", "vllm") == 2,
+                what="the Deployment watched")
+    await until(lambda: resolver.scaled_object("llm", "so-vllm") is not None,
+                what="the ScaledObject watched")
+    service = ScalerService(fleet, workloads=resolver)
+    inspector = Inspector(service, workloads=resolver)
+    server = ScalerServer(service, host="127.0.0.1", port=0,
+                          extra=[(SERVICE, lambda s: add_to_server(inspector, s))])
+    await server.start()
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as ch:
+        await pb_grpc.ExternalScalerStub(ch).GetMetricSpec(
+            pb.ScaledObjectRef(namespace="llm", name="so-vllm", scalerMetadata={}))
+        got = await ipb_grpc.InspectStub(ch).Explain(
+            ipb.ExplainRequest(namespace="llm", name="vllm"))  # the Deployment's name
+    await server.stop(0.5)
+    st = got.scale_target
+    assert got.name == "so-vllm"
+    assert got.selector == "app=vllm"
+    assert (st.known, st.kind, st.name, st.replicas) == (True, "Deployment", "vllm", 2)
+    assert (st.min_replicas, st.max_replicas, st.cooldown_period) == (1, 12, 60)
+    assert (st.fallback_replicas, st.fallback_failures, st.fallback_behavior) == (
+        6, 4, "currentReplicasIfHigher")
+    assert '"stabilizationWindowSeconds": 600' in st.behavior_json

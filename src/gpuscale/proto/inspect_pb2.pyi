@@ -204,7 +204,7 @@ class Past(_message.Message):
     def __init__(self, at: _Optional[float] = ..., answers: _Optional[_Iterable[_Union[Answer, _Mapping]]] = ..., pods: _Optional[int] = ..., planned_replicas: _Optional[int] = ...) -> None: ...
 
 class ScaleTarget(_message.Message):
-    __slots__ = ("known", "kind", "name", "min_replicas", "max_replicas", "replicas", "fallback_replicas", "fallback_failures", "polling_interval", "cooldown_period", "behavior_json")
+    __slots__ = ("known", "kind", "name", "min_replicas", "max_replicas", "replicas", "fallback_replicas", "fallback_failures", "polling_interval", "cooldown_period", "behavior_json", "fallback_behavior")
     KNOWN_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
@@ -216,6 +216,7 @@ class ScaleTarget(_message.Message):
     POLLING_INTERVAL_FIELD_NUMBER: _ClassVar[int]
     COOLDOWN_PERIOD_FIELD_NUMBER: _ClassVar[int]
     BEHAVIOR_JSON_FIELD_NUMBER: _ClassVar[int]
+    FALLBACK_BEHAVIOR_FIELD_NUMBER: _ClassVar[int]
     known: bool
     kind: str
     name: str
@@ -227,7 +228,8 @@ class ScaleTarget(_message.Message):
     polling_interval: int
     cooldown_period: int
     behavior_json: str
-    def __init__(self, known: _Optional[bool] = ..., kind: _Optional[str] = ..., name: _Optional[str] = ..., min_replicas: _Optional[int] = ..., max_replicas: _Optional[int] = ..., replicas: _Optional[int] = ..., fallback_replicas: _Optional[int] = ..., fallback_failures: _Optional[int] = ..., polling_interval: _Optional[int] = ..., cooldown_period: _Optional[int] = ..., behavior_json: _Optional[str] = ...) -> None: ...
+    fallback_behavior: str
+    def __init__(self, known: _Optional[bool] = ..., kind: _Optional[str] = ..., name: _Optional[str] = ..., min_replicas: _Optional[int] = ..., max_replicas: _Optional[int] = ..., replicas: _Optional[int] = ..., fallback_replicas: _Optional[int] = ..., fallback_failures: _Optional[int] = ..., polling_interval: _Optional[int] = ..., cooldown_period: _Optional[int] = ..., behavior_json: _Optional[str] = ..., fallback_behavior: _Optional[str] = ...) -> None: ...
 
 class UsageRequest(_message.Message):
     __slots__ = ("window", "namespace")

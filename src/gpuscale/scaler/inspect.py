@@ -343,6 +343,8 @@ class Inspector(pb_grpc.InspectServicer):
         if fallback:
             msg.fallback_replicas = _int(fallback.get("replicas"), -1)
             msg.fallback_failures = _int(fallback.get("failureThreshold"), 3)
+            behavior = fallback.get("behavior")
+            msg.fallback_behavior = behavior[:64] if isinstance(behavior, str) else "static"
         behavior = _obj(_obj(_obj(spec.get("advanced")).get("horizontalPodAutoscalerConfig"))
                         .get("behavior"))
         if behavior:

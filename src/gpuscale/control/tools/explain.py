@@ -102,6 +102,17 @@ def _policy(raw: Any, where: str) -> Policy:
     return Policy(PolicyType(kind), value, float(period))
 
 
+def fallback_count(behavior: str, replicas: int, current: int) -> int:
+    """The count KEDA's fallback sets (ScaledObject spec.fallback.behavior, KEDA 2.15+)."""
+    if behavior == "currentReplicas":
+        return current
+    if behavior == "currentReplicasIfHigher":
+        return max(current, replicas)
+    if behavior == "currentReplicasIfLower":
+        return min(current, replicas)
+    return replicas  # static, the default
+
+
 def decide(reply: pb.ExplainReply, replicas: int | None = None) -> Decision:
     """What KEDA and the HPA do with the answer in ``reply`` given ``replicas`` now (None:
     the target's spec.replicas from the scaler's watch, else the pods it sees)."""
@@ -124,10 +135,11 @@ def decide(reply: pb.ExplainReply, replicas: int | None = None) -> Decision:
         d.lines.append(f"the HPA cannot read {what}: it keeps {current} replicas (never "
                        f"scales down on a metric it cannot read)")
         if st.fallback_replicas >= 0:
-            d.desired = st.fallback_replicas
+            d.desired = fallback_count(st.fallback_behavior, st.fallback_replicas, current)
             d.lines.append(f"KEDA counts a failure per poll (every {st.polling_interval}s); "
                            f"after more than {st.fallback_failures} in a row it applies the "
-                           f"fallback: {st.fallback_replicas} replicas")
+                           f"fallback ({st.fallback_behavior or 'static'}, replicas "
+                           f"{st.fallback_replicas}): {d.desired} replicas")
         elif st.known:
             d.lines.append("no fallback configured: the count stays until data returns "
                            "(set spec.fallback to hold a safe count)")
