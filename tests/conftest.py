@@ -19,8 +19,9 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -172,16 +173,22 @@ async def kubelet(tmp_path: Path) -> AsyncIterator[KubeletPeer]:
 
 
 class Proc:
-    def __init__(self, *args: str) -> None:
+    """``gpuscale ARGS`` in a child process, up once one of its first lines of output
+    holds ``ready`` (what the command prints when it listens)."""
+
+    def __init__(self, *args: str, ready: str = "gpuscale") -> None:
         self.args = args
+        self.ready = ready
         self.p = self._start()
 
     def _start(self) -> subprocess.Popen[str]:
         p = subprocess.Popen([sys.executable, "-m", "gpuscale.cli", *self.args],
                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         assert p.stdout is not None
-        line = p.stdout.readline()
-        assert "gpuscale" in line, line
+        lines = [p.stdout.readline()]
+        while self.ready not in lines[-1] and lines[-1] and len(lines) < 20:
+            lines.append(p.stdout.readline())
+        assert self.ready in lines[-1], lines
         return p
 
     def restart(self) -> None:
@@ -201,6 +208,49 @@ class Proc:
             except subprocess.TimeoutExpired:
                 self.p.kill()
                 self.p.wait()
+
+
+def inspect_fleet(address: str) -> Any:
+    """The Fleet reply of the scaler at ``address`` (ToolError when it does not answer)."""
+    from gpuscale.control.tools.client import InspectClient, Target
+
+    with InspectClient(Target(address), timeout_s=5.0) as client:
+        return client.fleet()
+
+
+def start_scenario_scaler(port: int, scenario: str = "mig-node") -> Proc:
+    """``gpuscale demo --scenario`` serving its scaler on 127.0.0.1:``port``, returned
+    once the scaler's fleet view holds the scenario's pods."""
+    from gpuscale.control.tools.client import ToolError
+
+    proc = Proc("demo", "--scenario", scenario, "--host", "127.0.0.1", "--port", str(port),
+                "--metrics-port", "0", "--interval", "0.5", ready="KEDA external scaler on")
+    try:
+        until_sync(lambda: inspect_fleet(f"127.0.0.1:{port}").pods, 15.0,
+                   f"the {scenario} pods at the scaler", tolerate=(ToolError,))
+    except BaseException:
+        proc.stop()
+        raise
+    return proc
+
+
+@dataclass(frozen=True)
+class Served:
+    address: str  # host:port
+    proc: Proc    # stop() and start() it again on the same port
+
+
+@pytest.fixture(scope="module")
+def scenario_scaler() -> Iterator[Served]:
+    """A real scaler process serving the ``mig-node`` scenario (two H100s and an A100 split
+    into MIG instances, six pods, Triton and TGI engines; the A100's instances report no
+    utilization), shared by a test module. One at a time per machine: its simulated engines
+    listen on fixed loopback addresses (127.1.0.x:18080)."""
+    proc = start_scenario_scaler(port := free_port())
+    try:
+        yield Served(f"127.0.0.1:{port}", proc)
+    finally:
+        proc.stop()
 
 
 # -- certificates (mutual TLS, the metrics API's front proxy) ----------------------------

@@ -49,6 +49,7 @@ log = logging.getLogger(__name__)
 SERVICE = "gpuscale.inspect.v1.Inspect"
 RECORD_CHUNK = 50  # ScaledObjects recorded between two turns of the event loop
 MAX_FILTER = 253
+FORGOTTEN_S = 600.0  # Fleet lists the ScaledObjects KEDA asked about within this
 
 Context = grpc.aio.ServicerContext[Any, Any]
 Links = Callable[[], Iterable["LinkState"]]
@@ -158,7 +159,7 @@ class Inspector(pb_grpc.InspectServicer):
         ages = self._fleet.nodes()
         if self._links is not None:
             for s in self._links():
-                if node and s.identity != node:
+                if node and node not in (s.identity, s.address):
                     continue
                 n = reply.nodes.add(name=s.identity or s.address, address=s.address,
                                     connected=s.connected,
@@ -179,8 +180,8 @@ class Inspector(pb_grpc.InspectServicer):
             if (not ns or p.namespace == ns) and (not node or p.node == node):
                 self._put_pod(reply.pods.add(), p, gpus)
         for (sns, name), seen in self._history.items():
-            if ns and sns != ns:
-                continue
+            if (ns and sns != ns) or self._fleet.now() - seen.asked_at > FORGOTTEN_S:
+                continue  # not asked about for a while: deleted, or another scaler's
             moment, _ = self._moment(sns, name, seen)
             w = reply.workloads.add(namespace=sns, name=name,
                                     seen=self._fleet.now() - seen.asked_at,

@@ -42,7 +42,11 @@ class InspectClient:
     def __init__(self, target: Target, timeout_s: float = TIMEOUT_S) -> None:
         self.target = target
         self._timeout = timeout_s
-        options: list[tuple[str, str | int]] = [("grpc.max_receive_message_length", MAX_REPLY)]
+        options: list[tuple[str, str | int]] = [
+            ("grpc.max_receive_message_length", MAX_REPLY),
+            # a scaler that restarts is read again within seconds, not gRPC's 120 s
+            ("grpc.initial_reconnect_backoff_ms", 250),
+            ("grpc.max_reconnect_backoff_ms", 2000)]
         if target.tls is None:
             self._channel = grpc.insecure_channel(target.address, options=options)
         else:
