@@ -7,12 +7,20 @@ engine sends; about 60 KiB, in the 50-200 KiB range real engines answer with."""
 
 from __future__ import annotations
 
-from prometheus_client import (CollectorRegistry, Counter, Gauge, Histogram,
-                               GCCollector, ProcessCollector, generate_latest)
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    GCCollector,
+    Histogram,
+    ProcessCollector,
+    generate_latest,
+)
 
 
 def _one_two_five(limit: int) -> list[float]:
-    out, exp = [], 0
+    out: list[int] = []
+    exp = 0
     while True:
         for m in (1, 2, 5):
             v = m * 10 ** exp
@@ -43,10 +51,10 @@ def vllm_body(model: str = "meta-llama/Llama-3.1-8B-Instruct", running: int = 30
             ok.labels(**lab, finished_reason=why).inc(1000)
     for c in ("prefix_cache_queries", "prefix_cache_hits", "num_preemptions"):
         Counter(f"vllm:{c}", c, names, registry=reg).labels(**lab).inc(123456)
-    tok = _one_two_five(8192)
+    tok: list[float] = _one_two_five(8192)
     secs = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5,
             5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0]
-    for name, buckets in [
+    histograms: list[tuple[str, list[float]]] = [
             ("iteration_tokens_total", [1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096,
                                         8192, 16384]),
             ("request_prompt_tokens", tok), ("request_generation_tokens", tok),
@@ -57,7 +65,8 @@ def vllm_body(model: str = "meta-llama/Llama-3.1-8B-Instruct", running: int = 30
             ("e2e_request_latency_seconds", secs[3:]), ("request_queue_time_seconds", secs[3:]),
             ("request_inference_time_seconds", secs[3:]),
             ("request_prefill_time_seconds", secs[3:]),
-            ("request_decode_time_seconds", secs[3:])]:
+            ("request_decode_time_seconds", secs[3:])]
+    for name, buckets in histograms:
         h = Histogram(f"vllm:{name}", name, names, buckets=buckets, registry=reg)
         h.labels(**lab).observe(0.3)
     Gauge("vllm:cache_config_info", "cache config",

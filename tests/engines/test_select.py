@@ -85,7 +85,9 @@ def test_a_real_sized_vllm_body_is_cut_to_the_lines_read() -> None:
     assert selected is not None
     assert len(selected) < 50 < text.count("\n")
     assert outcome("vllm", text, True) == outcome("vllm", text, False)
-    assert set(outcome("vllm", text, True)) == READ["vllm"] - {"vllm:gpu_cache_usage_perc"}
+    got = outcome("vllm", text, True)
+    assert isinstance(got, dict)
+    assert set(got) == READ["vllm"] - {"vllm:gpu_cache_usage_perc"}
 
 
 def test_odd_lines_and_too_many_samples_parse_the_whole_body() -> None:
