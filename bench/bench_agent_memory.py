@@ -187,7 +187,8 @@ class Records:
 
 
 
-async def deployed(seconds: float, warmup: float = 10.0) -> None:
+async def deployed(seconds: float, warmup: float = 10.0, profile: str = "",
+                   real_vllm: bool = False) -> None:
     from gpuscale.attribution.sources import ScenarioSources
     from gpuscale.engines.simulated import engines_for, start_engines
     from gpuscale.stream.subscriber import AgentSubscriber
@@ -231,6 +232,15 @@ async def deployed(seconds: float, warmup: float = 10.0) -> None:
                     for (ns, name, c), ids in devices.items()]
     loads = {(p.pod.namespace, p.pod.name): p.load for p in node.processes if p.pod}
     engines = engines_for(dict(infos), loads)
+    if real_vllm:  # each vLLM body as large as a real one: its other families appended
+        from bench.vllm_body import vllm_body
+        from gpuscale.engines.simulated import SimulatedEngine
+        rest, render = vllm_body(read=False), SimulatedEngine.render
+
+        def real_render(self: SimulatedEngine, t: float) -> str:
+            return render(self, t) + (rest if self.engine == "vllm" else "")
+
+        SimulatedEngine.render = real_render  # type: ignore[method-assign]
     served = [0]
     t_start = time.monotonic()
 
@@ -262,6 +272,13 @@ async def deployed(seconds: float, warmup: float = 10.0) -> None:
         url = line.split("at ")[1].split()[0]
         subscriber.set_addresses([f"127.0.0.1:{line.rsplit(':', 1)[1].strip()}"])
         await asyncio.sleep(warmup)  # imports done, the pod list in, first scrapes done
+        spy = None
+        if profile:  # py-spy samples from outside: the agent runs unmodified
+            spy = await asyncio.create_subprocess_exec(
+                str(Path(sys.executable).parent / "py-spy"), "record", "--pid",
+                str(agent.pid), "--duration", str(int(seconds)), "--rate", "200",
+                "--threads", "--format", "raw", "--output", profile,
+                stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
         cpu0, t0, served0 = proc_cpu_seconds(agent.pid), time.monotonic(), served[0]
         scrapes, size, next_scrape = 0, 0, t0
         while time.monotonic() - t0 < seconds:
@@ -274,6 +291,8 @@ async def deployed(seconds: float, warmup: float = 10.0) -> None:
         cpu = proc_cpu_seconds(agent.pid) - cpu0
         rss, hwm = proc_mem_mib(agent.pid)
         engine_scrapes = served[0] - served0
+        if spy is not None:
+            await spy.wait()
     finally:
         await subscriber.close()
         if agent.returncode is None:
@@ -287,7 +306,8 @@ async def deployed(seconds: float, warmup: float = 10.0) -> None:
                       and not isinstance(v, Absent)
                       for k, v in r.signals.items())]  # type: ignore[attr-defined]
     print(f"the agent as deployed, {len(node.processes)} processes, {len(engines)} engine "
-          f"pods, {elapsed:.0f} s at 1 Hz after {warmup:.0f} s of warm-up:")
+          f"pods{' (vLLM bodies of real size)' if real_vllm else ''}, {elapsed:.0f} s at "
+          f"1 Hz after {warmup:.0f} s of warm-up:")
     print(f"  engine scrapes {engine_scrapes} ({engine_scrapes / elapsed:.1f}/s); "
           f"/metrics scraped {scrapes} times ({size / 1024:.0f} KiB); stream: "
           f"{sink.updates} updates, last {len(sink.latest)} pods, {len(numbers)} with engine "
@@ -303,10 +323,22 @@ def main() -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--run", type=float, default=60.0,
                         help="seconds to measure the deployed agent (0: imports only)")
+    parser.add_argument("--profile", default="", metavar="FILE",
+                        help="also sample the agent with py-spy over the window and write "
+                             "its collapsed stacks to FILE (the sampling costs the agent "
+                             "CPU: take CPU figures from runs without it)")
+    parser.add_argument("--real-vllm-body", action="store_true",
+                        help="vLLM engines answer with a body of real size and shape "
+                             "(bench/vllm_body.py, ~70 KiB) instead of the simulated "
+                             "engine's few lines")
+    parser.add_argument("--no-imports", action="store_true",
+                        help="skip the import part (the deployed run only)")
     args = parser.parse_args()
-    imports()
+    if not args.no_imports:
+        imports()
     if args.run > 0:
-        asyncio.run(deployed(args.run))
+        asyncio.run(deployed(args.run, profile=args.profile,
+                            real_vllm=args.real_vllm_body))
 
 
 if __name__ == "__main__":

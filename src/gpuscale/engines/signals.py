@@ -56,6 +56,7 @@ from typing import TextIO, cast
 from prometheus_client.parser import text_fd_to_metric_families
 
 from gpuscale.common.errors import PeerError
+from gpuscale.engines.select import related, select_lines
 from gpuscale.telemetry.model import Absent, Reading
 
 ENGINES = ("vllm", "triton", "tgi")
@@ -120,6 +121,11 @@ BOUNDS: Mapping[str, Bound] = {
     "tgi_batch_current_size": REQUESTS,
 }
 
+#: The sample names each engine's signals read, and the lines that can yield them.
+READS: Mapping[str, frozenset[str]] = {
+    engine: related(name for name in BOUNDS if name.startswith(prefix))
+    for engine, prefix in (("vllm", "vllm:"), ("triton", "nv_inference_"), ("tgi", "tgi_"))}
+
 #: The largest value each signal can take (what the checks above imply).
 SIGNAL_BOUNDS: Mapping[str, float] = {
     "vllm-waiting": REQUESTS.limit, "vllm-running": REQUESTS.limit,
@@ -139,11 +145,13 @@ class EngineSignals:
 
 
 class _Lines:
-    """The body's lines as the parser splits them (on ``\n`` only, as StringIO does),
-    remembering which one it is on, for the message."""
+    """The body's lines as the parser splits them (on ``\n`` only, as StringIO does), or
+    the selected ones with their numbers in the body, remembering which one it is on, for
+    the message."""
 
-    def __init__(self, text: str) -> None:
-        self._lines = io.StringIO(text)
+    def __init__(self, text: str, selected: list[tuple[int, str]] | None = None) -> None:
+        self._lines = io.StringIO(text) if selected is None else None
+        self._selected = iter(selected or ())
         self.number = 0
         self.line = ""
 
@@ -151,8 +159,11 @@ class _Lines:
         return self
 
     def __next__(self) -> str:
-        self.line = next(self._lines)
-        self.number += 1
+        if self._lines is not None:
+            self.line = next(self._lines)
+            self.number += 1
+        else:
+            self.number, self.line = next(self._selected)
         return self.line
 
 
@@ -160,14 +171,17 @@ def _printable(s: str, limit: int = 100) -> str:
     return "".join(c if c.isprintable() else "?" for c in s[:limit])
 
 
-def samples(text: str) -> dict[str, list[float]]:
+def samples(text: str, only: frozenset[str] | None = None) -> dict[str, list[float]]:
     """Metric name -> the values of its samples, as sent: negative and non-finite values
     included (counters keep their ``_total`` name; integers too large for a float read as
     infinite). Raises EngineParseError, naming the line, for text that is not exposition
-    format."""
+    format. ``only`` (from ``select.related``): parse only the lines that can yield those
+    names (engines.select); the result on those names, and any error, are the same as for
+    the whole text, and other names may be missing."""
     out: dict[str, list[float]] = {}
     count = 0
-    lines = _Lines(text)
+    selected = None if only is None else select_lines(text, only, MAX_SERIES)
+    lines = _Lines(text, selected)
     try:
         # The parser only iterates its file: the counting iterator stands in for one.
         for family in text_fd_to_metric_families(cast("TextIO", lines)):
@@ -353,7 +367,7 @@ def engine_signals(engine: str, text: str, scraped_at: float,
     EngineParseError; ValueError for an unknown engine."""
     if engine not in ENGINES:
         raise ValueError(f"unknown engine {engine!r}; known: {', '.join(ENGINES)}")
-    values = samples(text)
+    values = samples(text, READS[engine])
     if engine == "vllm":
         return vllm_signals(values, scraped_at, vllm)
     if engine == "tgi":
