@@ -4,6 +4,7 @@ manifest it cannot use is a clear error."""
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +17,8 @@ from hypothesis import given, settings
 from gpuscale.common.errors import ConfigError
 from gpuscale.control.generate import Options, behavior, detect_engine, generate, workload_from
 from gpuscale.scaler.metadata import parse_metadata
-from tests.conftest import json_values, validate
+from tests.conftest import json_values, validate, write_kubeconfig
+from tests.peers.kubeapi import DEPLOYMENTS, KubeApiPeer
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "deploy" / "examples"
 
@@ -201,3 +203,39 @@ def test_detect_engine_reads_only_the_image_name() -> None:
     """A registry or tag that mentions an engine does not make one."""
     w = workload_from(deployment("registry.vllm.example/acme/app:tritonserver"))
     assert detect_engine(w)[0] == ""
+
+
+async def test_from_the_cluster(kubeapi: KubeApiPeer, tmp_path: Path) -> None:
+    """--from-cluster reads the Deployment from the API server (the test peer, the same
+    wire format and Status errors) with the kubeconfig's credentials."""
+    obj = deployment()
+    obj["metadata"]["uid"] = "uid-llm"
+    kubeapi.add(obj, DEPLOYMENTS)
+    config = write_kubeconfig(tmp_path / "config", f"http://127.0.0.1:{kubeapi.port}",
+                              {"token": kubeapi.token})
+
+    def generate_cmd(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "gpuscale.cli", "generate", *args],
+                              capture_output=True, text=True, timeout=60, check=False)
+
+    got = await asyncio.to_thread(generate_cmd, "--from-cluster", "deployment/llm", "-n",
+                                  "serve", "--kubeconfig", str(config))
+    assert got.returncode == 0, got.stderr
+    [so] = list(yaml.safe_load_all(got.stdout))
+    assert so["spec"]["scaleTargetRef"]["name"] == "llm"
+    assert so["metadata"]["namespace"] == "serve"
+    validate(so)
+    missing = await asyncio.to_thread(generate_cmd, "--from-cluster", "deployment/nope",
+                                      "-n", "serve", "--kubeconfig", str(config))
+    assert missing.returncode == 1
+    assert 'deployments.apps "nope" not found' in missing.stderr
+    stale = write_kubeconfig(tmp_path / "stale", f"http://127.0.0.1:{kubeapi.port}",
+                             {"token": "rotated"})
+    denied = await asyncio.to_thread(generate_cmd, "--from-cluster", "deployment/llm", "-n",
+                                     "serve", "--kubeconfig", str(stale))
+    assert denied.returncode == 1
+    assert "401" in denied.stderr
+    for bad in (["--from-cluster", "cronjob/llm"], ["--from-cluster", "deployment/"], []):
+        wrong = await asyncio.to_thread(generate_cmd, *bad, "--kubeconfig", str(config))
+        assert wrong.returncode == 2, wrong.stderr
+        assert "Traceback" not in wrong.stderr

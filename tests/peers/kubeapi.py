@@ -244,6 +244,9 @@ class KubeApiPeer:
         app.router.add_get("/apis/apps/v1/namespaces/{ns}/replicasets/{name}", self._owner)
         app.router.add_get("/apis/batch/v1/namespaces/{ns}/jobs/{name}", self._owner)
         app.router.add_get("/api/v1/namespaces/{ns}/configmaps/{name}", self._configmap)
+        for plural in ("deployments", "statefulsets"):
+            app.router.add_get(f"/apis/apps/v1/namespaces/{{ns}}/{plural}/{{name}}",
+                               self._object)
         app.router.add_post("/apis/authorization.k8s.io/v1/subjectaccessreviews", self._review)
         self._runner = web.AppRunner(app, shutdown_timeout=0.1)
         await self._runner.setup()
@@ -468,6 +471,21 @@ class KubeApiPeer:
         if obj is None:
             return web.json_response(status(404, "NotFound", "not found"), status=404)
         return web.json_response(obj)
+
+    async def _object(self, request: web.Request) -> web.Response:
+        """GET one Deployment or StatefulSet, as it is now; 404 as the API server says it
+        (``deployments.apps "x" not found``)."""
+        denied = self._auth(request)
+        if denied is not None:
+            return denied
+        plural = request.path.split("/")[-2]
+        ns, name = request.match_info["ns"], request.match_info["name"]
+        for obj in self._state_at(f"/apis/apps/v1/{plural}", self.rv).values():
+            meta = obj["metadata"]
+            if meta.get("namespace") == ns and meta.get("name") == name:
+                return web.json_response(obj)
+        return web.json_response(status(404, "NotFound", f'{plural}.apps "{name}" not found'),
+                                 status=404)
 
     async def _configmap(self, request: web.Request) -> web.Response:
         denied = self._auth(request)

@@ -15,8 +15,17 @@ MAX_MANIFEST_BYTES = 1024 * 1024
 def add_parser(sub: Any) -> None:
     g = sub.add_parser("generate", help="write a ScaledObject (and a plain HPA) that is right "
                                         "for a Deployment or StatefulSet manifest")
-    g.add_argument("manifest", type=Path, help="the workload's YAML (- for standard input); "
-                                               "the first Deployment or StatefulSet in it")
+    g.add_argument("manifest", type=Path, nargs="?", default=None,
+                   help="the workload's YAML (- for standard input); the first Deployment or "
+                        "StatefulSet in it")
+    g.add_argument("--from-cluster", metavar="KIND/NAME", default=None,
+                   help="read the workload from the cluster instead: deployment/NAME or "
+                        "statefulset/NAME (with --namespace, --kubeconfig)")
+    g.add_argument("-n", "--namespace", default="default",
+                   help="with --from-cluster: its namespace (default)")
+    g.add_argument("--kubeconfig", type=Path, default=None,
+                   help="with --from-cluster: the kubeconfig (default: $KUBECONFIG, "
+                        "~/.kube/config, or in-cluster credentials)")
     g.add_argument("--scaler-address", default="gpuscale-scaler.gpuscale.svc:6000")
     g.add_argument("--min", type=int, default=1, dest="min_replicas",
                    help="minReplicaCount (0 only with --demand-source)")
@@ -41,25 +50,31 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     import yaml
 
-    from gpuscale.common.errors import ConfigError
+    from gpuscale.common.errors import ConfigError, GpuscaleError
     from gpuscale.control.generate import Options, generate, workload_from
 
+    if (args.manifest is None) == (args.from_cluster is None):
+        return fail("give a MANIFEST file (or -) or --from-cluster KIND/NAME, one of them", 2)
+    source = args.manifest if args.manifest is not None else \
+        f"{args.namespace}/{args.from_cluster}"
     try:
-        if str(args.manifest) == "-":
+        if args.from_cluster is not None:
+            raw = from_cluster(args.from_cluster, args.namespace, args.kubeconfig)
+        elif str(args.manifest) == "-":
             raw = sys.stdin.read(MAX_MANIFEST_BYTES + 1)
         else:
             with args.manifest.open(encoding="utf-8") as f:
                 raw = f.read(MAX_MANIFEST_BYTES + 1)
         if len(raw) > MAX_MANIFEST_BYTES:
-            raise ConfigError(f"{args.manifest}: larger than {MAX_MANIFEST_BYTES} bytes")
+            raise ConfigError(f"{source}: larger than {MAX_MANIFEST_BYTES} bytes")
         try:
             docs = [d for d in yaml.safe_load_all(raw) if d is not None]
         except yaml.YAMLError as exc:
-            raise ConfigError(f"{args.manifest}: not YAML ({str(exc)[:200]})") from None
+            raise ConfigError(f"{source}: not YAML ({str(exc)[:200]})") from None
         targets = [d for d in docs if isinstance(d, dict)
                    and d.get("kind") in ("Deployment", "StatefulSet")]
         if not targets:
-            raise ConfigError(f"{args.manifest}: no Deployment or StatefulSet in it")
+            raise ConfigError(f"{source}: no Deployment or StatefulSet in it")
         major, _, minor = args.keda_version.partition(".")
         if not (major.isdigit() and minor.isdigit()):
             raise ConfigError(f"--keda-version: {args.keda_version[:20]!r} is not MAJOR.MINOR")
@@ -67,11 +82,13 @@ def run(args: argparse.Namespace) -> int:
             args.scaler_address, args.min_replicas, args.max_replicas, args.startup_seconds,
             args.demand_source, args.planner, args.ttft_seconds, (int(major), int(minor))))
         if len(targets) > 1:
-            print(f"gpuscale: {len(targets)} workloads in {args.manifest}: this is for the "
+            print(f"gpuscale: {len(targets)} workloads in {source}: this is for the "
                   f"first, {targets[0].get('kind')} "
                   f"{(targets[0].get('metadata') or {}).get('name')}", file=sys.stderr)
-    except (ConfigError, OSError, UnicodeDecodeError) as exc:
-        return fail(exc if isinstance(exc, ConfigError) else f"{args.manifest}: {exc}")
+    except GpuscaleError as exc:
+        return fail(exc)
+    except (OSError, UnicodeDecodeError) as exc:
+        return fail(f"{source}: {exc}", 2)
     header = "".join(f"# {n}\n" for n in out.notes)
     body = [out.scaled_object] + ([out.hpa] if args.hpa else [])
     if args.hpa:
@@ -81,3 +98,40 @@ def run(args: argparse.Namespace) -> int:
         if note.startswith("WARNING"):
             print(f"gpuscale: {note}", file=sys.stderr)
     return 0
+
+
+KINDS = {"deployment": "deployments", "deployments": "deployments",
+         "deploy": "deployments", "statefulset": "statefulsets",
+         "statefulsets": "statefulsets", "sts": "statefulsets"}
+
+
+def from_cluster(ref: str, namespace: str, kubeconfig: Path | None) -> str:
+    """The workload's JSON (JSON is YAML) read from the API server with the kubeconfig's
+    (or in-cluster) credentials. ConfigError for a reference that is not KIND/NAME, ApiError
+    (the API's own words: not found, forbidden, unauthorized) otherwise."""
+    import asyncio
+    import json
+
+    from gpuscale.common.errors import ConfigError
+    from gpuscale.kube.api import ObjectRef
+    from gpuscale.kube.connect import connect
+
+    kind, _, name = ref.partition("/")
+    plural = KINDS.get(kind.lower())
+    if plural is None or not name:
+        raise ConfigError(f"--from-cluster {ref[:80]!r}: give deployment/NAME or "
+                          f"statefulset/NAME")
+
+    async def read() -> dict[str, Any]:
+        api = await connect(kubeconfig)
+        try:
+            return await asyncio.wait_for(
+                api.get(ObjectRef("apps/v1", plural, namespace, name)), 30)
+        finally:
+            await api.close()
+
+    try:
+        return json.dumps(asyncio.run(read()))
+    except TimeoutError:
+        raise ConfigError(f"--from-cluster: the API server did not answer within 30 s "
+                          f"for {namespace}/{ref}") from None

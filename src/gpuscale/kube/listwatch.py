@@ -322,8 +322,10 @@ def status_text(code: int, message: str, what: str = "") -> str:
                f"{detail}"
     if code == 401:
         return "unauthorized (401): check the service account token"
-    if code == 404:
-        return "not found (404): is the resource (CRD) installed?"
+    if code == 404:  # an object the API names as missing, or a whole resource type
+        if message and "could not find the requested resource" not in message:
+            return f"not found (404){detail}"
+        return f"not found (404){detail}: is the resource (CRD) installed?"
     return f"API error {code}{detail}"
 
 
