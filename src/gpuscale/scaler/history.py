@@ -11,6 +11,7 @@ trigger bound, the ScaledObject KEDA asked about least recently is forgotten fir
 from __future__ import annotations
 
 import math
+from array import array
 from collections import OrderedDict, deque
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -128,12 +129,49 @@ class MinuteUse:
     samples: int = 0
 
 
-@dataclass(slots=True)
 class DeviceLog:
-    node: str
-    model: str
-    fraction: float
-    minutes: deque[MinuteUse]
+    """One device's minutes in a fixed ring of slots (minute number modulo the slots):
+    plain arrays, so a device costs ~2 KiB however full (a MinuteUse per minute cost
+    ~170 bytes each: 200 MiB at the device bound, bench/bench_inspect.py)."""
+
+    __slots__ = ("_owners", "_pods", "_samples", "_starts", "_util", "fraction", "model",
+                 "node")
+
+    def __init__(self, node: str, model: str, fraction: float, slots: int) -> None:
+        self.node, self.model, self.fraction = node, model, fraction
+        self._starts = array("d", [-1.0]) * slots
+        self._util = array("d", [0.0]) * slots
+        self._samples = array("I", [0]) * slots
+        empty: tuple[str, ...] = ()
+        self._pods = [empty] * slots
+        self._owners = [empty] * slots
+
+    def add(self, start: float, pods: tuple[str, ...], owners: tuple[str, ...],
+            utilization: float | None) -> None:
+        i = int(start // MINUTE_S) % len(self._starts)
+        last = (i - 1) % len(self._starts)
+        if pods == self._pods[last] and owners == self._owners[last]:
+            pods, owners = self._pods[last], self._owners[last]  # share, not copy
+        if self._starts[i] != start:  # a new minute: the slot's old one is forgotten
+            self._starts[i], self._util[i], self._samples[i] = start, 0.0, 0
+            self._pods[i], self._owners[i] = pods, owners
+        elif pods and pods != self._pods[i]:  # allocation changed within the minute
+            merged = tuple(sorted({*self._pods[i], *pods}))
+            known = dict(zip(self._pods[i], self._owners[i], strict=True))
+            known.update(zip(pods, owners, strict=True))
+            self._pods[i], self._owners[i] = merged, tuple(known[p] for p in merged)
+        if utilization is not None:
+            self._util[i] += utilization
+            self._samples[i] += 1
+
+    def minutes(self, since: float) -> list[MinuteUse]:
+        """The minutes that end after ``since``, oldest first."""
+        out = [MinuteUse(start, self._pods[i], self._owners[i], self._util[i],
+                         self._samples[i])
+               for i, start in enumerate(self._starts)
+               if start >= 0 and start + MINUTE_S > since]
+        out.sort(key=lambda m: m.start)
+        return out
 
 
 class DeviceHistory:
@@ -143,6 +181,7 @@ class DeviceHistory:
         self._logs: OrderedDict[tuple[str, str], DeviceLog] = OrderedDict()
         self.max_devices = max_devices
         self.keep_s = keep_s
+        self._slots = max(1, int(keep_s / MINUTE_S)) + 1
 
     def sample(self, now: float, devices: Mapping[str, tuple[DeviceRecord, ...]],
                pods: Iterable[PodRecord]) -> None:
@@ -156,19 +195,11 @@ class DeviceHistory:
             for d in devs:
                 if d.sharing == "mig":
                     continue  # a GPU split into MIG: its instances are the devices
-                log = self._log(node, d, gpus)
                 held = tuple(d.pods)
-                minutes = log.minutes
-                if not minutes or minutes[-1].start != start:
-                    minutes.append(MinuteUse(start, held,
-                                             tuple(owners.get(p, "") for p in held)))
-                m = minutes[-1]
-                if held and held != m.pods:  # allocation changed within the minute
-                    m.pods = tuple(sorted({*m.pods, *held}))
-                    m.owners = tuple(owners.get(p, "") for p in m.pods)
-                if isinstance(d.utilization, float | int):
-                    m.util_sum += float(d.utilization)
-                    m.samples += 1
+                util = (float(d.utilization) if isinstance(d.utilization, float | int)
+                        else None)
+                self._log(node, d, gpus).add(start, held,
+                                             tuple(owners.get(p, "") for p in held), util)
 
     def _log(self, node: str, d: DeviceRecord,
              gpus: Mapping[str, DeviceRecord]) -> DeviceLog:
@@ -184,14 +215,13 @@ class DeviceHistory:
                 mine, whole = d.memory_total_mib, parent.memory_total_mib
                 if isinstance(mine, float | int) and isinstance(whole, float | int) and whole:
                     fraction = min(1.0, float(mine) / float(whole))
-            log = self._logs[key] = DeviceLog(node, model, fraction, deque(
-                maxlen=max(1, int(self.keep_s / MINUTE_S)) + 1))
+            log = self._logs[key] = DeviceLog(node, model, fraction, self._slots)
         self._logs.move_to_end(key)
         return log
 
     def logs(self, since: float) -> Iterator[tuple[str, DeviceLog, list[MinuteUse]]]:
         """(uuid, log, its minutes starting at or after ``since``)."""
         for (_, uuid), log in self._logs.items():
-            minutes = [m for m in log.minutes if m.start + MINUTE_S > since]
+            minutes = log.minutes(since)
             if minutes:
                 yield uuid, log, minutes
