@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 import grpc
 from google.protobuf.message import Message
 
-from gpuscale.common.errors import GpuscaleError
+from gpuscale.common.errors import PeerError
 from gpuscale.proto import inspect_pb2 as pb
 from gpuscale.proto import inspect_pb2_grpc as pb_grpc
 from gpuscale.stream.tls import TlsFiles
@@ -23,10 +23,9 @@ TIMEOUT_S = 10.0
 MAX_REPLY = 256 * 1024 * 1024  # a fleet of 10,000 pods is ~4 MB
 
 
-class ToolError(GpuscaleError, RuntimeError):
-    """The scaler could not be read; the message says why and what to do."""
-
-    exit_code = 1
+class ToolError(PeerError, RuntimeError):
+    """The scaler (or Prometheus) could not be read; the message says why and what to do.
+    A PeerError: exit 1, like every peer failure."""
 
 
 @dataclass(frozen=True)
