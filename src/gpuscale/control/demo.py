@@ -23,6 +23,7 @@ from gpuscale.common.shutdown import cancel_on_signals
 from gpuscale.engines.simulated import engines_for, start_engines
 from gpuscale.scaler.demand import DemandSources, ScalerConfig, load_config
 from gpuscale.scaler.fleet import FleetView
+from gpuscale.scaler.history import STEP_S
 from gpuscale.scaler.inspect import SERVICE as INSPECT
 from gpuscale.scaler.inspect import Inspector
 from gpuscale.scaler.inspect import add_to_server as add_inspect
@@ -85,7 +86,7 @@ async def serve_scenario(args: argparse.Namespace) -> None:
                 tg.create_task(agent.run(agent_up(node.name)), name=f"agent-{node.name}")
             tg.create_task(server.serve(scaler_up), name="scaler")
             tg.create_task(service.plan_loop(), name="planner")
-            tg.create_task(inspector.record(), name="history")
+            tg.create_task(inspector.record(args.history_step or STEP_S), name="history")
             tg.create_task(demand.run(), name="demand-sources")
     except asyncio.CancelledError:
         log.info("stopping on signal")
