@@ -1,4 +1,5 @@
-"""Command line: ``gpuscale agent | gpus | scaler | demo | simulate | profiles | generate``.
+"""Command line: ``gpuscale agent | gpus | scaler | demo | simulate | profiles | generate
+| idle``.
 
 One module per subcommand group; each adds its parser (``add_parser``) and runs it
 (``run``, set as the parser's default). Nothing below the CLI imports from it.
@@ -12,7 +13,7 @@ import sys
 from collections.abc import Sequence
 
 from gpuscale import __version__
-from gpuscale.cli import agent, demo, generate, gpus, profiles, scaler, simulate
+from gpuscale.cli import agent, demo, generate, gpus, idle, profiles, scaler, simulate
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -21,7 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--log-level", default="INFO",
                         choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     sub = parser.add_subparsers(dest="command", required=True)
-    for module in (agent, demo, scaler, simulate, profiles, gpus, generate):
+    for module in (agent, demo, scaler, simulate, profiles, gpus, generate, idle):
         module.add_parser(sub)
     return parser
 
