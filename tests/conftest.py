@@ -39,7 +39,7 @@ from hypothesis import strategies as st
 from gpuscale.agent.app import Agent, AgentConfig
 from gpuscale.attribution.sources import ScenarioSources
 from gpuscale.scaler.fleet import FleetView
-from gpuscale.telemetry.scenario import NodeSpec
+from gpuscale.telemetry.scenario import NodeSpec, load_scenario
 from gpuscale.telemetry.simulated import SimulatedBackend
 from tests.peers.kubeapi import KubeApiPeer
 from tests.peers.kubelet import KubeletPeer
@@ -251,6 +251,43 @@ def scenario_scaler() -> Iterator[Served]:
         yield Served(f"127.0.0.1:{port}", proc)
     finally:
         proc.stop()
+
+
+class HistoryDemo:
+    """``gpuscale demo --scenario`` on a free port whose scaler records its history every
+    ``history_step`` seconds (not 15: ``gpuscale idle`` tests see minutes fill at once);
+    ``metrics`` are its agents' /metrics URLs by node. Stop it with ``stop()``."""
+
+    def __init__(self, scenario: str, history_step: float = 0.5, interval: float = 0.5) -> None:
+        self.port = free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        self.p = subprocess.Popen(
+            [sys.executable, "-m", "gpuscale.cli", "demo", "--scenario", scenario, "--host",
+             "127.0.0.1", "--port", str(self.port), "--metrics-port", "0", "--interval",
+             str(interval), "--history-step", str(history_step)],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        assert self.p.stdout is not None
+        self.metrics: dict[str, str] = {}
+        nodes = len(load_scenario(scenario).nodes)
+        up = False
+        while not up or len(self.metrics) < nodes:
+            line = self.p.stdout.readline()
+            if not line:
+                self.stop()
+                raise AssertionError(f"the demo ended before it was up: {self.p.returncode}")
+            up = up or line.startswith("KEDA external scaler on")
+            if line.startswith("agent ") and "metrics at " in line:
+                node = line.split()[1].rstrip(":")
+                self.metrics[node] = line.split("metrics at ")[1].strip()
+
+    def stop(self) -> None:
+        if self.p.poll() is None:
+            self.p.terminate()
+            try:
+                self.p.wait(10)
+            except subprocess.TimeoutExpired:
+                self.p.kill()
+                self.p.wait()
 
 
 # -- certificates (mutual TLS, the metrics API's front proxy) ----------------------------

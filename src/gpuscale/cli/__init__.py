@@ -1,5 +1,5 @@
 """Command line: ``gpuscale agent | gpus | scaler | demo | simulate | profiles | generate |
-top``.
+explain | top | idle``.
 
 One module per subcommand group; each adds its parser (``add_parser``) and runs it
 (``run``, set as the parser's default). Nothing below the CLI imports from it.
@@ -13,7 +13,18 @@ import sys
 from collections.abc import Sequence
 
 from gpuscale import __version__
-from gpuscale.cli import agent, demo, explain, generate, gpus, profiles, scaler, simulate, top
+from gpuscale.cli import (
+    agent,
+    demo,
+    explain,
+    generate,
+    gpus,
+    idle,
+    profiles,
+    scaler,
+    simulate,
+    top,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -22,7 +33,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--log-level", default="INFO",
                         choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     sub = parser.add_subparsers(dest="command", required=True)
-    for module in (agent, demo, scaler, simulate, profiles, gpus, generate, explain, top):
+    for module in (agent, demo, scaler, simulate, profiles, gpus, generate, explain, top,
+                   idle):
         module.add_parser(sub)
     return parser
 

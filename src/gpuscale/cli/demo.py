@@ -62,6 +62,9 @@ def add_parser(sub: Any) -> None:
                       help="first agent's metrics port; node i uses this + i (9400)")
     demo.add_argument("--scaler-config", type=Path, default=None,
                       help="scaler configuration YAML (demand sources)")
+    # Tests: record the scaler's history every N seconds instead of every 15 (minute
+    # buckets stay 60 s wide), so `gpuscale idle` sees data without waiting minutes.
+    demo.add_argument("--history-step", type=float, default=None, help=argparse.SUPPRESS)
     demo.set_defaults(run=run)
 
 
@@ -74,6 +77,8 @@ def run(args: argparse.Namespace) -> int:
         return fail(f"{', '.join(loop_only)} drive the closed loop; a --scenario runs its own "
                     "load", 2)
     args.speed = args.speed or 1.0
+    if args.history_step is not None and not 0.1 <= args.history_step <= 60:
+        return fail("--history-step must be 0.1 to 60 seconds", 2)
     args.host = args.host or "0.0.0.0"
     try:
         from gpuscale.control.demo import serve_scenario

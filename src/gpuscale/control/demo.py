@@ -23,6 +23,7 @@ from gpuscale.common.shutdown import cancel_on_signals
 from gpuscale.engines.simulated import engines_for, start_engines
 from gpuscale.scaler.demand import DemandSources, ScalerConfig, load_config
 from gpuscale.scaler.fleet import FleetView
+from gpuscale.scaler.history import STEP_S
 from gpuscale.scaler.inspect import SERVICE as INSPECT
 from gpuscale.scaler.inspect import Inspector
 from gpuscale.scaler.inspect import add_to_server as add_inspect
@@ -57,7 +58,7 @@ async def serve_scenario(args: argparse.Namespace) -> None:
     demand = DemandSources(load_config(args.scaler_config) if args.scaler_config
                            else ScalerConfig())
     service = ScalerService(fleet, demand=demand.pending)
-    inspector = Inspector(service)
+    inspector = Inspector(service, step_s=args.history_step or STEP_S)
     server = ScalerServer(service, host=args.host, port=args.port,
                           extra=[(INSPECT, lambda s: add_inspect(inspector, s))])
     host = "localhost" if args.host in ("0.0.0.0", "::", "[::]") else args.host

@@ -38,7 +38,7 @@ from gpuscale.scaler.history import (
 from gpuscale.scaler.profiles import PLANNED
 from gpuscale.scaler.service import ScalerService, check_ref
 from gpuscale.stream.codec import put_device, put_reading
-from gpuscale.stream.records import PodRecord
+from gpuscale.stream.records import DeviceRecord, PodRecord
 
 if TYPE_CHECKING:
     from gpuscale.scaler.workloads import WorkloadResolver
@@ -122,6 +122,15 @@ class Inspector(pb_grpc.InspectServicer):
                         tuple(gaps[:MAX_NAMED]), demand)
         return moment, records
 
+    def live_devices(self) -> dict[str, tuple[DeviceRecord, ...]]:
+        """The devices of nodes heard from within the staleness bound, by node name (the
+        agent's identity where the links know it, else its address). A silent or departed
+        agent's last readings are not data: its minutes stay absent rather than repeat."""
+        ages = self._fleet.nodes()
+        names = {s.address: s.identity for s in self._links()} if self._links else {}
+        return {names.get(node) or node: devs for node, devs in self._fleet.devices().items()
+                if ages.get(node, math.inf) <= self._fleet.stale_after}
+
     async def record(self, chunk: int = RECORD_CHUNK) -> None:
         """Every step (STEP_S unless the constructor says): a moment per ScaledObject KEDA
         asked about within the kept history, and a sample of every device. Runs until
@@ -129,7 +138,7 @@ class Inspector(pb_grpc.InspectServicer):
         while True:
             started = time.monotonic()
             try:
-                self.devices.sample(self._wall(), self._fleet.devices(), self._fleet.pods())
+                self.devices.sample(self._wall(), self.live_devices(), self._fleet.pods())
                 items = self._history.items()
                 for i in range(0, len(items), chunk):
                     self._record(items[i:i + chunk])
@@ -141,7 +150,7 @@ class Inspector(pb_grpc.InspectServicer):
 
     def record_now(self) -> None:
         """One step of ``record`` at once (all ScaledObjects, no yielding)."""
-        self.devices.sample(self._wall(), self._fleet.devices(), self._fleet.pods())
+        self.devices.sample(self._wall(), self.live_devices(), self._fleet.pods())
         self._record(self._history.items())
 
     def _record(self, items: Iterable[tuple[tuple[str, str], Seen]]) -> None:

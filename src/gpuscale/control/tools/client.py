@@ -24,8 +24,8 @@ MAX_REPLY = 256 * 1024 * 1024  # a fleet of 10,000 pods is ~4 MB
 
 
 class ToolError(PeerError, RuntimeError):
-    """The scaler could not be read, or refused the question; the message says why and
-    what to do (exit status 1)."""
+    """The scaler (or Prometheus) could not be read; the message says why and what to do.
+    A PeerError: exit 1, like every peer failure."""
 
 
 @dataclass(frozen=True)
