@@ -267,3 +267,19 @@ async def test_agents_stream_their_devices_to_the_scaler() -> None:
     assert not next(d for d in ts.devices if d.index == 3).pods  # idle: nobody holds it
     ts_a = next(p for p in reply.pods if p.name == "ts-a")
     assert list(ts_a.gpus) == ["GPU 0 time-sliced 1/4"]
+
+
+def test_a_mig_share_read_late_is_still_learned() -> None:
+    """A MIG instance whose memory total is missing on its first sample gets its share
+    once it is read (not 1.0 for good)."""
+    d = DeviceHistory()
+    gpu = DeviceRecord(GPU, 0, "H100", sharing="mig", memory_total_mib=81559.0)
+    blind = DeviceRecord(MIG, 0, "3g.40gb", GPU, utilization=10.0, pods=("ns/p",))
+    d.sample(60.0, {"n": (gpu, blind)}, [])
+    [(_, log, _)] = list(d.logs(0.0))
+    assert log.fraction == 1.0
+    seen = DeviceRecord(MIG, 0, "3g.40gb", GPU, utilization=10.0, memory_total_mib=40192.0,
+                        pods=("ns/p",))
+    d.sample(120.0, {"n": (gpu, seen)}, [])
+    [(_, log, _)] = list(d.logs(0.0))
+    assert log.fraction == pytest.approx(40192 / 81559)

@@ -78,7 +78,8 @@ async def serve_scenario(args: argparse.Namespace) -> None:
         print(f"KEDA external scaler on {host}:{port}; try:\n  grpcurl -plaintext -d "
               f"'{json.dumps(example)}' {host}:{port} "
               f"externalscaler.ExternalScaler/GetMetrics\nWatch the fleet: gpuscale top "
-              f"--scaler {host}:{port}", flush=True)
+              f"--scaler {host}:{port}; idle GPUs: gpuscale idle --scaler {host}:{port}",
+              flush=True)
 
     try:
         async with asyncio.TaskGroup() as tg:

@@ -134,11 +134,12 @@ class DeviceLog:
     plain arrays, so a device costs ~2 KiB however full (a MinuteUse per minute cost
     ~170 bytes each: 200 MiB at the device bound, bench/bench_inspect.py)."""
 
-    __slots__ = ("_owners", "_pods", "_samples", "_starts", "_util", "fraction", "model",
-                 "node")
+    __slots__ = ("_owners", "_pods", "_samples", "_starts", "_util", "fraction",
+                 "fraction_known", "model", "node")
 
     def __init__(self, node: str, model: str, fraction: float, slots: int) -> None:
         self.node, self.model, self.fraction = node, model, fraction
+        self.fraction_known = True  # False: a MIG instance whose share is not read yet
         self._starts = array("d", [-1.0]) * slots
         self._util = array("d", [0.0]) * slots
         self._samples = array("I", [0]) * slots
@@ -205,17 +206,18 @@ class DeviceHistory:
              gpus: Mapping[str, DeviceRecord]) -> DeviceLog:
         key = (node, d.uuid)
         log = self._logs.get(key)
+        parent = gpus.get(d.parent_uuid)
         if log is None:
             if len(self._logs) >= self.max_devices:
                 self._logs.popitem(last=False)
-            parent = gpus.get(d.parent_uuid)
-            model, fraction = d.model, 1.0
-            if parent is not None:  # a MIG instance: its share of the GPU's memory
-                model = f"{parent.model} {d.model}"
-                mine, whole = d.memory_total_mib, parent.memory_total_mib
-                if isinstance(mine, float | int) and isinstance(whole, float | int) and whole:
-                    fraction = min(1.0, float(mine) / float(whole))
-            log = self._logs[key] = DeviceLog(node, model, fraction, self._slots)
+            model = f"{parent.model} {d.model}" if parent is not None else d.model
+            log = self._logs[key] = DeviceLog(node, model, 1.0, self._slots)
+            log.fraction_known = parent is None and not d.parent_uuid
+        if not log.fraction_known and parent is not None:
+            # a MIG instance: its share of the GPU's memory, once both totals are read
+            mine, whole = d.memory_total_mib, parent.memory_total_mib
+            if isinstance(mine, float | int) and isinstance(whole, float | int) and whole:
+                log.fraction, log.fraction_known = min(1.0, float(mine) / float(whole)), True
         self._logs.move_to_end(key)
         return log
 

@@ -220,7 +220,8 @@ async def run_live(cfg: LiveConfig, tty: bool | None = None,
                       f"{fmt_time(cfg.duration)} at x{cfg.speed:g}. Ask it what KEDA "
                       f"gets:\n  {grpcurl_hint(address, trigger_metadata(cfg))}\n"
                       f"Watch it: gpuscale top --scaler {address}; why this count: "
-                      f"gpuscale explain {NAMESPACE}/{WORKLOAD} --scaler {address}")
+                      f"gpuscale explain {NAMESPACE}/{WORKLOAD} --scaler {address}; "
+                      f"idle GPUs and their cost: gpuscale idle --scaler {address}")
             tasks.append(tg.create_task(view.run(), name="view"))
             tasks.append(tg.create_task(
                 control(world, clock, status, address, view.decision), name="keda-hpa"))
