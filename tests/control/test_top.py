@@ -258,7 +258,7 @@ def test_pod_cells(signals: dict[str, tpb.Reading], util: str, queue: str,
 
 
 def test_a_stale_pod_and_a_lost_node_show_dashes_with_why() -> None:
-    dev = tpb.Device(uuid="GPU-1", model="NVIDIA L4", sharing="time-slicing",
+    dev = tpb.Device(uuid="GPU-1", model="NVIDIA L4", sharing="time-sliced",
                      utilization=reading(40), memory_used=reading(1024),
                      memory_total=reading(23034), pods=["ns/p"])
     pod = one_pod(**{"gpu-utilization": reading(40)})

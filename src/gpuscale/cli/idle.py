@@ -110,6 +110,9 @@ def _from_scaler(args: argparse.Namespace, options: Any) -> tuple[Any, str]:
         _note(f"--idle-for is longer than the {reply.kept / 60:g} minutes the scaler keeps: "
               f"no GPU can show as idle now")
     devices = devices_from_usage(reply)
+    if reply.untracked:
+        _note(f"the scaler keeps the history of at most its first devices: {reply.untracked} "
+              f"more are not in this report (use --prometheus for the whole fleet)")
     if not devices:
         _note(f"the scaler at {args.scaler} has no GPU data for this window yet (it samples "
               f"its agents every 15 s; are any connected? gpuscale top shows them)")

@@ -240,16 +240,18 @@ class UsageRequest(_message.Message):
     def __init__(self, window: _Optional[float] = ..., namespace: _Optional[str] = ...) -> None: ...
 
 class UsageReply(_message.Message):
-    __slots__ = ("now", "minute", "kept", "devices")
+    __slots__ = ("now", "minute", "kept", "devices", "untracked")
     NOW_FIELD_NUMBER: _ClassVar[int]
     MINUTE_FIELD_NUMBER: _ClassVar[int]
     KEPT_FIELD_NUMBER: _ClassVar[int]
     DEVICES_FIELD_NUMBER: _ClassVar[int]
+    UNTRACKED_FIELD_NUMBER: _ClassVar[int]
     now: float
     minute: float
     kept: float
     devices: _containers.RepeatedCompositeFieldContainer[DeviceUsage]
-    def __init__(self, now: _Optional[float] = ..., minute: _Optional[float] = ..., kept: _Optional[float] = ..., devices: _Optional[_Iterable[_Union[DeviceUsage, _Mapping]]] = ...) -> None: ...
+    untracked: int
+    def __init__(self, now: _Optional[float] = ..., minute: _Optional[float] = ..., kept: _Optional[float] = ..., devices: _Optional[_Iterable[_Union[DeviceUsage, _Mapping]]] = ..., untracked: _Optional[int] = ...) -> None: ...
 
 class DeviceUsage(_message.Message):
     __slots__ = ("node", "uuid", "model", "fraction", "minutes")

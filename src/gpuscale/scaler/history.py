@@ -109,6 +109,9 @@ class TriggerHistory:
             return None, (f"{namespace}/{name}: the history this scaler keeps runs from "
                           f"{first:.0f} to {last:.0f} (wall seconds); {when:.0f} is outside it")
         best = min(seen.moments, key=lambda m: abs(m.at - when))
+        if abs(best.at - when) > 1.5 * self.step_s:  # a gap: KEDA stopped asking, or a stall
+            return None, (f"{namespace}/{name}: nothing recorded near {when:.0f} (the "
+                          f"nearest moment is {abs(best.at - when):.0f}s away)")
         return best, ""
 
     def before(self, namespace: str, name: str, when: float,
@@ -183,6 +186,7 @@ class DeviceHistory:
         self.max_devices = max_devices
         self.keep_s = keep_s
         self._slots = max(1, int(keep_s / MINUTE_S)) + 1
+        self.untracked: set[tuple[str, str]] = set()  # devices refused at the bound
 
     def sample(self, now: float, devices: Mapping[str, tuple[DeviceRecord, ...]],
                pods: Iterable[PodRecord]) -> None:
@@ -199,25 +203,35 @@ class DeviceHistory:
                 held = tuple(d.pods)
                 util = (float(d.utilization) if isinstance(d.utilization, float | int)
                         else None)
-                self._log(node, d, gpus).add(start, held,
-                                             tuple(owners.get(p, "") for p in held), util)
+                log = self._log(node, d, gpus)
+                if log is not None:
+                    log.add(start, held, tuple(owners.get(p, "") for p in held), util)
 
     def _log(self, node: str, d: DeviceRecord,
-             gpus: Mapping[str, DeviceRecord]) -> DeviceLog:
+             gpus: Mapping[str, DeviceRecord]) -> DeviceLog | None:
         key = (node, d.uuid)
         log = self._logs.get(key)
         parent = gpus.get(d.parent_uuid)
         if log is None:
             if len(self._logs) >= self.max_devices:
-                self._logs.popitem(last=False)
+                # Refused, not evicted: evicting would rebuild every log every step once
+                # a fleet is past the bound. Said in Usage (``untracked``).
+                self.untracked.add(key)
+                if len(self.untracked) > 4 * self.max_devices:
+                    self.untracked.clear()  # a count, bounded; re-learned next step
+                return None
             model = f"{parent.model} {d.model}" if parent is not None else d.model
             log = self._logs[key] = DeviceLog(node, model, 1.0, self._slots)
-            log.fraction_known = parent is None and not d.parent_uuid
+            log.fraction_known = not d.parent_uuid
+            if d.parent_uuid:  # until the memory totals are read: the profile's slices
+                log.fraction = _profile_share(d.model, parent.model if parent else "")
         if not log.fraction_known and parent is not None:
             # a MIG instance: its share of the GPU's memory, once both totals are read
             mine, whole = d.memory_total_mib, parent.memory_total_mib
             if isinstance(mine, float | int) and isinstance(whole, float | int) and whole:
                 log.fraction, log.fraction_known = min(1.0, float(mine) / float(whole)), True
+            if log.model == d.model:  # the parent was not known when the log began
+                log.model = f"{parent.model} {d.model}"
         self._logs.move_to_end(key)
         return log
 
@@ -227,3 +241,13 @@ class DeviceHistory:
             minutes = log.minutes(since)
             if minutes:
                 yield uuid, log, minutes
+
+
+def _profile_share(profile: str, gpu_model: str) -> float:
+    """A MIG profile's share of its GPU from its compute slices ("3g.40gb" -> 3 of 7; an
+    A30 has 4), for the minutes before its memory total is read."""
+    head = profile.split("g.", 1)[0].split("+", maxsplit=1)[0]
+    if not head.isdigit():
+        return 1.0
+    slices = 4 if "A30" in gpu_model else 7
+    return min(1.0, int(head) / slices)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
-from gpuscale.common.errors import ConfigError, DataUnavailable
+from gpuscale.common.errors import ConfigError, DataUnavailable, GpuscaleError
 from gpuscale.proto import externalscaler_pb2 as keda_pb
 from gpuscale.proto import inspect_pb2 as pb
 from gpuscale.proto import inspect_pb2_grpc as pb_grpc
@@ -35,6 +35,7 @@ from gpuscale.scaler.history import (
     Moment,
     Seen,
 )
+from gpuscale.scaler.planner import Plan
 from gpuscale.scaler.profiles import PLANNED
 from gpuscale.scaler.service import ScalerService, check_ref
 from gpuscale.stream.codec import put_device, put_reading
@@ -50,6 +51,7 @@ SERVICE = "gpuscale.inspect.v1.Inspect"
 RECORD_CHUNK = 50  # ScaledObjects recorded between two turns of the event loop
 MAX_FILTER = 253
 FLEET_CHUNK = 500  # pods put into a Fleet reply between two turns of the event loop
+USAGE_CHUNK = 1000  # devices put into a Usage reply between two turns of the event loop
 FORGOTTEN_S = 600.0  # Fleet lists the ScaledObjects KEDA asked about within this
 
 Context = grpc.aio.ServicerContext[Any, Any]
@@ -74,10 +76,12 @@ class Inspector(pb_grpc.InspectServicer):
 
     # -- what the scaler would answer ------------------------------------------------------
 
-    def _moment(self, namespace: str, name: str,
-                seen: Seen) -> tuple[Moment, list[PodRecord]]:
+    def _moment(self, namespace: str, name: str, seen: Seen,
+                plans: Mapping[tuple[str, str], Plan | str] | None = None,
+                ) -> tuple[Moment, list[PodRecord]]:
         """What the scaler answers now for each target of ``seen``, without side effects
-        (no planner created or kept alive), and the pods it read."""
+        (no planner created or kept alive), and the pods it read. ``plans``: PlanBook.peek
+        now (read once per step by callers that explain many)."""
         svc, cfg = self._service, seen.config
         ref = keda_pb.ScaledObjectRef(namespace=namespace, name=name,
                                       scalerMetadata=seen.metadata)
@@ -86,10 +90,13 @@ class Inspector(pb_grpc.InspectServicer):
         whole = ""
         try:
             records, gaps = svc.pods_of(ref, cfg)
-        except DataUnavailable as exc:
+        except GpuscaleError as exc:  # unavailable, or a trigger this scaler cannot use
             whole = str(exc)
-        plan = dict(svc.plans.plans()).get((namespace, name))
-        problem = svc.plans.problems().get((namespace, name))
+        if plans is None:
+            plans = svc.plans.peek(self._fleet.now())
+        peeked = plans.get((namespace, name))
+        plan = peeked if isinstance(peeked, Plan) else None
+        problem = peeked if isinstance(peeked, str) else None
         answers = []
         for t in cfg.targets:
             base = Answer(cfg.metric_name(t), t.signal, t.target, t.activation)
@@ -154,9 +161,13 @@ class Inspector(pb_grpc.InspectServicer):
         self._record(self._history.items())
 
     def _record(self, items: Iterable[tuple[tuple[str, str], Seen]]) -> None:
+        plans = self._service.plans.peek(self._fleet.now())
         for (ns, name), seen in items:
             if self._fleet.now() - seen.asked_at <= self._history.keep_s:
-                self._history.record(ns, name, self._moment(ns, name, seen)[0])
+                try:
+                    self._history.record(ns, name, self._moment(ns, name, seen, plans)[0])
+                except Exception as exc:  # one ScaledObject's bug must not stop the rest
+                    log.error("recording %s/%s failed: %s", ns, name, exc, exc_info=exc)
 
     # -- the service -----------------------------------------------------------------------
 
@@ -193,12 +204,13 @@ class Inspector(pb_grpc.InspectServicer):
                 self._put_pod(reply.pods.add(), p, gpus)
             if i % FLEET_CHUNK == FLEET_CHUNK - 1:
                 await asyncio.sleep(0)
+        plans = self._service.plans.peek(self._fleet.now())
         for i, ((sns, name), seen) in enumerate(self._history.items()):
             if (ns and sns != ns) or self._fleet.now() - seen.asked_at > FORGOTTEN_S:
                 continue  # not asked about for a while: deleted, or another scaler's
             if i % RECORD_CHUNK == RECORD_CHUNK - 1:
                 await asyncio.sleep(0)
-            moment, _ = self._moment(sns, name, seen)
+            moment, _ = self._moment(sns, name, seen, plans)
             w = reply.workloads.add(namespace=sns, name=name,
                                     seen=self._fleet.now() - seen.asked_at,
                                     pods=moment.pods, planned_replicas=moment.planned)
@@ -265,9 +277,12 @@ class Inspector(pb_grpc.InspectServicer):
                                 f"window: {request.window} is not a number of seconds")
         now = self._wall()
         window = min(request.window or self.devices.keep_s, self.devices.keep_s)
-        reply = pb.UsageReply(now=now, minute=MINUTE_S, kept=self.devices.keep_s)
+        reply = pb.UsageReply(now=now, minute=MINUTE_S, kept=self.devices.keep_s,
+                              untracked=len(self.devices.untracked))
         prefix = f"{request.namespace}/"
-        for uuid, dlog, minutes in self.devices.logs(now - window):
+        for i, (uuid, dlog, minutes) in enumerate(self.devices.logs(now - window)):
+            if i % USAGE_CHUNK == USAGE_CHUNK - 1:
+                await asyncio.sleep(0)  # KEDA's calls go between the chunks
             if request.namespace and not any(p.startswith(prefix)
                                              for m in minutes for p in m.pods):
                 continue
@@ -296,7 +311,7 @@ class Inspector(pb_grpc.InspectServicer):
                 seen = self._history.get(namespace, so)
                 assert seen is not None
                 ref = keda_pb.ScaledObjectRef(namespace=namespace, name=so)
-                with suppress(DataUnavailable):
+                with suppress(GpuscaleError):
                     records, _ = self._service.pods_of(ref, seen.config)
                     if any(r.owner is not None and r.owner.name == name for r in records):
                         found.append(so)

@@ -135,6 +135,17 @@ class PlanBook:
         return {e.label: e.planner.problem for e in self._entries.values()
                 if e.planner.problem is not None}
 
+    def peek(self, now: float) -> dict[tuple[str, str], Plan | str]:
+        """(namespace, name) -> the plan KEDA would get now, or why it would get
+        UNAVAILABLE: ``plan``'s rules, read-only (no planner created, none kept alive)."""
+        out: dict[tuple[str, str], Plan | str] = {}
+        for entry in self._entries.values():
+            try:
+                out[entry.label] = entry.planner.current(now * self.time_scale)
+            except DataUnavailable as exc:
+                out[entry.label] = str(exc)
+        return out
+
     def plans(self) -> Iterator[tuple[tuple[str, str], Plan]]:
         """(namespace, name) and the latest plan of every workload that has one."""
         for entry in self._entries.values():

@@ -130,7 +130,6 @@ class ScalerService(pb_grpc.ExternalScalerServicer):
     def _config(self, ref: pb.ScaledObjectRef) -> TriggerConfig:
         check_ref(ref)
         cfg = parse_metadata(ref.scalerMetadata)  # MetadataError
-        self.history.note(ref.namespace, ref.name, ref.scalerMetadata, cfg, self.fleet.now())
         if cfg.selector is None and self._workloads is None:
             raise ConfigError("podSelector: required (label selector of the workload's pods, "
                               "e.g. app=vllm); resolving scaleTargetRef through the API is "
@@ -140,6 +139,8 @@ class ScalerService(pb_grpc.ExternalScalerServicer):
                 raise ConfigError("demandSource: this scaler has no demand sources configured")
             with suppress(DataUnavailable):  # declared; it just cannot tell now
                 self._demand(cfg.demand_source)
+        # A trigger this scaler accepts: remembered for the operator tools (O(1)).
+        self.history.note(ref.namespace, ref.name, ref.scalerMetadata, cfg, self.fleet.now())
         return cfg
 
     @contextmanager
@@ -171,7 +172,9 @@ class ScalerService(pb_grpc.ExternalScalerServicer):
         WorkloadUnavailable."""
         selector = cfg.selector
         if selector is None:
-            assert self._workloads is not None
+            if self._workloads is None:  # _config refuses these; the tools may still ask
+                raise ConfigError("podSelector: required (resolving scaleTargetRef through "
+                                  "the API is not enabled in this scaler)")
             resolved = self._workloads.resolve(ref.namespace, ref.name)
             if isinstance(resolved, str):
                 raise WorkloadUnavailable(f"scale target: {resolved}")

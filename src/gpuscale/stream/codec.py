@@ -96,17 +96,14 @@ def decode(msg: pb.NodeUpdate, received_at: float, stale_after: float,
 
 
 def decode_devices(msg: pb.NodeUpdate) -> list[DeviceRecord]:
-    """The devices of an update, bounded (DecodeError beyond); long names are cut."""
-    if len(msg.devices) > MAX_DEVICES_PER_NODE:
-        raise DecodeError(f"{len(msg.devices)} devices on one node "
-                          f"(bound {MAX_DEVICES_PER_NODE})")
+    """The devices of an update, bounded: devices beyond MAX_DEVICES_PER_NODE and holders
+    beyond MAX_HOLDERS are dropped, long names cut. Never an error: devices are for the
+    operator tools, and must not end the stream that carries KEDA's pods."""
     out = []
-    for d in msg.devices:
-        if len(d.pods) > MAX_HOLDERS:
-            raise DecodeError(f"{len(d.pods)} pods hold device {d.uuid[:64]!r} "
-                              f"(bound {MAX_HOLDERS})")
+    for d in msg.devices[:MAX_DEVICES_PER_NODE]:
         out.append(DeviceRecord(d.uuid[:MAX_NAME], d.index, d.model[:MAX_NAME],
                                 d.parent_uuid[:MAX_NAME], d.sharing[:32],
                                 _get(d.utilization), _get(d.memory_used),
-                                _get(d.memory_total), tuple(p[:MAX_NAME] for p in d.pods)))
+                                _get(d.memory_total),
+                                tuple(p[:MAX_NAME] for p in d.pods[:MAX_HOLDERS])))
     return out

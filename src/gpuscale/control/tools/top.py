@@ -191,7 +191,7 @@ def _device_cells(d: tpb.Device, stale: str) -> tuple[Cell, ...]:
     if d.parent_uuid:
         gpu, model = Cell(f"{d.index} {d.model}"), Cell("MIG", style="dim")
     else:
-        shared = {"time-slicing": "ts", "mps": "mps"}.get(d.sharing, "")
+        shared = {"time-sliced": "ts", "mps": "mps"}.get(d.sharing, "")
         gpu = Cell(f"{d.index}" + (f" {shared}" if shared else ""),
                    f"shared by {d.sharing}" if shared else "")
         model = Cell(short_model(d.model), d.model if short_model(d.model) != d.model else "")
