@@ -342,7 +342,7 @@ async def test_planned_triggers_read_as_keda_gets_them(served: Served, fleet: Fl
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await served.keda.GetMetrics(request)
     assert err.value.code() is grpc.StatusCode.UNAVAILABLE
-    asked = served.service.plans._entries[next(iter(served.service.plans.keys()))].asked_at  # noqa: SLF001
+    asked = served.service.plans._entries[next(iter(served.service.plans.keys()))].asked_at
     stale = await served.stub.Explain(pb.ExplainRequest(namespace="llm", name="chat"))
     assert "no usable observation" in stale.answers[0].unavailable
-    assert served.service.plans._entries[next(iter(served.service.plans.keys()))].asked_at == asked  # noqa: SLF001
+    assert served.service.plans._entries[next(iter(served.service.plans.keys()))].asked_at == asked
