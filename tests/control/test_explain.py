@@ -74,10 +74,38 @@ def test_unavailable_holds_or_falls_back() -> None:
     assert any("no fallback configured" in line for line in held.lines)
     fallback = decide(reply(0.0, unavailable=why, known=True, replicas=3, fallback=6))
     assert fallback.desired == 6
-    assert any("replicas 6): 6 replicas" in line for line in fallback.lines)
+    assert any("answers for 6 replicas" in line for line in fallback.lines)
+    # The fallback is a metric value to the HPA: its rate limits and bounds still apply.
+    big = decide(reply(0.0, unavailable=why, known=True, replicas=3, fallback=200,
+                       maximum=10))
+    assert big.desired == 7  # +100 % or +4 pods per 15 s from 3, below max 10
+    assert any("scale-up limited to 7" in line for line in big.lines)
+    value = reply(0.0, unavailable=why, known=True, replicas=3, fallback=6)
+    value.value_mode = "average"  # metricType Value: KEDA has no fallback for it
+    held_value = decide(value)
+    assert held_value.desired == 3
+    assert any("only for AverageValue" in line for line in held_value.lines)
+    unknown = reply(0.0, unavailable=why, known=True, replicas=3, fallback=6)
+    unknown.scale_target.fallback_behavior = "cached"
+    assert any("'cached' is not one this model knows" in line
+               for line in decide(unknown).lines)
     higher = reply(0.0, unavailable=why, known=True, replicas=8, fallback=6)
     higher.scale_target.fallback_behavior = "currentReplicasIfHigher"
     assert decide(higher).desired == 8
+
+
+def test_one_metric_missing_still_scales_up_on_the_others() -> None:
+    """The HPA never scales down on a metric it cannot read, but scales up on the rest."""
+    r = reply(540.0, known=True, replicas=4)  # ceil(540 / 70) = 8
+    r.answers.add(metric_name="gpuscale-vllm-kv-cache", signal="vllm-kv-cache", target=80,
+                  activation=0, unavailable="llm/v-1 (stale)")
+    up = decide(r)
+    assert up.desired == 8
+    low = reply(20.0, known=True, replicas=4, behavior=json.dumps(
+        {"scaleDown": {"stabilizationWindowSeconds": 0}}))
+    low.answers.add(metric_name="gpuscale-vllm-kv-cache", signal="vllm-kv-cache", target=80,
+                    activation=0, unavailable="llm/v-1 (stale)")
+    assert decide(low).desired == 4  # would be 1 on the readable metric alone
 
 
 def test_activation_and_scale_to_zero() -> None:
@@ -189,7 +217,7 @@ def test_missing_data_and_a_scaler_that_is_not_there(scaler: int) -> None:
     out = until_sync(lambda: (r := explain("llm/wrong", "--scaler", f"127.0.0.1:{scaler}"))
                      and "UNAVAILABLE" in r.stdout and r, what="UNAVAILABLE")
     assert "no vllm metrics" in out.stdout
-    assert "keeps" in out.stdout
+    assert "does not scale down" in out.stdout
     unknown = explain("llm/nobody", "--scaler", f"127.0.0.1:{scaler}")
     assert unknown.returncode == 1
     assert "has been asked about by KEDA" in unknown.stderr

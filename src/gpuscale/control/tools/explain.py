@@ -102,20 +102,30 @@ def _policy(raw: Any, where: str) -> Policy:
     return Policy(PolicyType(kind), value, float(period))
 
 
+FALLBACK_BEHAVIORS = ("static", "currentReplicas", "currentReplicasIfHigher",
+                      "currentReplicasIfLower")
+
+
 def fallback_count(behavior: str, replicas: int, current: int) -> int:
-    """The count KEDA's fallback sets (ScaledObject spec.fallback.behavior, KEDA 2.15+)."""
+    """The count KEDA's fallback stands for (ScaledObject spec.fallback.behavior, KEDA
+    2.15+; static, the default, for "" and for a behavior this model does not know)."""
     if behavior == "currentReplicas":
         return current
     if behavior == "currentReplicasIfHigher":
         return max(current, replicas)
     if behavior == "currentReplicasIfLower":
         return min(current, replicas)
-    return replicas  # static, the default
+    return replicas
 
 
 def decide(reply: pb.ExplainReply, replicas: int | None = None) -> Decision:
     """What KEDA and the HPA do with the answer in ``reply`` given ``replicas`` now (None:
-    the target's spec.replicas from the scaler's watch, else the pods it sees)."""
+    the target's spec.replicas from the scaler's watch, else the pods it sees).
+
+    A metric KEDA gets UNAVAILABLE for is, to the HPA, a metric it cannot read (it then
+    scales up on the others but never down), or - once KEDA's fallback applies, after more
+    than failureThreshold failed polls, for AverageValue metrics only - a value of the
+    fallback's replicas x the target, which the HPA takes like any other."""
     st = reply.scale_target
     if replicas is not None:
         current, source = replicas, "given with --replicas"
@@ -127,47 +137,34 @@ def decide(reply: pb.ExplainReply, replicas: int | None = None) -> Decision:
     lo, hi = st.min_replicas, st.max_replicas
     d = Decision(current, source, current, None)
     bounds = f"min {lo}, max {hi}" + ("" if st.known else f" ({KEDA_DEFAULTS})")
+    value_mode = reply.value_mode == "average"
+    target_type = TargetType.VALUE if value_mode else TargetType.AVERAGE_VALUE
     missing = [a for a in reply.answers if a.unavailable]
-    if missing:
-        for a in missing:
-            d.lines.append(f"{a.metric_name}: UNAVAILABLE to KEDA: {a.unavailable}")
-        what = "this metric" if len(missing) == 1 else "these metrics"
-        d.lines.append(f"the HPA cannot read {what}: it keeps {current} replicas (never "
-                       f"scales down on a metric it cannot read)")
-        if st.fallback_replicas >= 0:
-            d.desired = fallback_count(st.fallback_behavior, st.fallback_replicas, current)
-            d.lines.append(f"KEDA counts a failure per poll (every {st.polling_interval}s); "
-                           f"after more than {st.fallback_failures} in a row it applies the "
-                           f"fallback ({st.fallback_behavior or 'static'}, replicas "
-                           f"{st.fallback_replicas}): {d.desired} replicas")
-        elif st.known:
-            d.lines.append("no fallback configured: the count stays until data returns "
-                           "(set spec.fallback to hold a safe count)")
-        else:
-            d.lines.append("fallback: unknown here (the scaler does not watch ScaledObjects);"
-                           " with spec.fallback KEDA applies it after failureThreshold polls")
-        return d
-    demand_pending = reply.demand == "pending"
-    active = any(a.value > a.activation for a in reply.answers) or demand_pending
-    d.active = active
+    fallback = _fallback_lines(d, st, missing, value_mode, current)
+    readable = [a for a in reply.answers if not a.unavailable]
+    active = (any(a.value > a.activation for a in readable) or reply.demand == "pending")
+    d.active = active if active or not missing else None
     words = ", ".join(f"{a.value:.6g} {'>' if a.value > a.activation else '<='} activation "
-                      f"{a.activation:g}" for a in reply.answers)
+                      f"{a.activation:g}" for a in readable)
     if reply.demand_source:
         words += f"; demand source {reply.demand_source}: {reply.demand or 'unknown'}"
-    d.lines.append(f"{'active' if active else 'inactive'}: {words}")
+    if readable or reply.demand_source:
+        state = {True: "active", False: "inactive", None: "activity unknown"}[d.active]
+        d.lines.append(f"{state}: {words.lstrip('; ') or 'no readable metric'}")
     if current == 0:
         if active:
             d.desired = min(hi, max(1, lo))
             d.lines.append(f"KEDA activates the workload: 0 -> {d.desired} (then the HPA "
                            f"takes over)")
+        elif d.active is None:
+            d.lines.append("stays at 0: KEDA cannot tell whether it is active, and does not "
+                           "activate on errors")
         else:
             d.lines.append("stays at 0: nothing is active")
         return d
     up, down = parse_behavior(st.behavior_json)
     hpa = Hpa(max(1, lo), hi, up, down)
-    value_mode = reply.value_mode == "average"
-    target_type = TargetType.VALUE if value_mode else TargetType.AVERAGE_VALUE
-    ready = max([a.ready for a in reply.answers] + [0]) or current
+    ready = max([a.ready for a in readable] + [0]) or current
     at = reply.at or reply.now
     for past in reply.past:
         if any(a.unavailable for a in past.answers) or past.pods <= 0:
@@ -180,6 +177,14 @@ def decide(reply: pb.ExplainReply, replicas: int | None = None) -> Decision:
             hpa.remember(past.at, max(valid))
     metrics = []
     for a in reply.answers:
+        if a.unavailable:
+            value = None if fallback is None else fallback * a.target
+            m = Metric(MetricSource.EXTERNAL, target_type, a.target, value)
+            metrics.append(m)
+            if value is not None:
+                d.lines.append(f"{a.metric_name}: fallback value {fallback} x {a.target:g} "
+                               f"-> {hpa.proposal(m, current, ready)}")
+            continue
         m = Metric(MetricSource.EXTERNAL, target_type, a.target, a.value)
         metrics.append(m)
         proposal = hpa.proposal(m, current, ready)
@@ -202,10 +207,44 @@ def decide(reply: pb.ExplainReply, replicas: int | None = None) -> Decision:
         d.lines.append(f"no recorded moments to replay: the HPA holds the highest "
                        f"recommendation of its last {down.stabilization_s:g}s, which may "
                        f"keep more than {desired}")
-    if not active and lo == 0:
+    if active is False and not missing and lo == 0:
         d.lines.append(f"inactive with minReplicaCount 0: KEDA scales to 0 after "
                        f"cooldownPeriod ({st.cooldown_period}s) without activity")
     return d
+
+
+def _fallback_lines(d: Decision, st: pb.ScaleTarget, missing: list[pb.Answer],
+                    value_mode: bool, current: int) -> int | None:
+    """Say what KEDA does about the UNAVAILABLE metrics; the fallback's replica count when
+    it applies (None: the HPA cannot read those metrics)."""
+    if not missing:
+        return None
+    for a in missing:
+        d.lines.append(f"{a.metric_name}: UNAVAILABLE to KEDA: {a.unavailable}")
+    if st.fallback_replicas < 0:
+        if st.known:
+            d.lines.append("no fallback configured: the HPA cannot read it, so it does not "
+                           "scale down (it still scales up on the other metrics); set "
+                           "spec.fallback to hold a safe count")
+        else:
+            d.lines.append("fallback: unknown here (the scaler does not watch "
+                           "ScaledObjects); without one the HPA does not scale down on a "
+                           "metric it cannot read")
+        return None
+    if value_mode:
+        d.lines.append("spec.fallback does not apply: KEDA falls back only for AverageValue "
+                       "metrics (this trigger's are Value); the HPA does not scale down")
+        return None
+    behavior = st.fallback_behavior or "static"
+    if behavior not in FALLBACK_BEHAVIORS:
+        d.lines.append(f"fallback behavior {behavior!r} is not one this model knows "
+                       f"({', '.join(FALLBACK_BEHAVIORS)}): taken as static")
+    count = fallback_count(behavior, st.fallback_replicas, current)
+    d.lines.append(f"KEDA counts a failure per poll (every {st.polling_interval}s); after "
+                   f"more than {st.fallback_failures} in a row it answers for {count} "
+                   f"replicas ({behavior}, replicas {st.fallback_replicas}); until then the "
+                   f"HPA does not scale down. Assuming the fallback applies:")
+    return count
 
 
 def render(reply: pb.ExplainReply, decision: Decision, width: int = 100) -> str:
