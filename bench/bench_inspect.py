@@ -7,7 +7,7 @@ calls), at the issue's scale: 1,000 agents x 8 GPUs, 8,000 pods, 1,000 ScaledObj
 Prints: the time of one recording step (every ScaledObject's moment + every device's
 sample), Fleet / Explain / Usage(1 h) call times (median of repeats, the reply built and
 serialized as the server does), and the memory of the history filled to its bounds
-(tracemalloc: 2,000 ScaledObjects x 240 moments, 20,000 devices x 61 minutes).
+(tracemalloc: 2,000 ScaledObjects x 120 moments, 20,000 devices x 61 minutes).
 """
 
 from __future__ import annotations
@@ -106,12 +106,14 @@ def main() -> None:
     from gpuscale.scaler.history import TriggerHistory
 
     th = TriggerHistory()
-    answers = (Answer("s0-gpuscale-gpu-utilization", "gpu-utilization", 70.0, 5.0, 123.4,
-                      "", 8, 0, 8),)
+    name, signal = "s0-gpuscale-gpu-utilization", "gpu-utilization"
     for i in range(MAX_TRIGGERS):
         th.note("ns", f"so-{i}", md, cfg, 0.0)
         for t in range(int(th.keep_s / th.step_s)):
-            th.record("ns", f"so-{i}", Moment(float(t) * 15, answers, 8, -1, (), (), ""))
+            # as Inspector._moment makes them: a new Answer (a new value) every moment
+            answers = (Answer(name, signal, 70.0, 5.0, 100.0 + t * 0.37 + i, "", 8, 0, 8),)
+            th.record("ns", f"so-{i}", Moment(time.time() + t * 15, answers, 8, -1, (),
+                                              (), ""))
     triggers_mb = (tracemalloc.get_traced_memory()[0] - base) / 2**20
     base = tracemalloc.get_traced_memory()[0]
     dh = DeviceHistory()
@@ -127,7 +129,8 @@ def main() -> None:
           f"{args.nodes} nodes x 8 GPUs, {fleet.pod_count()} pods, {args.triggers} "
           f"ScaledObjects")
     print(f"record step (all moments + device samples): {step:.1f} ms (median of "
-          f"{args.repeat}; every 15 s, in chunks of 50 ScaledObjects between loop turns)")
+          f"{args.repeat}; moments every 30 s in chunks of 50 ScaledObjects between loop "
+          f"turns, devices every 15 s)")
     print(f"Fleet (whole fleet, {size / 2**20:.1f} MiB reply): {fleet_ms:.1f} ms; one "
           f"namespace: {fleet_ns_ms:.1f} ms")
     print(f"Explain (one ScaledObject, 1 h of moments asked): {explain_ms:.2f} ms")

@@ -41,9 +41,10 @@ def add_parser(sub: Any) -> None:
     sc.add_argument("--tls-ca", type=Path,
                     help="CA of KEDA's client certificate (TriggerAuthentication caCert's "
                          "counterpart); with these three KEDA must connect with mTLS")
-    sc.add_argument("--history-step", type=float, default=15.0,
+    sc.add_argument("--history-step", type=float, default=30.0,
                     help="seconds between the moments recorded for gpuscale explain --at "
-                         "and idle (15; one hour is kept)")
+                         "(30; one hour is kept; devices are sampled every 15 s, or this "
+                         "if shorter)")
     sc.add_argument("--metrics-api-port", type=int, default=0,
                     help="serve custom.metrics.k8s.io for a plain HPA on this port (HTTPS, "
                          "behind an APIService; needs the API); 0: off")

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from gpuscale.scaler.metadata import TriggerConfig
 from gpuscale.stream.records import DeviceRecord, PodRecord
 
-STEP_S = 15.0  # one moment per ScaledObject this often (the HPA's sync period)
+STEP_S = 30.0  # one moment per ScaledObject this often (KEDA's default polling interval)
 KEEP_S = 3600.0  # how far back the history goes
 MINUTE_S = 60.0
 MAX_TRIGGERS = 2000

@@ -48,6 +48,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SERVICE = "gpuscale.inspect.v1.Inspect"
+DEVICE_STEP_S = 15.0  # devices sampled this often (four utilization samples a minute)
 RECORD_CHUNK = 50  # ScaledObjects recorded between two turns of the event loop
 MAX_FILTER = 253
 FLEET_CHUNK = 500  # pods put into a Fleet reply between two turns of the event loop
@@ -139,21 +140,24 @@ class Inspector(pb_grpc.InspectServicer):
                 if ages.get(node, math.inf) <= self._fleet.stale_after}
 
     async def record(self, chunk: int = RECORD_CHUNK) -> None:
-        """Every step (STEP_S unless the constructor says): a moment per ScaledObject KEDA
-        asked about within the kept history, and a sample of every device. Runs until
-        cancelled."""
+        """Every step (STEP_S unless the constructor says) a moment per ScaledObject KEDA
+        asked about within the kept history; every DEVICE_STEP_S (or the step, if
+        shorter) a sample of every device. Runs until cancelled."""
+        period = min(self._history.step_s, DEVICE_STEP_S)  # devices at least this often
+        last_moments = -math.inf
         while True:
             started = time.monotonic()
             try:
                 self.devices.sample(self._wall(), self.live_devices(), self._fleet.pods())
-                items = self._history.items()
-                for i in range(0, len(items), chunk):
-                    self._record(items[i:i + chunk])
-                    await asyncio.sleep(0)
+                if started - last_moments >= self._history.step_s - period / 2:
+                    last_moments = started
+                    items = self._history.items()
+                    for i in range(0, len(items), chunk):
+                        self._record(items[i:i + chunk])
+                        await asyncio.sleep(0)
             except Exception as exc:  # a bug here must not end the scaler
                 log.error("recording the history failed: %s", exc, exc_info=exc)
-            await asyncio.sleep(max(0.0, self._history.step_s -
-                                    (time.monotonic() - started)))
+            await asyncio.sleep(max(0.0, period - (time.monotonic() - started)))
 
     def record_now(self) -> None:
         """One step of ``record`` at once (all ScaledObjects, no yielding)."""

@@ -78,7 +78,7 @@ def _rules(raw: Any, default: Rules, where: str) -> Rules:
             raise ConfigError(f"behavior.{where}.policies: not a list")
         policies = tuple(_policy(p, where) for p in raw["policies"])
     select = raw.get("selectPolicy", default.select.value)
-    if select not in {s.value for s in Select}:
+    if not isinstance(select, str) or select not in {s.value for s in Select}:
         raise ConfigError(f"behavior.{where}.selectPolicy: {select!r} is not Max, Min or "
                           f"Disabled")
     tolerance = raw.get("tolerance", default.tolerance)
@@ -95,7 +95,7 @@ def _policy(raw: Any, where: str) -> Policy:
     if not isinstance(raw, dict):
         raise ConfigError(f"behavior.{where}.policies: an entry is not an object")
     kind, value, period = raw.get("type"), raw.get("value"), raw.get("periodSeconds")
-    if kind not in ("Pods", "Percent") or not isinstance(value, int) or \
+    if not isinstance(kind, str) or kind not in ("Pods", "Percent") or not isinstance(value, int) or \
             not isinstance(period, int) or value <= 0 or not 0 < period <= 1800:
         raise ConfigError(f"behavior.{where}.policies: {json.dumps(raw)[:120]} needs type "
                           f"Pods|Percent, value > 0, periodSeconds 1..1800")
