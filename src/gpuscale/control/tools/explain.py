@@ -95,8 +95,9 @@ def _policy(raw: Any, where: str) -> Policy:
     if not isinstance(raw, dict):
         raise ConfigError(f"behavior.{where}.policies: an entry is not an object")
     kind, value, period = raw.get("type"), raw.get("value"), raw.get("periodSeconds")
-    if not isinstance(kind, str) or kind not in ("Pods", "Percent") or not isinstance(value, int) or \
-            not isinstance(period, int) or value <= 0 or not 0 < period <= 1800:
+    if not isinstance(kind, str) or kind not in ("Pods", "Percent") or \
+            not isinstance(value, int) or not isinstance(period, int) or value <= 0 or \
+            not 0 < period <= 1800:
         raise ConfigError(f"behavior.{where}.policies: {json.dumps(raw)[:120]} needs type "
                           f"Pods|Percent, value > 0, periodSeconds 1..1800")
     return Policy(PolicyType(kind), value, float(period))
