@@ -37,10 +37,11 @@ from gpuscale.proto import externalscaler_pb2 as pb  # noqa: E402
 from gpuscale.proto import externalscaler_pb2_grpc as pb_grpc  # noqa: E402
 from gpuscale.proto import telemetry_pb2_grpc as tpb_grpc  # noqa: E402
 from gpuscale.stream.publisher import TelemetryPublisher  # noqa: E402
-from gpuscale.stream.records import PodRecord  # noqa: E402
+from gpuscale.stream.records import DeviceRecord, PodRecord  # noqa: E402
 
 PODS = 8
 WORKLOADS = 1000
+WITH_DEVICES = os.environ.get("BENCH_FLEET_DEVICES", "1") == "1"  # set by --no-devices
 
 
 def records(node: int, boost: float = 0.0) -> list[PodRecord]:
@@ -54,6 +55,15 @@ def records(node: int, boost: float = 0.0) -> list[PodRecord]:
                              None, True, {"gpu-utilization": util, "gpu-memory": 91.5,
                                           "vllm-waiting": 2.0, "vllm-kv-cache": 63.0}, t))
     return out
+
+
+def devices(node: int, pods: list[PodRecord]) -> list[DeviceRecord]:
+    """The node's 8 GPUs, one per pod, as a real agent streams them (operator tools)."""
+    return [DeviceRecord(f"GPU-{node:08x}-{j:04x}-0000-0000-000000000000", j,
+                         "NVIDIA H100 80GB HBM3", utilization=p.signals["gpu-utilization"],
+                         memory_used_mib=74600.0, memory_total_mib=81559.0,
+                         pods=(f"{p.namespace}/{p.name}",))
+            for j, p in enumerate(pods)]
 
 
 async def generate(first: int, count: int, port_base: int, control: int) -> None:
@@ -79,7 +89,8 @@ async def generate(first: int, count: int, port_base: int, control: int) -> None
     while True:
         start = time.monotonic()
         for k, (node, pub, _) in enumerate(pubs):
-            pub.publish(records(node, boosts.get(node, 0.0)))
+            recs = records(node, boosts.get(node, 0.0))
+            pub.publish(recs, "", devices(node, recs) if WITH_DEVICES else ())
             if k % 25 == 24:  # spread the agents' ticks over the second
                 await asyncio.sleep(max(0.0, start + (k + 1) / len(pubs) - time.monotonic()))
         await asyncio.sleep(max(0.0, start + 1.0 - time.monotonic()))
@@ -169,6 +180,8 @@ async def main() -> None:
     ap.add_argument("--seconds", type=float, default=30.0)
     ap.add_argument("--generators", type=int, default=2)
     ap.add_argument("--generate", nargs=4, type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--no-devices", action="store_true",
+                    help="agents stream pods only (as before the operator tools)")
     args = ap.parse_args()
     if args.generate:
         await generate(*args.generate)
@@ -176,7 +189,8 @@ async def main() -> None:
     per = args.agents // args.generators
     base = 20000
     gens, controls, addrs = [], [], []
-    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src"),
+           "BENCH_FLEET_DEVICES": "0" if args.no_devices else "1"}
     for g in range(args.generators):
         first, port_base, control = g * per, base + g * per, free_port()
         p = subprocess.Popen([sys.executable, __file__, "--generate", str(first), str(per),

@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 
 BACKOFF_S = (0.1, 0.25, 0.5, 1.0)  # a dead agent costs one dial a second at most
 FORGET_AFTER_S = 300.0
+CLOSE_TIMEOUT_S = 5.0
 MIN_STALE_S = 2.0
 MAX_MESSAGE = 16 * 1024 * 1024
 
@@ -87,6 +88,7 @@ class AgentLink:
                  on_delay: Callable[[float], None] | None = None,
                  expected_node: str = "") -> None:
         self.state = LinkState(address, expected_node)
+        self.stopped = False  # set by the subscriber's close: no reconnect after it
         self._server_name = server_name
         self._on_delay = on_delay  # seconds from the agent's sample to the update's arrival
         self._sink = sink
@@ -97,13 +99,15 @@ class AgentLink:
 
     async def run(self) -> None:
         attempt = 0
-        while True:
+        while not self._stopping():
             try:
                 if await self._session():
                     attempt = 0
             except asyncio.CancelledError:
                 raise
             except grpc.aio.AioRpcError as exc:
+                if self._stopping():  # a cancellation gRPC surfaced as CANCELLED: end
+                    return
                 self._failed(f"{exc.code().name}: {(exc.details() or '')[:160]}")
             except (DecodeError, TimeoutError) as exc:
                 self._failed(str(exc) or type(exc).__name__)
@@ -112,6 +116,9 @@ class AgentLink:
             attempt += 1
             self.state.reconnects += 1
             await asyncio.sleep(delay * random.uniform(0.5, 1.5))
+
+    def _stopping(self) -> bool:
+        return self.stopped
 
     def _failed(self, why: str) -> None:
         if why != self.state.error:
@@ -201,7 +208,8 @@ class AgentSubscriber:
         for addr in list(self.links):
             link = self.links[addr][0]
             if addr not in wanted or wanted[addr] != link.state.expected_node:
-                _, task = self.links.pop(addr)
+                gone, task = self.links.pop(addr)
+                gone.stopped = True
                 task.cancel()
                 self._departed[addr] = self._monotonic()
                 log.info("agent %s left discovery", addr)
@@ -231,9 +239,16 @@ class AgentSubscriber:
                 self.sink.remove_node(addr)
                 del self._departed[addr]
 
-    async def close(self) -> None:
+    async def close(self, timeout_s: float = CLOSE_TIMEOUT_S) -> None:
+        """Stop every link; bounded: a link gRPC does not let go of within ``timeout_s``
+        is left behind (logged), so a scaler's shutdown never waits on an agent."""
+        for link, task in self.links.values():
+            link.stopped = True
+            task.cancel()
         tasks = [t for _, t in self.links.values()]
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=timeout_s)
+            if pending:
+                log.warning("%d agent links did not stop within %gs", len(pending),
+                            timeout_s)
         self.links.clear()
