@@ -84,7 +84,7 @@ class Records:
         self.latest: dict[str, PodRecord] = {}
 
     def update_node(self, node: str, records: Iterable[PodRecord],
-                    devices: Sequence[DeviceRecord] = ()) -> None:
+                    devices: Sequence[DeviceRecord] | None = None) -> None:
         self.latest = {r.name: r for r in records}
 
     def remove_node(self, node: str) -> None:

@@ -172,20 +172,42 @@ async def test_recorded_moments_answer_explain_at(served: Served, clock: Clock,
 
 def test_devices_cross_the_stream_and_hostile_lists_are_cut() -> None:
     """Devices are for operators: a hostile list is cut to the bounds, never an error that
-    would end the stream carrying the node's pods (KEDA's answers)."""
+    would end the stream carrying the node's pods (KEDA's answers). An update without
+    device news says so (None: keep the last), distinct from a node with no devices."""
     msg = encode("node-a", "id", 1, 0.0, 1.0, [rec("v-0", 1.0)], devices("llm/v-0"))
-    got = decode_devices(msg)
-    assert got == devices("llm/v-0")
-    assert decode_devices(encode("n", "id", 1, 0.0, 1.0, "no attribution")) == []
+    assert decode_devices(msg) == devices("llm/v-0")
+    assert decode_devices(encode("n", "id", 1, 0.0, 1.0, [rec("v-0", 1.0)])) is None
+    assert decode_devices(encode("n", "id", 1, 0.0, 1.0, [], [])) == []
+    assert decode_devices(encode("n", "id", 1, 0.0, 1.0, "no attribution")) is None
     many = encode("n", "id", 1, 0.0, 1.0, [], [DeviceRecord(f"GPU-{i}", i, "x")
                                               for i in range(MAX_DEVICES_PER_NODE + 1)])
-    assert len(decode_devices(many)) == MAX_DEVICES_PER_NODE
+    assert len(decode_devices(many) or ()) == MAX_DEVICES_PER_NODE
     crowded = encode("n", "id", 1, 0.0, 1.0, [], [DeviceRecord(
         GPU, 0, "x", pods=tuple(f"ns/p{i}" for i in range(1000)))])
-    assert len(decode_devices(crowded)[0].pods) == MAX_HOLDERS
+    assert len((decode_devices(crowded) or [])[0].pods) == MAX_HOLDERS
     long = decode_devices(encode("n", "id", 1, 0.0, 1.0, [], [DeviceRecord(
-        "G" * 5000, 0, "m" * 5000, pods=("p" * 5000,))]))
+        "G" * 5000, 0, "m" * 5000, pods=("p" * 5000,))])) or []
     assert max(len(long[0].uuid), len(long[0].model), len(long[0].pods[0])) <= 320
+
+
+def test_device_news_every_few_seconds_and_the_view_keeps_the_last(fleet: FleetView) -> None:
+    """The publisher sends devices on the first update and then every DEVICES_EVERY_S; the
+    fleet view keeps a node's last devices through updates without news."""
+    from gpuscale.stream.publisher import DEVICES_EVERY_S, TelemetryPublisher
+
+    pub = TelemetryPublisher("node-a", 1.0)
+    carried = []
+    for _ in range(int(3 * DEVICES_EVERY_S)):
+        pub.publish([rec("v-0", 1.0)], "node-a", devices("llm/v-0"))
+        assert pub._latest is not None
+        carried.append(pub._latest.has_devices)
+    assert carried[0]
+    assert sum(carried) == 3
+    fleet.update_node("node-a", [rec("v-0", 1.0)], devices("llm/v-0"))
+    fleet.update_node("node-a", [rec("v-0", 2.0)], None)
+    assert fleet.devices()["node-a"] == tuple(devices("llm/v-0"))
+    fleet.update_node("node-a", [rec("v-0", 2.0)], [])
+    assert fleet.devices()["node-a"] == ()
 
 
 def test_history_is_bounded() -> None:

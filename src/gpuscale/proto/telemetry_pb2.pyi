@@ -13,7 +13,7 @@ class SubscribeRequest(_message.Message):
     def __init__(self, subscriber: _Optional[str] = ...) -> None: ...
 
 class NodeUpdate(_message.Message):
-    __slots__ = ("node", "agent_id", "seq", "sampled_at", "interval", "pods", "attribution_ok", "attribution_detail", "devices")
+    __slots__ = ("node", "agent_id", "seq", "sampled_at", "interval", "pods", "attribution_ok", "attribution_detail", "devices", "has_devices")
     NODE_FIELD_NUMBER: _ClassVar[int]
     AGENT_ID_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
@@ -23,6 +23,7 @@ class NodeUpdate(_message.Message):
     ATTRIBUTION_OK_FIELD_NUMBER: _ClassVar[int]
     ATTRIBUTION_DETAIL_FIELD_NUMBER: _ClassVar[int]
     DEVICES_FIELD_NUMBER: _ClassVar[int]
+    HAS_DEVICES_FIELD_NUMBER: _ClassVar[int]
     node: str
     agent_id: str
     seq: int
@@ -32,7 +33,8 @@ class NodeUpdate(_message.Message):
     attribution_ok: bool
     attribution_detail: str
     devices: _containers.RepeatedCompositeFieldContainer[Device]
-    def __init__(self, node: _Optional[str] = ..., agent_id: _Optional[str] = ..., seq: _Optional[int] = ..., sampled_at: _Optional[float] = ..., interval: _Optional[float] = ..., pods: _Optional[_Iterable[_Union[PodSignals, _Mapping]]] = ..., attribution_ok: _Optional[bool] = ..., attribution_detail: _Optional[str] = ..., devices: _Optional[_Iterable[_Union[Device, _Mapping]]] = ...) -> None: ...
+    has_devices: bool
+    def __init__(self, node: _Optional[str] = ..., agent_id: _Optional[str] = ..., seq: _Optional[int] = ..., sampled_at: _Optional[float] = ..., interval: _Optional[float] = ..., pods: _Optional[_Iterable[_Union[PodSignals, _Mapping]]] = ..., attribution_ok: _Optional[bool] = ..., attribution_detail: _Optional[str] = ..., devices: _Optional[_Iterable[_Union[Device, _Mapping]]] = ..., has_devices: _Optional[bool] = ...) -> None: ...
 
 class Device(_message.Message):
     __slots__ = ("uuid", "parent_uuid", "index", "model", "sharing", "utilization", "memory_used", "memory_total", "pods")

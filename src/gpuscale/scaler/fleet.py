@@ -47,7 +47,7 @@ class FleetView:
     # -- writers -------------------------------------------------------------------------
 
     def update_node(self, node: str, records: Iterable[PodRecord],
-                    devices: Sequence[DeviceRecord] = ()) -> None:
+                    devices: Sequence[DeviceRecord] | None = None) -> None:
         """Replace ``node``'s pods (and devices, kept for the operator tools). O(pods on
         the node); selections of a namespace are recomputed only when that namespace's pods
         come, go or change labels."""
@@ -64,7 +64,8 @@ class FleetView:
                 self._bump(key[0])
             self._pods[key] = r
         entry.pods = new
-        entry.devices = tuple(devices)
+        if devices is not None:  # None: this update carried no device news
+            entry.devices = tuple(devices)
         entry.updated_at = self._monotonic()
         self._notify()
 

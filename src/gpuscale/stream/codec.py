@@ -21,7 +21,7 @@ _ABSENT = {a.value: a for a in Absent}
 
 def encode(node: str, agent_id: str, seq: int, sampled_at: float, interval: float,
            records: Iterable[PodRecord] | str,
-           devices: Sequence[DeviceRecord] = ()) -> pb.NodeUpdate:
+           devices: Sequence[DeviceRecord] | None = None) -> pb.NodeUpdate:
     """One update: the node's pods and devices, or, when there are none to trust this
     tick, why not (``attribution_ok=False``; the subscriber keeps what it had, which
     ages)."""
@@ -42,8 +42,10 @@ def encode(node: str, agent_id: str, seq: int, sampled_at: float, interval: floa
                 pod.signals[name].detail = r.reasons.get(name, "")[:MAX_DETAIL]
             else:
                 pod.signals[name].value = float(value)
-    for d in devices:
-        put_device(msg.devices.add(), d)
+    if devices is not None:
+        msg.has_devices = True
+        for d in devices:
+            put_device(msg.devices.add(), d)
     return msg
 
 
@@ -95,10 +97,13 @@ def decode(msg: pb.NodeUpdate, received_at: float, stale_after: float,
     return out
 
 
-def decode_devices(msg: pb.NodeUpdate) -> list[DeviceRecord]:
-    """The devices of an update, bounded: devices beyond MAX_DEVICES_PER_NODE and holders
-    beyond MAX_HOLDERS are dropped, long names cut. Never an error: devices are for the
-    operator tools, and must not end the stream that carries KEDA's pods."""
+def decode_devices(msg: pb.NodeUpdate) -> list[DeviceRecord] | None:
+    """The devices of an update (None when it carries none: keep the last), bounded:
+    devices beyond MAX_DEVICES_PER_NODE and holders beyond MAX_HOLDERS are dropped, long
+    names cut. Never an error: devices are for the operator tools, and must not end the
+    stream that carries KEDA's pods."""
+    if not msg.has_devices:
+        return None
     out = []
     for d in msg.devices[:MAX_DEVICES_PER_NODE]:
         out.append(DeviceRecord(d.uuid[:MAX_NAME], d.index, d.model[:MAX_NAME],

@@ -23,6 +23,10 @@ from gpuscale.stream.records import DeviceRecord, PodRecord
 
 log = logging.getLogger(__name__)
 
+# Device news (for the operator tools) rides on one update in this many seconds: decoding
+# them costs a scaler as much as the pods (bench_fleet), and no KEDA answer needs them.
+DEVICES_EVERY_S = 5.0
+
 Context = grpc.aio.ServicerContext[Any, Any]
 
 
@@ -49,6 +53,8 @@ class TelemetryPublisher(pb_grpc.AgentTelemetryServicer):
         self.interval = interval
         self.agent_id = uuid.uuid4().hex
         self._seq = 0
+        self._devices_every = max(1, round(DEVICES_EVERY_S / interval)) if interval > 0 else 1
+        self._devices_seq = -self._devices_every  # the first update carries them
         self._latest: pb.NodeUpdate | None = None
         self._boxes: set[_Mailbox] = set()
         self.stopping = asyncio.Event()
@@ -58,13 +64,18 @@ class TelemetryPublisher(pb_grpc.AgentTelemetryServicer):
         return len(self._boxes)
 
     def publish(self, records: list[PodRecord] | str, node: str = "",
-                devices: Sequence[DeviceRecord] = ()) -> None:
+                devices: Sequence[DeviceRecord] | None = None) -> None:
         """Called once per tick with the node's pods, or why there are none to trust this
         tick (a reason string). ``node``: the node the readings are from (the backend's;
         default: the name this publisher was given). A subscriber that connects later gets
         this latest update - an incomplete one too, never an older complete one that would
         look fresh on arrival."""
         self._seq += 1
+        if devices is not None:  # device news every DEVICES_EVERY_S, and the first tick
+            if self._seq - self._devices_seq < self._devices_every:
+                devices = None
+            else:
+                self._devices_seq = self._seq
         update = encode(node or self.node, self.agent_id, self._seq, time.time(),
                         self.interval, records, devices)
         self._latest = update

@@ -53,8 +53,9 @@ class NodeSink(Protocol):
     """Takes a node's whole state per tick (full updates: skipping one loses nothing)."""
 
     def update_node(self, node: str, records: Iterable[PodRecord],
-                    devices: Sequence[DeviceRecord] = ()) -> None:
-        """Replace ``node``'s pods with ``records`` (and its devices with ``devices``)."""
+                    devices: Sequence[DeviceRecord] | None = None) -> None:
+        """Replace ``node``'s pods with ``records`` (and its devices with ``devices``;
+        None: keep the last ones)."""
         ...
 
     def remove_node(self, node: str) -> None:
