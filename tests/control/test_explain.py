@@ -192,7 +192,8 @@ def test_explain_a_live_workload(scaler: int) -> None:
 
     def ready() -> subprocess.CompletedProcess[str] | None:
         got = explain("llm/embed", "--scaler", address)
-        return got if got.returncode == 0 and "UNAVAILABLE" not in got.stdout else None
+        ok = got.returncode == 0 and "UNAVAILABLE" not in got.stdout
+        return got if ok and "MIG " in got.stdout else None  # devices: a tick after pods
 
     out = until_sync(ready, what="an OK answer")
     assert "triton-embed-0" in out.stdout

@@ -203,6 +203,10 @@ def test_device_news_every_few_seconds_and_the_view_keeps_the_last(fleet: FleetV
         carried.append(pub._latest.has_devices)
     assert carried[0]
     assert sum(carried) == 3
+    pub._devices_seq = 0
+    pub.publish([rec("v-0", 1.0)], "node-a", devices("llm/v-0"))
+    assert pub._latest is not None
+    assert not pub._latest.has_devices
     fleet.update_node("node-a", [rec("v-0", 1.0)], devices("llm/v-0"))
     fleet.update_node("node-a", [rec("v-0", 2.0)], None)
     assert fleet.devices()["node-a"] == tuple(devices("llm/v-0"))

@@ -88,6 +88,7 @@ class TelemetryPublisher(pb_grpc.AgentTelemetryServicer):
         if self._latest is not None:
             box.put(self._latest)
         self._boxes.add(box)
+        self._devices_seq = -self._devices_every  # the next update brings it the devices
         log.info("subscriber %s connected", request.subscriber[:64] or context.peer())
         try:
             while not self.stopping.is_set():
