@@ -203,7 +203,7 @@ def test_device_news_every_few_seconds_and_the_view_keeps_the_last(fleet: FleetV
         carried.append(pub._latest.has_devices)
     assert carried[0]
     assert sum(carried) == 3
-    pub._devices_seq = 0
+    pub._devices_seq = pub._seq  # as if it had just sent them
     pub.publish([rec("v-0", 1.0)], "node-a", devices("llm/v-0"))
     assert pub._latest is not None
     assert not pub._latest.has_devices
