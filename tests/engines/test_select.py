@@ -74,6 +74,7 @@ def outcome(engine: str, text: str, only: bool) -> object:
 @example("# TYPE nv_inference_pending_request summary\nnv_inference_pending_request_count 1\n"
          "# TYPE nv_inference_pending_request counter")
 @example('other{a="vllm:num_requests_waiting"} 1\nvllm:num_requests_waiting{ 2')
+@example("# TYPE _total counter\n_total 1\nvllm:num_requests_waiting 3\n")
 def test_selected_lines_parse_to_the_same_samples(text: str) -> None:
     for engine in ENGINES:
         assert outcome(engine, text, True) == outcome(engine, text, False), engine

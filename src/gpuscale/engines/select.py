@@ -49,6 +49,10 @@ _PLAIN_SAMPLE = re.compile(
 _PLAIN_COMMENT = re.compile(
     rf"# (?:HELP {_NAME}(?: [^\n]*)?|TYPE {_NAME} "
     r"(?:counter|gauge|histogram|summary|untyped|unknown))")
+# Names that are only a suffix: a counter "_total" becomes the family "", which the parser
+# refuses; selection would drop the family unbuilt and hide that error.
+_BARE_SUFFIXES = frozenset({"_total", "_created", "_count", "_sum", "_bucket", "_info",
+                            "_gcount", "_gsum"})
 _LABEL_NAME = re.compile(r'[{,]([a-zA-Z_][a-zA-Z0-9_]*)="')  # after the sample's check
 
 
@@ -90,6 +94,8 @@ def select_lines(text: str, keep: frozenset[str],
         if s[0] == "#":
             if not plain_comment(s):
                 return None
+            if s.split(" ", 3)[2] in _BARE_SUFFIXES:
+                return None  # a family the parser names "" (an error it must raise)
         else:
             samples += 1
             if samples > max_samples:
