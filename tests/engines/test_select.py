@@ -5,6 +5,9 @@ in label values and HELP text, every TYPE, junk), ``samples`` of the selected li
 
 from __future__ import annotations
 
+import time
+
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -75,6 +78,7 @@ def outcome(engine: str, text: str, only: bool) -> object:
          "# TYPE nv_inference_pending_request counter")
 @example('other{a="vllm:num_requests_waiting"} 1\nvllm:num_requests_waiting{ 2')
 @example("# TYPE _total counter\n_total 1\nvllm:num_requests_waiting 3\n")
+@example("x{" + ",".join(f'l{i}="v"' for i in range(9)) + ',l3="w"} 1\ntgi_queue_size 1')
 def test_selected_lines_parse_to_the_same_samples(text: str) -> None:
     for engine in ENGINES:
         assert outcome(engine, text, True) == outcome(engine, text, False), engine
@@ -102,3 +106,29 @@ def test_odd_lines_and_too_many_samples_parse_the_whole_body() -> None:
 
 def test_related_names() -> None:
     assert related(["a_b_total", "c_count"]) == {"a_b_total", "a_b", "c_count", "c"}
+
+
+NINE = ",".join(f'l{i}="v"' for i in range(9))
+
+
+@pytest.mark.parametrize(("line", "selected"), [
+    # more labels than the fast pattern compares: decided line by line, as defined
+    (f"x{{{NINE}}} 1", [(1, MARKER), (2, "tgi_queue_size 1")]),
+    (f'x{{{NINE},l8="w"}} 1', None),
+    (f'x{{{NINE},l0="w"}} 1', None),
+    ('x{a="1",b="2",c="3",b="4"} 1', None),
+])
+def test_labels_twice_are_found_however_many(line: str, selected: object) -> None:
+    assert select_lines(f"{line}\ntgi_queue_size 1", READS["tgi"], 10) == selected
+
+
+@pytest.mark.parametrize("line", [
+    "x 1" + "1" * 200_000 + "z",  # a number that fails at its end
+    "x 1." + "1" * 200_000 + "e" + "1" * 200_000 + "z",
+    " " * 200_000 + "z",  # blanks before a line that fails
+    "x 1" + " " * 200_000 + "z",
+])
+def test_a_long_line_that_fails_costs_its_length_not_its_square(line: str) -> None:
+    start = time.process_time()
+    assert select_lines(f"{line}\ntgi_queue_size 1", READS["tgi"], 10) is None
+    assert time.process_time() - start < 1.0  # the square of 200,000 is minutes
