@@ -166,6 +166,13 @@ def list_at(data: Any, *path: str) -> list[Any]:
     return got if isinstance(got, list) else []
 
 
+def int_at(data: Any, *path: str, default: int) -> int:
+    """The integer at ``path`` in ``data`` (not a bool); ``default`` when absent or not an
+    integer."""
+    got = _at(data, path)
+    return got if isinstance(got, int) and not isinstance(got, bool) else default
+
+
 def str_at(data: Any, *path: str) -> str:
     """The string at ``path`` in ``data``; "" when absent or not a string."""
     got = _at(data, path)

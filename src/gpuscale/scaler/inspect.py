@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import grpc
 
 from gpuscale.common.errors import ConfigError, DataUnavailable, GpuscaleError
+from gpuscale.kube.replies import int_at, obj_at, str_at
 from gpuscale.proto import externalscaler_pb2 as keda_pb
 from gpuscale.proto import inspect_pb2 as pb
 from gpuscale.proto import inspect_pb2_grpc as pb_grpc
@@ -369,20 +370,17 @@ class Inspector(pb_grpc.InspectServicer):
         if spec is None:
             return
         msg.known = True
-        ref = _obj(spec.get("scaleTargetRef"))
-        msg.kind, msg.name = str(ref.get("kind") or "Deployment"), str(ref.get("name") or "")
-        msg.min_replicas = _int(spec.get("minReplicaCount"), 0)
-        msg.max_replicas = _int(spec.get("maxReplicaCount"), 100)
-        msg.polling_interval = _int(spec.get("pollingInterval"), 30)
-        msg.cooldown_period = _int(spec.get("cooldownPeriod"), 300)
-        fallback = _obj(spec.get("fallback"))
-        if fallback:
-            msg.fallback_replicas = _int(fallback.get("replicas"), -1)
-            msg.fallback_failures = _int(fallback.get("failureThreshold"), 3)
-            behavior = fallback.get("behavior")
-            msg.fallback_behavior = behavior[:64] if isinstance(behavior, str) else "static"
-        behavior = _obj(_obj(_obj(spec.get("advanced")).get("horizontalPodAutoscalerConfig"))
-                        .get("behavior"))
+        msg.kind = str_at(spec, "scaleTargetRef", "kind") or "Deployment"
+        msg.name = str_at(spec, "scaleTargetRef", "name")
+        msg.min_replicas = int_at(spec, "minReplicaCount", default=0)
+        msg.max_replicas = int_at(spec, "maxReplicaCount", default=100)
+        msg.polling_interval = int_at(spec, "pollingInterval", default=30)
+        msg.cooldown_period = int_at(spec, "cooldownPeriod", default=300)
+        if obj_at(spec, "fallback"):
+            msg.fallback_replicas = int_at(spec, "fallback", "replicas", default=-1)
+            msg.fallback_failures = int_at(spec, "fallback", "failureThreshold", default=3)
+            msg.fallback_behavior = str_at(spec, "fallback", "behavior")[:64] or "static"
+        behavior = obj_at(spec, "advanced", "horizontalPodAutoscalerConfig", "behavior")
         if behavior:
             msg.behavior_json = json.dumps(behavior, sort_keys=True)[:16384]
         assert self._workloads is not None
@@ -396,14 +394,6 @@ def _put_answers(out: Any, answers: Iterable[Answer]) -> None:
         out.add(metric_name=a.metric_name, signal=a.signal, target=a.target,
                 activation=a.activation, value=a.value, unavailable=a.unavailable,
                 counted=a.counted, starting=a.starting, ready=a.ready)
-
-
-def _obj(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _int(value: Any, default: int) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else default
 
 
 async def _check_filter(context: Context, what: str, value: str) -> None:

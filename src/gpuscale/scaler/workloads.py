@@ -16,7 +16,7 @@ from typing import Any
 from gpuscale.kube.api import Collection, KubeApi, ObjectRef
 from gpuscale.kube.errors import ApiError
 from gpuscale.kube.listwatch import BACKOFF_S
-from gpuscale.kube.replies import list_at, obj_at, str_at
+from gpuscale.kube.replies import int_at, list_at, obj_at, str_at
 from gpuscale.scaler.selector import Selector, SelectorError, parse_selector
 
 log = logging.getLogger(__name__)
@@ -137,8 +137,8 @@ class WorkloadResolver:
             for obj in lw.items.values():
                 meta = obj_at(obj, "metadata")
                 key = (str_at(meta, "namespace"), "apps/v1", kind, str_at(meta, "name"))
-                count = obj_at(obj, "spec").get("replicas", 1)  # the API's default is 1
-                if isinstance(count, int) and not isinstance(count, bool) and count >= 0:
+                count = int_at(obj, "spec", "replicas", default=1)  # the API's default
+                if count >= 0:
                     replicas[(key[0], kind, key[3])] = count
                 try:
                     selectors[key] = selector_from_label_selector(

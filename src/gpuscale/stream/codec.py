@@ -37,11 +37,9 @@ def encode(node: str, agent_id: str, seq: int, sampled_at: float, interval: floa
                            owner_name=r.owner.name if r.owner else "")
         pod.labels.update(r.labels)
         for name, value in r.signals.items():
+            put_reading(pod.signals[name], value)
             if isinstance(value, Absent):
-                pod.signals[name].absent = value.value
                 pod.signals[name].detail = r.reasons.get(name, "")[:MAX_DETAIL]
-            else:
-                pod.signals[name].value = float(value)
     if devices is not None:
         msg.has_devices = True
         for d in devices:
