@@ -190,7 +190,7 @@ class Records:
 async def deployed(seconds: float, warmup: float = 10.0, profile: str = "",
                    real_vllm: bool = False) -> None:
     from gpuscale.attribution.sources import ScenarioSources
-    from gpuscale.engines.simulated import engines_for, start_engines
+    from gpuscale.engines.simulated_engines import engines_for, start_engines
     from gpuscale.stream.subscriber import AgentSubscriber
     from gpuscale.telemetry.model import Absent
     from gpuscale.telemetry.scenario import load_scenario, mig_uuid
@@ -234,7 +234,7 @@ async def deployed(seconds: float, warmup: float = 10.0, profile: str = "",
     engines = engines_for(dict(infos), loads)
     if real_vllm:  # each vLLM body as large as a real one: its other families appended
         from bench.vllm_body import vllm_body
-        from gpuscale.engines.simulated import SimulatedEngine
+        from gpuscale.engines.simulated_engines import SimulatedEngine
         rest, render = vllm_body(read=False), SimulatedEngine.render
 
         def real_render(self: SimulatedEngine, t: float) -> str:

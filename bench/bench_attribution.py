@@ -36,7 +36,7 @@ from gpuscale.attribution.kubelet import PodResourcesClient  # noqa: E402
 from gpuscale.attribution.rules import attribute  # noqa: E402
 from gpuscale.attribution.sources import ScenarioSources  # noqa: E402
 from gpuscale.telemetry.scenario import parse_scenario  # noqa: E402
-from gpuscale.telemetry.simulated import SimulatedBackend  # noqa: E402
+from gpuscale.telemetry.simulated_gpus import SimulatedBackend  # noqa: E402
 from tests.peers.kubelet import KubeletPeer, pod  # noqa: E402
 
 

@@ -57,7 +57,7 @@ from gpuscale.scaler.roster import AgentRoster, PodRoster  # noqa: E402
 from gpuscale.stream.records import PodRecord  # noqa: E402
 from gpuscale.stream.subscriber import AgentSubscriber  # noqa: E402
 from gpuscale.telemetry.scenario import parse_scenario  # noqa: E402
-from gpuscale.telemetry.simulated import SimulatedBackend  # noqa: E402
+from gpuscale.telemetry.simulated_gpus import SimulatedBackend  # noqa: E402
 from tests.conftest import issue, make_ca, pem  # noqa: E402
 from tests.peers.kubeapi import KubeApiPeer, api_client, make_pod  # noqa: E402
 

@@ -48,7 +48,7 @@ from gpuscale.scaler.fleet import FleetView  # noqa: E402
 from gpuscale.scaler.service import ScalerServer, ScalerService  # noqa: E402
 from gpuscale.stream.records import PodRecord  # noqa: E402
 from gpuscale.telemetry.scenario import parse_scenario  # noqa: E402
-from gpuscale.telemetry.simulated import SimulatedBackend  # noqa: E402
+from gpuscale.telemetry.simulated_gpus import SimulatedBackend  # noqa: E402
 
 NODES, PODS_PER_NODE, WORKLOADS, NAMESPACES = 1000, 8, 1000, 10
 

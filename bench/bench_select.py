@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 
 from bench.vllm_body import vllm_body
-from gpuscale.engines.select import select_lines
+from gpuscale.engines.line_filter import select_lines
 from gpuscale.engines.signals import MAX_SERIES, READS, engine_signals, samples
 
 

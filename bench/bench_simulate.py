@@ -39,18 +39,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpuscale.control.baselines import baselines
-from gpuscale.control.bound import lower_bound
-from gpuscale.control.planned import planner_policy
-from gpuscale.control.serving import ServingParams
-from gpuscale.control.simulate import (
-    SLO_TTFT_S,
-    needed_replicas,
-    run_policy,
-    scale_trace,
-    synthetic,
-)
-from gpuscale.telemetry.load import TraceRequest, read_trace
+from gpuscale.models.serving import ServingParams, needed_replicas
+from gpuscale.models.slo import SLO_TTFT_S
+from gpuscale.sim.baselines import baselines
+from gpuscale.sim.fluid_bound import lower_bound
+from gpuscale.sim.planner_policy import planner_policy
+from gpuscale.sim.simulate import run_policy
+from gpuscale.traffic.patterns import synthetic
+from gpuscale.traffic.scale import scale_trace
+from gpuscale.traffic.trace import TraceRequest, read_trace
 
 TRACE = Path(os.environ.get("GPUSCALE_TRACE") or Path(__file__).resolve().parents[2] /
              "shared" / "traces" / "azure-llm-inference-2023-conv.csv")

@@ -51,7 +51,7 @@ from gpuscale.scaler.service import ScalerServer, ScalerService
 from gpuscale.stream.subscriber import AgentSubscriber
 from gpuscale.telemetry.model import Absent, NodeSnapshot
 from gpuscale.telemetry.scenario import NodeSpec, parse_scenario
-from gpuscale.telemetry.simulated import SimulatedBackend
+from gpuscale.telemetry.simulated_gpus import SimulatedBackend
 from tests.peers.netcut import NetPath
 
 ENGINE_IP = "127.1.9.11"

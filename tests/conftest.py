@@ -40,7 +40,7 @@ from gpuscale.agent.app import Agent, AgentConfig
 from gpuscale.attribution.sources import ScenarioSources
 from gpuscale.scaler.fleet import FleetView
 from gpuscale.telemetry.scenario import NodeSpec, load_scenario
-from gpuscale.telemetry.simulated import SimulatedBackend
+from gpuscale.telemetry.simulated_gpus import SimulatedBackend
 from tests.peers.kubeapi import KubeApiPeer
 from tests.peers.kubelet import KubeletPeer
 
@@ -212,7 +212,7 @@ class Proc:
 
 def inspect_fleet(address: str) -> Any:
     """The Fleet reply of the scaler at ``address`` (ToolError when it does not answer)."""
-    from gpuscale.control.tools.client import InspectClient, Target
+    from gpuscale.tools.client import InspectClient, Target
 
     with InspectClient(Target(address), timeout_s=5.0) as client:
         return client.fleet()
@@ -221,7 +221,7 @@ def inspect_fleet(address: str) -> Any:
 def start_scenario_scaler(port: int, scenario: str = "mig-node") -> Proc:
     """``gpuscale demo --scenario`` serving its scaler on 127.0.0.1:``port``, returned
     once the scaler's fleet view holds the scenario's pods."""
-    from gpuscale.control.tools.client import ToolError
+    from gpuscale.tools.client import ToolError
 
     proc = Proc("demo", "--scenario", scenario, "--host", "127.0.0.1", "--port", str(port),
                 "--metrics-port", "0", "--interval", "0.5", ready="KEDA external scaler on")

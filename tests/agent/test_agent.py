@@ -19,7 +19,7 @@ from gpuscale.agent.http import MAX_CONNECTIONS
 from gpuscale.agent.sampler import Sampler
 from gpuscale.telemetry.model import BackendState, NodeSnapshot
 from gpuscale.telemetry.scenario import load_scenario
-from gpuscale.telemetry.simulated import SimulatedBackend
+from gpuscale.telemetry.simulated_gpus import SimulatedBackend
 from tests.conftest import until
 
 

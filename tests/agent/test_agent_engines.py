@@ -20,7 +20,7 @@ from gpuscale.stream.codec import decode, encode
 from gpuscale.stream.records import DeviceRecord, PodRecord
 from gpuscale.telemetry.model import Absent, NodeSnapshot
 from gpuscale.telemetry.scenario import gpu_uuid, load_scenario
-from gpuscale.telemetry.simulated import SimulatedBackend
+from gpuscale.telemetry.simulated_gpus import SimulatedBackend
 from tests.conftest import until
 
 VLLM = (Path(__file__).parents[1] / "engines" / "data" / "vllm_metrics.txt").read_bytes()

@@ -27,7 +27,7 @@ from gpuscale.scaler.selector import parse_selector
 from gpuscale.stream.subscriber import AgentSubscriber
 from gpuscale.telemetry.model import Absent
 from gpuscale.telemetry.scenario import gpu_uuid, load_scenario
-from gpuscale.telemetry.simulated import SimulatedBackend
+from gpuscale.telemetry.simulated_gpus import SimulatedBackend
 from tests.conftest import until
 from tests.peers.fakenvml import DRIVER, build, gpu_line, mig_line, proc_line
 from tests.peers.kubeapi import KubeApiPeer, api_client, make_pod

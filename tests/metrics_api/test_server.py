@@ -20,12 +20,12 @@ import yaml
 from yarl import URL
 
 from gpuscale.common.errors import DataUnavailable
-from gpuscale.control.hpa import Hpa, Metric, MetricSource, TargetType
 from gpuscale.metrics_api.answers import MetricAnswers, NotFound
 from gpuscale.metrics_api.authz import Authorizer
 from gpuscale.metrics_api.main import configmap_reader
 from gpuscale.metrics_api.quantity import parse_quantity
 from gpuscale.metrics_api.server import MetricsApiServer, TrustSource
+from gpuscale.models.hpa import Hpa, Metric, MetricSource, TargetType
 from gpuscale.scaler.fleet import FleetView
 from gpuscale.scaler.planning import PlanBook
 from gpuscale.scaler.roster import AgentRoster, PodRoster

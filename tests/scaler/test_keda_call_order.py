@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 import grpc
 import pytest
 
-from gpuscale.control.keda import Keda, ScaledObjectSpec
+from gpuscale.models.keda import Keda, ScaledObjectSpec
 from gpuscale.proto import externalscaler_pb2 as pb
 from gpuscale.proto import externalscaler_pb2_grpc as pb_grpc
 from gpuscale.scaler.fleet import FleetView

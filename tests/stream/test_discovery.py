@@ -16,7 +16,7 @@ from gpuscale.scaler.selector import parse_selector
 from gpuscale.stream.discovery import EndpointSliceDiscovery, addresses
 from gpuscale.stream.subscriber import AgentSubscriber
 from gpuscale.telemetry.scenario import parse_scenario
-from gpuscale.telemetry.simulated import SimulatedBackend
+from gpuscale.telemetry.simulated_gpus import SimulatedBackend
 from tests.conftest import json_values, until
 from tests.peers.kubeapi import ENDPOINTSLICES, KubeApiPeer, api_client, make_endpointslice
 

@@ -17,7 +17,7 @@ from gpuscale.scaler.fleet import FleetView
 from gpuscale.stream.subscriber import AgentSubscriber
 from gpuscale.stream.tls import TlsFiles, channel_credentials
 from gpuscale.telemetry.scenario import load_scenario
-from gpuscale.telemetry.simulated import SimulatedBackend
+from gpuscale.telemetry.simulated_gpus import SimulatedBackend
 from tests.conftest import Key, issue, make_ca, until
 
 

@@ -11,7 +11,6 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuscale.telemetry.load import TraceError, read_trace
 from gpuscale.telemetry.scenario import (
     MAX_SCENARIO_BYTES,
     Scenario,
@@ -20,6 +19,7 @@ from gpuscale.telemetry.scenario import (
     load_scenario,
     parse_scenario,
 )
+from gpuscale.traffic.trace import TraceError, read_trace
 
 TRACE = Path(__file__).resolve().parents[3] / "shared" / "traces" / \
     "azure-llm-inference-2023-conv.csv"

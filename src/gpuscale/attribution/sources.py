@@ -156,7 +156,7 @@ class ScenarioSources:
     pod name without its last ``-<suffix>``, as a Deployment. Pod IPs are loopback addresses
     ``<ip_base>.<10+k>`` (all of 127/8 is loopback on Linux), and a pod with an ``engine``
     carries the engine opt-in annotations, so the agent's real scraper can read the
-    simulated engines the demo serves there (gpuscale.engines.simulated).
+    simulated engines the demo serves there (gpuscale.engines.simulated_engines).
     """
 
     def __init__(self, node: NodeSpec, clock: Callable[[], float] = time.time,

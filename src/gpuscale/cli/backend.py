@@ -18,7 +18,7 @@ from gpuscale.attribution.sources import (
 from gpuscale.telemetry.backend import GpuBackend
 from gpuscale.telemetry.model import BackendState
 from gpuscale.telemetry.scenario import ScenarioError, builtin_scenarios, load_scenario
-from gpuscale.telemetry.simulated import SimulatedBackend
+from gpuscale.telemetry.simulated_gpus import SimulatedBackend
 
 log = logging.getLogger("gpuscale")
 

@@ -10,7 +10,7 @@ from gpuscale.common.errors import GpuscaleError
 from gpuscale.stream.tls import TlsFiles
 
 if TYPE_CHECKING:
-    from gpuscale.control.tools.client import Target
+    from gpuscale.tools.client import Target
 
 
 def fail(exc: GpuscaleError | str, code: int | None = None) -> int:
@@ -34,7 +34,7 @@ def tls_files(cert: Path | None, key: Path | None, ca: Path | None) -> TlsFiles 
 
 def add_scaler_args(parser: Any) -> None:
     """--scaler and the client TLS flags of the operator tools (explain, top, idle)."""
-    from gpuscale.control.tools.client import DEFAULT_SCALER, DEFAULT_SERVER_NAME
+    from gpuscale.tools.client import DEFAULT_SCALER, DEFAULT_SERVER_NAME
 
     parser.add_argument("--scaler", default=DEFAULT_SCALER,
                         help=f"the scaler's gRPC address (default {DEFAULT_SCALER}: ./dev "
@@ -51,7 +51,7 @@ def add_scaler_args(parser: Any) -> None:
 
 def scaler_target(args: Any) -> Target:
     """The scaler the flags of add_scaler_args name. ValueError for a partial TLS set."""
-    from gpuscale.control.tools.client import Target
+    from gpuscale.tools.client import Target
 
     return Target(args.scaler, tls_files(args.tls_cert, args.tls_key, args.tls_ca),
                   args.tls_server_name)

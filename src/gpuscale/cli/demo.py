@@ -1,5 +1,5 @@
-"""``gpuscale demo``: the closed loop on simulated GPUs (control/live), or with
-``--scenario`` a static simulated fleet served until stopped (control/demo)."""
+"""``gpuscale demo``: the closed loop on simulated GPUs (demo/loop), or with
+``--scenario`` a static simulated fleet served until stopped (demo/scenario)."""
 
 from __future__ import annotations
 
@@ -12,14 +12,14 @@ from typing import Any
 
 from gpuscale.cli.common import fail
 from gpuscale.common.errors import ConfigError
-from gpuscale.control.live.defaults import (
+from gpuscale.demo.defaults import (
     DEFAULT_DURATION,
     DEFAULT_RATE,
     DEFAULT_SPEED,
     GPUS_PER_NODE,
 )
-from gpuscale.control.patterns import PATTERNS
 from gpuscale.telemetry.scenario import builtin_scenarios
+from gpuscale.traffic.patterns import PATTERNS
 
 
 def add_parser(sub: Any) -> None:
@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
         return fail("--history-step must be 0.1 to 60 seconds", 2)
     args.host = args.host or "0.0.0.0"
     try:
-        from gpuscale.control.demo import serve_scenario
+        from gpuscale.demo.scenario import serve_scenario
 
         return _serve(serve_scenario(args))
     except ConfigError as exc:  # ScenarioError is one
@@ -104,11 +104,11 @@ def _serve(main: Coroutine[Any, Any, object]) -> int:
 
 
 def _run_loop(args: argparse.Namespace) -> int:
-    """The closed loop (control/live.py) from the demo's command line."""
-    from gpuscale.control.live.loop import run_live
-    from gpuscale.control.live.world import LiveConfig
-    from gpuscale.control.traffic import load_requests
+    """The closed loop (demo/loop.py) from the demo's command line."""
+    from gpuscale.demo.loop import run_live
+    from gpuscale.demo.world import LiveConfig
     from gpuscale.scaler.profiles import PROFILES
+    from gpuscale.traffic.requests import load_requests
 
     def refuse(why: str) -> int:
         return fail(why, 2)

@@ -32,8 +32,8 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from gpuscale.control.tools.client import InspectClient
-    from gpuscale.control.tools.explain import as_json, decide, parse_time, render
+    from gpuscale.tools.client import InspectClient
+    from gpuscale.tools.explain import as_json, decide, parse_time, render
 
     namespace, _, name = args.workload.partition("/")
     if not namespace or not name:

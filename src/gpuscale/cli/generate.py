@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     import yaml
 
     from gpuscale.common.errors import ConfigError, GpuscaleError
-    from gpuscale.control.generate import Options, generate, workload_from
+    from gpuscale.tools.generate import Options, generate, workload_from
 
     if (args.manifest is None) == (args.from_cluster is None):
         return fail("give a MANIFEST file (or -) or --from-cluster KIND/NAME, one of them", 2)

@@ -46,7 +46,7 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from gpuscale.common.errors import ConfigError, GpuscaleError
-    from gpuscale.control.tools.idle import Options, parse_duration
+    from gpuscale.tools.idle import Options, parse_duration
 
     try:
         window = parse_duration(args.window, "--window")
@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _prices(args: argparse.Namespace) -> dict[str, float]:
     from gpuscale.common.errors import ConfigError
-    from gpuscale.control.tools.idle import parse_prices, prices_from_mapping
+    from gpuscale.tools.idle import parse_prices, prices_from_mapping
 
     if args.price is not None:
         return parse_prices(args.price)
@@ -96,8 +96,8 @@ def _prices(args: argparse.Namespace) -> dict[str, float]:
 def _from_scaler(args: argparse.Namespace, options: Any) -> tuple[Any, str]:
     from dataclasses import replace
 
-    from gpuscale.control.tools.client import InspectClient
-    from gpuscale.control.tools.idle import build_report, devices_from_usage
+    from gpuscale.tools.client import InspectClient
+    from gpuscale.tools.idle import build_report, devices_from_usage
 
     target = scaler_target(args)
     with InspectClient(target) as client:
@@ -122,8 +122,8 @@ def _from_scaler(args: argparse.Namespace, options: Any) -> tuple[Any, str]:
 def _from_prometheus(args: argparse.Namespace, options: Any) -> tuple[Any, str]:
     import asyncio
 
-    from gpuscale.control.tools.idle import build_report
-    from gpuscale.control.tools.promql import Prometheus, read_devices
+    from gpuscale.tools.idle import build_report
+    from gpuscale.tools.promql import Prometheus, read_devices
 
     prom = Prometheus(args.prometheus)
     now = time.time()
@@ -136,7 +136,7 @@ def _from_prometheus(args: argparse.Namespace, options: Any) -> tuple[Any, str]:
 
 def _output(args: argparse.Namespace, report: Any, source: str) -> int:
     from gpuscale.common.errors import GpuscaleError
-    from gpuscale.control.tools.idle_format import table, to_csv, to_json
+    from gpuscale.tools.idle_format import table, to_csv, to_json
 
     fmt = "json" if args.json else args.format
     if fmt == "json":
@@ -146,7 +146,7 @@ def _output(args: argparse.Namespace, report: Any, source: str) -> int:
     else:
         print(table(report, source), end="")
     if args.plot is not None:
-        from gpuscale.control.tools.idle_plot import plot_report
+        from gpuscale.tools.idle_plot import plot_report
 
         try:
             plot_report(report, source, args.plot)

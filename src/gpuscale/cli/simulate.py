@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from gpuscale.cli.common import fail
-from gpuscale.control.patterns import PATTERNS
-from gpuscale.control.serving import DEFAULT_GPU, GPU_TYPES
-from gpuscale.control.slo import SLO_SPECS
+from gpuscale.models.serving import DEFAULT_GPU, GPU_TYPES
+from gpuscale.models.slo import SLO_SPECS
+from gpuscale.traffic.patterns import PATTERNS
 
 
 def add_parser(sub: Any) -> None:
@@ -51,8 +51,8 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from gpuscale.control.simulate import compare, format_results
-    from gpuscale.control.traffic import load_requests
+    from gpuscale.sim.simulate import compare, format_results
+    from gpuscale.traffic.requests import load_requests
 
     try:
         requests, duration = load_requests(args.pattern, args.trace, args.rate,
@@ -65,7 +65,8 @@ def run(args: argparse.Namespace) -> int:
     results = compare(requests, duration, GPU_TYPES[args.gpu], min_replicas=args.min_replicas,
                       progress=_progress_bar() if sys.stderr.isatty() else None, slo=slo)
     if args.plot is not None:
-        from gpuscale.control.plot import PlotUnavailable, plot_results
+        from gpuscale.common.plotting import PlotUnavailable
+        from gpuscale.sim.plot import plot_results
 
         try:
             plot_results(results, requests, duration, args.plot)
@@ -81,10 +82,10 @@ def run(args: argparse.Namespace) -> int:
               f"{args.gpu}; SLO per minute: {slo.describe()}")
         print(format_results(results))
         if slo.kind == "ttft":
-            from gpuscale.control.bound import lower_bound
+            from gpuscale.sim.fluid_bound import lower_bound
 
             bound = lower_bound(requests, duration, GPU_TYPES[args.gpu], slo.target_s)
-            print(f"lower bound for a per-request TTFT objective (control/bound.py): "
+            print(f"lower bound for a per-request TTFT objective (sim/fluid_bound.py): "
                   f"{bound.gpu_hours:.2f} GPU-h")
     return 0
 

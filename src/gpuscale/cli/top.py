@@ -11,14 +11,14 @@ from typing import TYPE_CHECKING, Any
 from gpuscale.cli.common import add_scaler_args, fail, scaler_target
 
 if TYPE_CHECKING:
-    from gpuscale.control.tools.client import Target
     from gpuscale.proto import inspect_pb2 as pb
+    from gpuscale.tools.client import Target
 
 POLL_TIMEOUT_S = 5.0  # one poll of the live view; a hung scaler shows within this
 
 
 def add_parser(sub: Any) -> None:
-    from gpuscale.control.tools.top import SORTS
+    from gpuscale.tools.top import SORTS
 
     t = sub.add_parser("top", help="a live view of the fleet: nodes, GPUs and MIG instances, "
                                    "pods and their engine queues, workloads and their plans")
@@ -38,7 +38,7 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from gpuscale.control.tools.client import InspectClient, ToolError
+    from gpuscale.tools.client import InspectClient, ToolError
 
     if not (math.isfinite(args.interval) and 0.2 <= args.interval <= 3600):
         return fail("--interval must be 0.2 to 3600 seconds", 2)
@@ -62,14 +62,14 @@ def run(args: argparse.Namespace) -> int:
     if not live:
         from rich.console import Console
 
-        from gpuscale.control.tools.top import build, rich_tables
+        from gpuscale.tools.top import build, rich_tables
 
         console = Console(highlight=False)
         view = build(reply, args.sort, args.namespace, args.node)
         for part in rich_tables(view, console.width):
             console.print(part)
         return 0
-    from gpuscale.control.tools.top_app import TopApp
+    from gpuscale.tools.top_app import TopApp
 
     fetch, close = reconnecting(target)
     try:
@@ -84,7 +84,7 @@ def reconnecting(target: Target) -> tuple[Callable[[], pb.FleetReply], Callable[
     """A fetch of the whole fleet that opens a fresh channel after a failure (so a scaler
     that comes back is read on the next poll, not after gRPC's reconnect backoff, and
     rotated TLS files are re-read), and the call that closes it."""
-    from gpuscale.control.tools.client import InspectClient, ToolError
+    from gpuscale.tools.client import InspectClient, ToolError
 
     held: list[InspectClient] = []
 

@@ -56,7 +56,7 @@ from typing import TextIO, cast
 from prometheus_client.parser import text_fd_to_metric_families
 
 from gpuscale.common.errors import PeerError
-from gpuscale.engines.select import related, select_lines
+from gpuscale.engines.line_filter import related, select_lines
 from gpuscale.telemetry.model import Absent, Reading
 
 ENGINES = ("vllm", "triton", "tgi")

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from gpuscale.common.errors import ConfigError, DataUnavailable
-from gpuscale.metrics_api.catalogue import (
+from gpuscale.metrics_api.served_metrics import (
     OBJECT_METRICS,
     OBJECT_RESOURCES,
     POD_METRICS,

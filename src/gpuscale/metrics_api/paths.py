@@ -6,7 +6,7 @@ Served forms (as kubernetes/metrics' versioned client builds them):
 ``.../{version}/namespaces/{ns}/{resource}.{group}/{name}/{metric}``. Each segment is
 percent-decoded once and must be a valid object name (no ``/``, ``.``, ``..``, ``%``), so
 nothing in a path can point elsewhere. Root-scoped objects and namespace metrics are
-parsed, then answered 404 by the catalogue.
+parsed, then answered 404 by the served metrics.
 """
 
 from __future__ import annotations

@@ -13,9 +13,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from gpuscale.metrics_api.catalogue import OBJECT_METRICS, OBJECT_RESOURCES, POD_METRICS
 from gpuscale.metrics_api.paths import GROUP, VERSIONS
 from gpuscale.metrics_api.quantity import quantity
+from gpuscale.metrics_api.served_metrics import OBJECT_METRICS, OBJECT_RESOURCES, POD_METRICS
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,10 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from gpuscale.telemetry.trace import MAX_TRACE_ROWS, TraceError, TraceRequest, read_trace
-
-__all__ = ["MAX_TRACE_ROWS", "Constant", "LoadCurve", "Sine", "Steps", "TraceError",
-           "TraceLoad", "TraceRequest", "read_trace", "trace_load"]
+from gpuscale.traffic.trace import TraceRequest
 
 
 class LoadCurve(Protocol):

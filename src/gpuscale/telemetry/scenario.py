@@ -39,16 +39,9 @@ import yaml
 
 from gpuscale.common.errors import ConfigError
 from gpuscale.telemetry.catalog import CATALOG, MIG_SLICES, GpuModel, MigProfile
-from gpuscale.telemetry.load import (
-    Constant,
-    LoadCurve,
-    Sine,
-    Steps,
-    TraceError,
-    read_trace,
-    trace_load,
-)
+from gpuscale.telemetry.load import Constant, LoadCurve, Sine, Steps, trace_load
 from gpuscale.telemetry.model import SharingMode
+from gpuscale.traffic.trace import TraceError, read_trace
 
 MAX_SCENARIO_BYTES = 4 * 1024 * 1024
 MAX_NODES = 1000

@@ -1,1 +1,0 @@
-"""The control loop gpuscale sits in: HPA and KEDA models (simulation, demo, explain)."""

@@ -1,0 +1,245 @@
+"""The live closed loop behind ``gpuscale demo``: replicas that follow load through the real
+agent and scaler, with KEDA and the HPA modelled on top, all in one process.
+
+    requests (trace or pattern) -> serving model (models/serving.py), one replica per pod
+      -> each pod holds one simulated H100 on a simulated node: its duty cycle is the GPU's
+         utilization, and its vLLM engine serves /metrics at the pod's loopback IP
+      -> one agent per node samples the GPUs, attributes them to the pods, scrapes the
+         engines and streams the pods' signals over its telemetry gRPC stream
+      -> the scaler (AgentSubscriber + ExternalScaler) on --port (6000)
+      -> KEDA + HPA (models/keda.py, models/hpa.py) call GetMetricSpec, GetMetrics and
+         IsActive over gRPC, like KEDA's operator, and set the replica count
+      -> the serving model adds replicas (cold start: not Ready, no engine yet) or removes
+         them (the pod leaves the agents' view at once; its replica drains in the serving
+         model for up to 30 s and is billed until then).
+
+Simulated time runs ``speed`` times wall time; the agents, KEDA's polling and the HPA's sync
+run on simulated time too, so a fast-forwarded run makes the same decisions as a real-time
+one, only sooner. Nothing here reaches into the scaler: it sees pods and numbers exactly as
+it would in a cluster.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+import time
+from collections.abc import Callable
+
+import grpc
+
+from gpuscale.agent.app import Agent, AgentConfig
+from gpuscale.agent.sampler import MIN_INTERVAL_S
+from gpuscale.common.shutdown import cancel_on_signals
+from gpuscale.demo.defaults import GPUS_PER_NODE
+from gpuscale.demo.view import (
+    HIDE_CURSOR,
+    SHOW_CURSOR,
+    Decision,
+    Status,
+    Summary,
+    View,
+    ViewLog,
+    fmt_time,
+    grpcurl_hint,
+)
+from gpuscale.demo.world import (
+    GPU_MODEL,
+    NAMESPACE,
+    POLLING_S,
+    WORKLOAD,
+    Engines,
+    LiveConfig,
+    SimClock,
+    World,
+)
+from gpuscale.models.hpa import Metric, MetricSource, TargetType
+from gpuscale.models.keda import ScaledObjectLoop, ScaledObjectSpec
+from gpuscale.models.serving import needed_replicas, planner_metadata
+from gpuscale.models.slo import SLO_TTFT_S, Slo
+from gpuscale.proto import externalscaler_pb2 as pb
+from gpuscale.proto import externalscaler_pb2_grpc as pb_grpc
+from gpuscale.scaler.fleet import FleetView
+from gpuscale.scaler.inspect import SERVICE as INSPECT
+from gpuscale.scaler.inspect import Inspector
+from gpuscale.scaler.inspect import add_to_server as add_inspect
+from gpuscale.scaler.planning import PlanBook
+from gpuscale.scaler.roster import AgentRoster
+from gpuscale.scaler.service import ScalerServer, ScalerService
+from gpuscale.stream.subscriber import AgentSubscriber
+
+log = logging.getLogger(__name__)
+
+
+def trigger_metadata(cfg: LiveConfig) -> dict[str, str]:
+    """The demo ScaledObject's trigger metadata. For the planner: the serving model's
+    start-up, capacity and batch, in simulated seconds (its planner runs on simulated
+    time)."""
+    md = {"podSelector": f"app={WORKLOAD}", "profile": cfg.profile}
+    if cfg.profile == "vllm-planner":
+        md.update(planner_metadata(cfg.params, SLO_TTFT_S))
+    return md
+
+
+async def control(world: World, clock: SimClock, status: Status, address: str,
+                  on_decision: Callable[[Decision], None]) -> None:
+    """KEDA's operator and the HPA, as gRPC clients of the scaler."""
+    cfg = world.cfg
+    ref = pb.ScaledObjectRef(name=WORKLOAD, namespace=NAMESPACE,
+                             scalerMetadata=trigger_metadata(cfg))
+    loop = ScaledObjectLoop(ScaledObjectSpec(polling_s=POLLING_S,
+                                             min_replicas=cfg.min_replicas,
+                                             max_replicas=cfg.max_replicas))
+    loop.warm(clock.now(), len(world.pods))  # the demo opens on a running deployment
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = pb_grpc.ExternalScalerStub(channel)  # type: ignore[no-untyped-call]
+        while True:  # KEDA retries GetMetricSpec until the scaler answers
+            try:
+                spec = await stub.GetMetricSpec(ref, timeout=2.0)
+                break
+            except grpc.aio.AioRpcError as exc:
+                status.error = f"GetMetricSpec: {exc.code().name}: {exc.details()}"
+                await asyncio.sleep(0.2)
+        targets = [(m.metricName, m.targetSizeFloat or float(m.targetSize))
+                   for m in spec.metricSpecs]
+        while not world.done:
+            now = clock.now()
+            replicas = len(world.pods)
+            if loop.due(now, replicas):
+                metrics, status.metrics, status.error = [], [], ""
+                began = time.monotonic()
+                for name, target in targets:
+                    value: float | None = None
+                    try:
+                        got = await stub.GetMetrics(pb.GetMetricsRequest(
+                            scaledObjectRef=ref, metricName=name), timeout=2.0)
+                        mv = got.metricValues[0]
+                        value = mv.metricValueFloat or float(mv.metricValue)
+                    except grpc.aio.AioRpcError as exc:
+                        status.error = f"GetMetrics {name}: {exc.code().name}: {exc.details()}"
+                    metrics.append(Metric(MetricSource.EXTERNAL, TargetType.AVERAGE_VALUE,
+                                          target, value))
+                    status.metrics.append((name, target, value))
+                try:
+                    status.active = (await stub.IsActive(ref, timeout=2.0)).result
+                except grpc.aio.AioRpcError as exc:
+                    status.active = None
+                    status.error = f"IsActive: {exc.code().name}: {exc.details()}"
+                status.rpc_ms = (time.monotonic() - began) * 1000.0
+                desired = loop.decide(now, replicas, world.ready_count(), metrics,
+                                      status.active)
+                if desired != replicas:
+                    world.scale(desired)
+                    decision = Decision(now, replicas, desired, loop.reason)
+                    status.decisions.append(decision)
+                    on_decision(decision)
+            await asyncio.sleep(0.02)
+
+
+async def drive(world: World, clock: SimClock, engines: Engines) -> None:
+    """Advance the serving model with the clock; start and stop engines as pods change."""
+    while not world.done:
+        world.advance(min(clock.now(), world.cfg.duration))
+        await engines.reconcile()
+        await asyncio.sleep(0.02)
+
+
+def summarize(world: World, max_seen: int) -> Summary:
+    """Up to where the run got (all of it, unless it was stopped early). Static
+    provisioning is the peak of the work the arrivals need (``needed_replicas``), run for
+    the whole time; ``gpuscale simulate`` compares against a searched oracle instead."""
+    cfg = world.cfg
+    ran = max(world.now, 1.0)
+    arrived = [r for r in cfg.requests if r.arrival_s < ran]
+    plan = needed_replicas(arrived, ran, cfg.params)
+    peak = max(plan) if plan else 1
+    slo = Slo.of(world.model, ran)
+    return Summary(ran, world.model.gpu_seconds / 3600.0, peak, peak * ran / 3600.0,
+                   len(slo.bad_minutes), slo.minutes, slo.p95_ttft_s, world.changes,
+                   max_seen)
+
+
+async def run_live(cfg: LiveConfig, tty: bool | None = None,
+                   out: Callable[[str], None] | None = None) -> Summary:
+    """Run the loop for ``cfg.duration`` simulated seconds; returns the summary."""
+    tty = sys.stdout.isatty() if tty is None else tty
+    write = out or (lambda text: print(text, flush=True))
+    if cfg.max_replicas > cfg.nodes * GPUS_PER_NODE:
+        raise ValueError(f"max replicas {cfg.max_replicas} do not fit on {cfg.nodes} nodes "
+                         f"of {GPUS_PER_NODE} GPUs")
+    clock = SimClock(cfg.speed)
+    world = World(cfg)
+    # What runs when the demo starts: what the first minute's load needs, within bounds.
+    first = needed_replicas([r for r in cfg.requests if r.arrival_s < 60.0], 60.0, cfg.params)
+    world.scale(min(cfg.max_replicas, max(cfg.min_replicas, first[0])), warm=True)
+    interval = min(1.0, max(MIN_INTERVAL_S, 1.0 / cfg.speed))  # ~1 simulated s, <= 5 Hz
+    agents = [Agent(b, AgentConfig("127.0.0.1", 0, interval, b.node.name, stream_port=0), s)
+              for b, s in zip(world.backends, world.sources, strict=True)]
+    fleet = FleetView(stale_after=max(3.0 * interval, 2.0))
+    subscriber = AgentSubscriber(fleet, name="demo")
+    # The planner runs on simulated time (the engines' counters are served at the rate
+    # of the scaler's clock, see World.engine_text), so its windows are simulated seconds.
+    service = ScalerService(fleet, roster=AgentRoster(subscriber),
+                            plans=PlanBook(time_scale=cfg.speed))
+    inspector = Inspector(service, subscriber.states)
+    server = ScalerServer(service, host=cfg.host, port=cfg.port,
+                          extra=[(INSPECT, lambda s: add_inspect(inspector, s))])
+    address = f"{'localhost' if cfg.host in ('0.0.0.0', '::', '[::]') else cfg.host}:" \
+              f"{server.port}"
+    status = Status()
+    view = View(world, clock, status, fleet, address, tty, write, plans=service.plans)
+    engines = Engines(world)
+    handler = ViewLog(view) if tty else None
+    if handler is not None:
+        logging.getLogger().addHandler(handler)
+    waiting = [len(agents) + 1]  # listeners not up yet: the agents' streams and the scaler
+    up = asyncio.Event()
+
+    def listening(_port: int) -> None:
+        waiting[0] -= 1
+        if waiting[0] == 0:
+            up.set()
+
+    if tty:
+        write(HIDE_CURSOR)
+    cancel_on_signals()  # Ctrl-C or SIGTERM: stop, and still print the summary
+    try:
+        await engines.reconcile()  # the warm replicas' engines answer from the first scrape
+        async with asyncio.TaskGroup() as tg:
+            tasks = [tg.create_task(a.run(listening), name=f"agent-{a.config.hostname}")
+                     for a in agents]
+            tasks.append(tg.create_task(server.serve(listening), name="scaler"))
+            tasks.append(tg.create_task(service.plan_loop(), name="planner"))
+            tasks.append(tg.create_task(inspector.record(), name="history"))
+            await up.wait()
+            subscriber.set_addresses(f"127.0.0.1:{a.stream_port}" for a in agents)
+            if not tty:
+                write(f"KEDA external scaler on {address}; {cfg.nodes} simulated nodes of "
+                      f"{GPUS_PER_NODE}x {GPU_MODEL}; profile {cfg.profile}; simulated "
+                      f"{fmt_time(cfg.duration)} at x{cfg.speed:g}. Ask it what KEDA "
+                      f"gets:\n  {grpcurl_hint(address, trigger_metadata(cfg))}\n"
+                      f"Watch it: gpuscale top --scaler {address}; why this count: "
+                      f"gpuscale explain {NAMESPACE}/{WORKLOAD} --scaler {address}; "
+                      f"idle GPUs and their cost: gpuscale idle --scaler {address}")
+            tasks.append(tg.create_task(view.run(), name="view"))
+            tasks.append(tg.create_task(
+                control(world, clock, status, address, view.decision), name="keda-hpa"))
+            await drive(world, clock, engines)
+            await subscriber.close()  # before the agents, so no link reports a lost stream
+            for t in tasks:
+                t.cancel()
+    except asyncio.CancelledError:
+        log.info("stopping on signal")
+    finally:
+        if handler is not None:
+            logging.getLogger().removeHandler(handler)
+        await subscriber.close()
+        await engines.close()
+        if tty:
+            write(SHOW_CURSOR)
+    summary = summarize(world, view.max_seen)
+    if tty:
+        write("\x1b[H\x1b[2J" + "\n".join(view.screen()))
+    write("\n".join(["", *summary.lines()]))
+    return summary

@@ -1,0 +1,95 @@
+"""``gpuscale demo --scenario``: a static simulated fleet end to end in one process.
+
+One agent per scenario node (simulated GPUs, attribution from the scenario, /metrics on
+its own port), simulated inference engines at the pods' loopback IPs (scraped by the
+agents like real pods), all feeding one fleet view, and the KEDA external scaler on :6000
+answering from it. SIGTERM or Ctrl-C stops everything in order. (Without ``--scenario``
+the demo runs the closed loop instead: demo/loop.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+from collections.abc import Callable
+
+from aiohttp import web
+
+from gpuscale.agent.app import Agent, AgentConfig
+from gpuscale.attribution.sources import ScenarioSources
+from gpuscale.common.shutdown import cancel_on_signals
+from gpuscale.engines.simulated_engines import engines_for, start_engines
+from gpuscale.scaler.demand import DemandSources, ScalerConfig, load_config
+from gpuscale.scaler.fleet import FleetView
+from gpuscale.scaler.history import STEP_S
+from gpuscale.scaler.inspect import SERVICE as INSPECT
+from gpuscale.scaler.inspect import Inspector
+from gpuscale.scaler.inspect import add_to_server as add_inspect
+from gpuscale.scaler.service import ScalerServer, ScalerService
+from gpuscale.telemetry.model import Absent
+from gpuscale.telemetry.scenario import load_scenario
+from gpuscale.telemetry.simulated_gpus import SimulatedBackend
+
+log = logging.getLogger(__name__)
+
+
+async def serve_scenario(args: argparse.Namespace) -> None:
+    """Serve ``args.scenario``'s nodes until cancelled (the options of ``gpuscale demo
+    --scenario``: speed, interval, host, port, metrics_port, scaler_config)."""
+    scenario = load_scenario(args.scenario)
+    fleet = FleetView(stale_after=max(3.0 * args.interval, 2.0))
+    agents = []
+    engines: list[web.AppRunner] = []
+    for i, node in enumerate(scenario.nodes):
+        backend = SimulatedBackend(node, speed=args.speed)
+        sources = ScenarioSources(node, ip_base=f"127.{i + 1}.0")
+        agent = Agent(backend, AgentConfig(args.host, args.metrics_port + i if
+                                           args.metrics_port else 0, args.interval, node.name),
+                      sources)
+        agent.add_sink(fleet)
+        agents.append(agent)
+        loads = {(p.pod.namespace, p.pod.name): p.load for p in node.processes if p.pod}
+        pods = sources.pod_infos()
+        assert not isinstance(pods, Absent)
+        engines.extend(await start_engines(engines_for(dict(pods), loads),
+                                           backend.scenario_time))
+    demand = DemandSources(load_config(args.scaler_config) if args.scaler_config
+                           else ScalerConfig())
+    service = ScalerService(fleet, demand=demand.pending)
+    inspector = Inspector(service, step_s=args.history_step or STEP_S)
+    server = ScalerServer(service, host=args.host, port=args.port,
+                          extra=[(INSPECT, lambda s: add_inspect(inspector, s))])
+    host = "localhost" if args.host in ("0.0.0.0", "::", "[::]") else args.host
+    cancel_on_signals()
+
+    def agent_up(node: str) -> Callable[[int], None]:
+        return lambda port: print(f"agent {node}: metrics at http://{host}:{port}/metrics",
+                                  flush=True)
+
+    def scaler_up(port: int) -> None:
+        pod = next((p.pod for n in scenario.nodes for p in n.processes if p.pod), None)
+        example = {"scaledObjectRef": {"name": "demo", "namespace": pod.namespace if pod
+                                       else "default", "scalerMetadata": {
+                       "podSelector": f"app={pod.name.rsplit('-', 1)[0]}" if pod else "app=x",
+                       "profile": "gpu-utilization"}},
+                   "metricName": "gpuscale-gpu-utilization"}
+        print(f"KEDA external scaler on {host}:{port}; try:\n  grpcurl -plaintext -d "
+              f"'{json.dumps(example)}' {host}:{port} "
+              f"externalscaler.ExternalScaler/GetMetrics\nWatch the fleet: gpuscale top "
+              f"--scaler {host}:{port}; idle GPUs: gpuscale idle --scaler {host}:{port}",
+              flush=True)
+
+    try:
+        async with asyncio.TaskGroup() as tg:
+            for agent, node in zip(agents, scenario.nodes, strict=True):
+                tg.create_task(agent.run(agent_up(node.name)), name=f"agent-{node.name}")
+            tg.create_task(server.serve(scaler_up), name="scaler")
+            tg.create_task(service.plan_loop(), name="planner")
+            tg.create_task(inspector.record(), name="history")
+            tg.create_task(demand.run(), name="demand-sources")
+    except asyncio.CancelledError:
+        log.info("stopping on signal")
+    finally:
+        await asyncio.gather(*(r.cleanup() for r in engines))

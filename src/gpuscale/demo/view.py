@@ -1,0 +1,209 @@
+"""What the live demo shows: a screen redrawn in place on a terminal, or log lines when
+the output is not a terminal, and the summary printed at the end."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from gpuscale.demo.world import NAMESPACE, WORKLOAD, SimClock, World
+from gpuscale.models.slo import SLO_TTFT_S
+from gpuscale.scaler.fleet import FleetView
+from gpuscale.scaler.planner import Plan
+from gpuscale.scaler.planning import PlanBook
+from gpuscale.scaler.selector import parse_selector
+from gpuscale.stream.records import PodRecord
+from gpuscale.telemetry.model import Absent
+
+
+@dataclass
+class Decision:
+    at: float
+    before: int
+    after: int
+    why: str
+
+
+@dataclass
+class Status:
+    """What the view shows; written by the controller."""
+
+    metrics: list[tuple[str, float, float | None]] = field(default_factory=list)
+    #   (metric name, target, value or None when the scaler refused)
+    active: bool | None = None
+    rpc_ms: float = 0.0
+    error: str = ""
+    decisions: deque[Decision] = field(default_factory=lambda: deque(maxlen=5))
+
+
+def fmt_time(t: float) -> str:
+    t = max(0, int(t))
+    return f"{t // 3600:02d}:{t % 3600 // 60:02d}:{t % 60:02d}"
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    duration: float
+    gpu_hours: float
+    static_peak: int
+    static_gpu_hours: float
+    slo_minutes: int
+    minutes: int
+    p95_ttft_s: float
+    changes: int
+    max_replicas: int
+
+    def lines(self) -> list[str]:
+        saved = 1.0 - self.gpu_hours / self.static_gpu_hours if self.static_gpu_hours else 0.0
+        verdict = f"{saved:.0%} saved" if saved >= 0 else f"{-saved:.0%} more"
+        return [
+            f"simulated {fmt_time(self.duration)}: {self.gpu_hours:.2f} GPU-hours with "
+            f"gpuscale vs {self.static_gpu_hours:.2f} provisioned statically at the peak "
+            f"({self.static_peak} replicas): {verdict}",
+            f"SLO (time to first token <= {SLO_TTFT_S:g} s) missed in {self.slo_minutes} of "
+            f"{self.minutes} minutes; p95 TTFT {self.p95_ttft_s:.2f} s; {self.changes} "
+            f"scaling changes, at most {self.max_replicas} replicas"]
+
+
+class View:
+    """A screen redrawn in place on a terminal, or log lines (one per decision and one per
+    simulated minute) when the output is not a terminal."""
+
+    def __init__(self, world: World, clock: SimClock, status: Status, fleet: FleetView,
+                 address: str, tty: bool, out: Callable[[str], None],
+                 plans: PlanBook | None = None) -> None:
+        self.world, self.clock, self.status, self.fleet = world, clock, status, fleet
+        self.plans = plans
+        self.address = address
+        self.tty = tty
+        self._out = out
+        self._last_minute = -1
+        self.max_seen = len(world.pods)
+        self.log_lines: deque[str] = deque(maxlen=4)
+
+    def decision(self, d: Decision) -> None:
+        self.max_seen = max(self.max_seen, d.after)
+        if not self.tty:
+            self._out(f"{fmt_time(d.at)} replicas {d.before} -> {d.after}: {d.why}; "
+                      f"{self._metrics_text()}")
+
+    def _metrics_text(self) -> str:
+        parts = [f"{name.removeprefix('gpuscale-')} "
+                 f"{'UNAVAILABLE' if v is None else f'{v:.0f}'} (target {t:g}/pod)"
+                 for name, t, v in self.status.metrics]
+        return ", ".join(parts) or "no metric read yet"
+
+    def plan_text(self) -> str:
+        """The demo workload's plan and its terms, when the planner runs it."""
+        if self.plans is None:
+            return ""
+        plan = dict(self.plans.plans()).get((NAMESPACE, WORKLOAD))
+        problem = self.plans.problems().get((NAMESPACE, WORKLOAD))
+        text = "" if plan is None else _plan_line(plan)
+        return text + (f" [not updated: {problem[:120]}]" if problem else "")
+
+    def _load(self) -> tuple[float, int]:
+        w = self.world
+        return len(w.arrivals) / 60.0, len(w.model.queue)
+
+    async def run(self) -> None:
+        while True:
+            if self.tty:
+                self._out("\x1b[H\x1b[2J" + "\n".join(self.screen()))
+                await asyncio.sleep(0.25)
+            else:
+                minute = int(self.world.now // 60)
+                if minute != self._last_minute:
+                    self._last_minute = minute
+                    rate, queue = self._load()
+                    plan = self.plan_text()
+                    self._out(f"{fmt_time(self.world.now)} load {rate:.1f} req/s, queue "
+                              f"{queue}, replicas {len(self.world.pods)} "
+                              f"({self.world.ready_count()} ready), GPU-hours "
+                              f"{self.world.model.gpu_seconds / 3600:.2f}"
+                              f"{'; ' + plan if plan else ''}")
+                await asyncio.sleep(0.1)
+
+    def screen(self) -> list[str]:
+        w, s = self.world, self.status
+        rate, queue = self._load()
+        ready = w.ready_count()
+        lines = [
+            f"gpuscale demo - closed loop   simulated {fmt_time(w.now)} / "
+            f"{fmt_time(w.cfg.duration)}   x{self.clock.speed:g}   Ctrl-C stops",
+            "",
+            f"load      {rate:7.1f} requests/s (last minute)   queued {queue}",
+            f"replicas  {len(w.pods):3d} ({ready} ready, {len(w.pods) - ready} starting)   "
+            f"min {w.cfg.min_replicas} max {w.cfg.max_replicas}   GPU-hours "
+            f"{w.model.gpu_seconds / 3600:.2f}",
+            f"scaler    {self.address} profile {w.cfg.profile}: {self._metrics_text()}; "
+            f"active {s.active}; {s.rpc_ms:.1f} ms",
+        ]
+        if s.error:
+            lines.append(f"          {s.error[:100]}")
+        plan = self.plan_text()
+        if plan:
+            lines.append(f"planner   {plan}")
+        lines.append("decisions")
+        lines += [f"  {fmt_time(d.at)} {d.before} -> {d.after}: {d.why[:90]}"
+                  for d in list(s.decisions)[-3:]] or ["  none yet"]
+        lines += ["", "pods, as the scaler sees them (GPU from the agents' NVML-style "
+                  "readings, requests and KV cache from the engines)",
+                  f"  {'pod':<18}{'node':<12}{'GPU util':>9}{'requests':>10}"
+                  f"{'KV cache':>10}  state"]
+        records: dict[str, PodRecord] = {
+            r.name: r for r in self.fleet.select(NAMESPACE, parse_selector(f"app={WORKLOAD}"))}
+        for p in w.pods[:16]:
+            r = records.get(p.name)
+            sig = r.signals if r is not None else {}
+            lines.append(f"  {p.name:<18}{w.base[p.node].name:<12}"
+                         f"{_num(sig.get('gpu-utilization'), '%'):>9}"
+                         f"{_num(sig.get('vllm-requests'), ''):>10}"
+                         f"{_num(sig.get('vllm-kv-cache'), '%'):>10}  "
+                         f"{'ready' if w.is_ready(p) else 'starting'}")
+        if len(w.pods) > 16:
+            lines.append(f"  ... and {len(w.pods) - 16} more")
+        if self.log_lines:
+            lines += ["", "log", *(f"  {line[:110]}" for line in self.log_lines)]
+        return lines
+
+
+def _num(v: object, unit: str) -> str:
+    if isinstance(v, Absent):
+        return v.value
+    if isinstance(v, int | float):
+        return f"{v:.0f}{' ' + unit if unit else ''}"
+    return "-"
+
+
+class ViewLog(logging.Handler):
+    def __init__(self, view: View) -> None:
+        super().__init__(logging.WARNING)
+        self._view = view
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self._view.log_lines.append(self.format(record))
+
+
+HIDE_CURSOR, SHOW_CURSOR = "\x1b[?25l", "\x1b[?25h"
+
+
+def _plan_line(plan: Plan) -> str:
+    """How the plan came about, in replicas (the terms of scaler.planner)."""
+    return (f"plan {plan.replicas} (held; now ceil(max(steady {plan.steady:.1f}, burst "
+            f"{plan.burst:.1f}, batch {plan.concurrency:.1f}, kv {plan.kv:.1f}) + backlog "
+            f"{plan.backlog:.1f}) = {plan.unheld}); {plan.ready} ready + {plan.starting} "
+            f"starting{', warming up' if plan.warming else ''}")
+
+
+def grpcurl_hint(address: str, metadata: dict[str, str]) -> str:
+    """A grpcurl command that asks the demo's scaler what KEDA asks, as printed: the
+    ScaledObject reference with the trigger's real metadata, in single quotes (the JSON
+    has none of its own)."""
+    ref = {"name": WORKLOAD, "namespace": NAMESPACE, "scalerMetadata": metadata}
+    return (f"grpcurl -plaintext -d '{json.dumps(ref)}' {address} "
+            "externalscaler.ExternalScaler/GetMetricSpec")

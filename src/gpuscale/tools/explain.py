@@ -1,0 +1,347 @@
+"""``gpuscale explain``: one ScaledObject's answer, why, and what KEDA and the HPA do with
+it (pure: from the scaler's ExplainReply to a decision and its text).
+
+The decision uses the project's own models (models.hpa, the KEDA rules of models.keda):
+per metric the HPA's proposal (tolerance included), the scale-down stabilization window
+fed with the scaler's recorded moments (each past proposal computed against that moment's
+pod count: the HPA's own replica counts then are not known to the scaler), clamped to the
+ScaledObject's bounds; KEDA's activation, scale to zero after cooldownPeriod, and fallback
+when the scaler answers UNAVAILABLE. Rate limits assume no scaling in the policies'
+periods (the scaler does not see the HPA's past scale events).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from google.protobuf.json_format import MessageToDict
+
+from gpuscale.common.errors import ConfigError
+from gpuscale.models.hpa import (
+    SCALE_DOWN,
+    SCALE_UP,
+    Hpa,
+    Metric,
+    MetricSource,
+    Policy,
+    PolicyType,
+    Rules,
+    Select,
+    TargetType,
+)
+from gpuscale.proto import inspect_pb2 as pb
+
+KEDA_DEFAULTS = "KEDA's defaults: the scaler does not watch ScaledObjects (no API access)"
+
+
+@dataclass
+class Decision:
+    current: int
+    current_from: str  # where the current count came from
+    desired: int
+    active: bool | None  # None: cannot be known (UNAVAILABLE)
+    lines: list[str] = field(default_factory=list)  # the reasoning, a line each
+
+
+def parse_behavior(text: str) -> tuple[Rules, Rules]:
+    """An HPA ``behavior`` (JSON) as the model's rules; the HPA's defaults for what it
+    leaves out. ConfigError for one that is not a behavior."""
+    if not text:
+        return SCALE_UP, SCALE_DOWN
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:
+        raise ConfigError(f"behavior: not JSON ({exc})") from None
+    if not isinstance(doc, dict):
+        raise ConfigError("behavior: not an object")
+    return (_rules(doc.get("scaleUp"), SCALE_UP, "scaleUp"),
+            _rules(doc.get("scaleDown"), SCALE_DOWN, "scaleDown"))
+
+
+def _rules(raw: Any, default: Rules, where: str) -> Rules:
+    if raw is None:
+        return default
+    if not isinstance(raw, dict):
+        raise ConfigError(f"behavior.{where}: not an object")
+    window = raw.get("stabilizationWindowSeconds", default.stabilization_s)
+    if not isinstance(window, int | float) or isinstance(window, bool) or \
+            not 0 <= window <= 3600:
+        raise ConfigError(f"behavior.{where}.stabilizationWindowSeconds: {window!r} is "
+                          f"not 0..3600")
+    policies = default.policies
+    if "policies" in raw:
+        if not isinstance(raw["policies"], list):
+            raise ConfigError(f"behavior.{where}.policies: not a list")
+        policies = tuple(_policy(p, where) for p in raw["policies"])
+    select = raw.get("selectPolicy", default.select.value)
+    if not isinstance(select, str) or select not in {s.value for s in Select}:
+        raise ConfigError(f"behavior.{where}.selectPolicy: {select!r} is not Max, Min or "
+                          f"Disabled")
+    tolerance = raw.get("tolerance", default.tolerance)
+    if tolerance is not None:
+        try:
+            tolerance = float(tolerance)
+        except (TypeError, ValueError):
+            raise ConfigError(f"behavior.{where}.tolerance: {tolerance!r} is not a "
+                              f"number") from None
+    return Rules(float(window), policies, Select(select), tolerance)
+
+
+def _policy(raw: Any, where: str) -> Policy:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"behavior.{where}.policies: an entry is not an object")
+    kind, value, period = raw.get("type"), raw.get("value"), raw.get("periodSeconds")
+    if not isinstance(kind, str) or kind not in ("Pods", "Percent") or \
+            not isinstance(value, int) or not isinstance(period, int) or value <= 0 or \
+            not 0 < period <= 1800:
+        raise ConfigError(f"behavior.{where}.policies: {json.dumps(raw)[:120]} needs type "
+                          f"Pods|Percent, value > 0, periodSeconds 1..1800")
+    return Policy(PolicyType(kind), value, float(period))
+
+
+FALLBACK_BEHAVIORS = ("static", "currentReplicas", "currentReplicasIfHigher",
+                      "currentReplicasIfLower")
+
+
+def fallback_count(behavior: str, replicas: int, current: int) -> int:
+    """The count KEDA's fallback stands for (ScaledObject spec.fallback.behavior, KEDA
+    2.15+; static, the default, for "" and for a behavior this model does not know)."""
+    if behavior == "currentReplicas":
+        return current
+    if behavior == "currentReplicasIfHigher":
+        return max(current, replicas)
+    if behavior == "currentReplicasIfLower":
+        return min(current, replicas)
+    return replicas
+
+
+def decide(reply: pb.ExplainReply, replicas: int | None = None) -> Decision:
+    """What KEDA and the HPA do with the answer in ``reply`` given ``replicas`` now (None:
+    the target's spec.replicas from the scaler's watch, else the pods it sees).
+
+    A metric KEDA gets UNAVAILABLE for is, to the HPA, a metric it cannot read (it then
+    scales up on the others but never down), or - once KEDA's fallback applies, after more
+    than failureThreshold failed polls, for AverageValue metrics only - a value of the
+    fallback's replicas x the target, which the HPA takes like any other."""
+    st = reply.scale_target
+    if replicas is not None:
+        current, source = replicas, "given with --replicas"
+    elif st.known and st.replicas >= 0:
+        current, source = st.replicas, f"{st.kind} {st.name}'s spec.replicas"
+    else:
+        current, source = reply.pod_count, ("pods of the selection the agents report "
+                                            "(pass --replicas for the HPA's count)")
+    lo, hi = st.min_replicas, st.max_replicas
+    d = Decision(current, source, current, None)
+    bounds = f"min {lo}, max {hi}" + ("" if st.known else f" ({KEDA_DEFAULTS})")
+    value_mode = reply.value_mode == "average"
+    target_type = TargetType.VALUE if value_mode else TargetType.AVERAGE_VALUE
+    missing = [a for a in reply.answers if a.unavailable]
+    fallback = _fallback_lines(d, st, missing, value_mode, current)
+    readable = [a for a in reply.answers if not a.unavailable]
+    active = (any(a.value > a.activation for a in readable) or reply.demand == "pending")
+    d.active = active if active or not missing else None
+    words = ", ".join(f"{a.value:.6g} {'>' if a.value > a.activation else '<='} activation "
+                      f"{a.activation:g}" for a in readable)
+    if reply.demand_source:
+        words += f"; demand source {reply.demand_source}: {reply.demand or 'unknown'}"
+    if readable or reply.demand_source:
+        state = {True: "active", False: "inactive", None: "activity unknown"}[d.active]
+        d.lines.append(f"{state}: {words.lstrip('; ') or 'no readable metric'}")
+    if current == 0:
+        if active:
+            d.desired = min(hi, max(1, lo))
+            d.lines.append(f"KEDA activates the workload: 0 -> {d.desired} (then the HPA "
+                           f"takes over)")
+        elif d.active is None:
+            d.lines.append("stays at 0: KEDA cannot tell whether it is active, and does not "
+                           "activate on errors")
+        else:
+            d.lines.append("stays at 0: nothing is active")
+        return d
+    up, down = parse_behavior(st.behavior_json)
+    hpa = Hpa(max(1, lo), hi, up, down)
+    ready = max([a.ready for a in readable] + [0]) or current
+    at = reply.at or reply.now
+    for past in reply.past:
+        if any(a.unavailable for a in past.answers) or past.pods <= 0:
+            continue
+        props = [hpa.proposal(Metric(MetricSource.EXTERNAL, target_type, a.target, a.value),
+                              past.pods, max(a.ready for a in past.answers) or past.pods)
+                 for a in past.answers]
+        valid = [p for p in props if p is not None]
+        if valid:
+            hpa.remember(past.at, max(valid))
+    metrics = []
+    for a in reply.answers:
+        if a.unavailable:
+            value = None if fallback is None else fallback * a.target
+            m = Metric(MetricSource.EXTERNAL, target_type, a.target, value)
+            metrics.append(m)
+            if value is not None:
+                d.lines.append(f"{a.metric_name}: fallback value {fallback} x {a.target:g} "
+                               f"-> {hpa.proposal(m, current, ready)}")
+            continue
+        m = Metric(MetricSource.EXTERNAL, target_type, a.target, a.value)
+        metrics.append(m)
+        proposal = hpa.proposal(m, current, ready)
+        if value_mode:
+            formula = f"ratio {a.value:.6g}/{a.target:g} x {ready} ready pods"
+        else:
+            formula = f"ceil({a.value:.6g} / {a.target:g})"
+        ratio = a.value / (a.target * (1 if value_mode else max(current, 1)))
+        within = hpa.within(ratio)
+        d.lines.append(f"{a.metric_name}: {formula} -> {proposal}"
+                       f"{' (within tolerance: keep ' + str(current) + ')' if within else ''}")
+    desired = hpa.step(at, current, metrics, ready)
+    d.desired = desired
+    d.lines.append(f"HPA: {hpa.last_reason}; clamped to {bounds} -> {desired}"
+                   f"{'' if desired != current else ' (no change)'}")
+    if reply.past:
+        d.lines.append(f"scale-down stabilization: {down.stabilization_s:g}s window over "
+                       f"{len(reply.past)} recorded moments")
+    elif desired < current and down.stabilization_s > 0:
+        d.lines.append(f"no recorded moments to replay: the HPA holds the highest "
+                       f"recommendation of its last {down.stabilization_s:g}s, which may "
+                       f"keep more than {desired}")
+    if active is False and not missing and lo == 0:
+        d.lines.append(f"inactive with minReplicaCount 0: KEDA scales to 0 after "
+                       f"cooldownPeriod ({st.cooldown_period}s) without activity")
+    return d
+
+
+def _fallback_lines(d: Decision, st: pb.ScaleTarget, missing: list[pb.Answer],
+                    value_mode: bool, current: int) -> int | None:
+    """Say what KEDA does about the UNAVAILABLE metrics; the fallback's replica count when
+    it applies (None: the HPA cannot read those metrics)."""
+    if not missing:
+        return None
+    for a in missing:
+        d.lines.append(f"{a.metric_name}: UNAVAILABLE to KEDA: {a.unavailable}")
+    if st.fallback_replicas < 0:
+        if st.known:
+            d.lines.append("no fallback configured: the HPA cannot read it, so it does not "
+                           "scale down (it still scales up on the other metrics); set "
+                           "spec.fallback to hold a safe count")
+        else:
+            d.lines.append("fallback: unknown here (the scaler does not watch "
+                           "ScaledObjects); without one the HPA does not scale down on a "
+                           "metric it cannot read")
+        return None
+    if value_mode:
+        d.lines.append("spec.fallback does not apply: KEDA falls back only for AverageValue "
+                       "metrics (this trigger's are Value); the HPA does not scale down")
+        return None
+    behavior = st.fallback_behavior or "static"
+    if behavior not in FALLBACK_BEHAVIORS:
+        d.lines.append(f"fallback behavior {behavior!r} is not one this model knows "
+                       f"({', '.join(FALLBACK_BEHAVIORS)}): taken as static")
+    count = fallback_count(behavior, st.fallback_replicas, current)
+    d.lines.append(f"KEDA counts a failure per poll (every {st.polling_interval}s); after "
+                   f"more than {st.fallback_failures} in a row it answers for {count} "
+                   f"replicas ({behavior}, replicas {st.fallback_replicas}); until then the "
+                   f"HPA does not scale down. Assuming the fallback applies:")
+    return count
+
+
+def render(reply: pb.ExplainReply, decision: Decision, width: int = 100) -> str:
+    """One screen of text."""
+    when = reply.at or reply.now
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(when))
+    out = [f"ScaledObject {reply.namespace}/{reply.name} at {stamp}"
+           f"{' (recorded)' if reply.at else ' (now)'}; KEDA last asked "
+           f"{_ago(reply.seen)}"]
+    md = " ".join(f"{k}={v}" for k, v in sorted(reply.metadata.items()))
+    out.append(f"trigger   {md}"[:width])
+    out.append(f"selects   {reply.selector or '-'} ({reply.value_mode} over pods); "
+               f"{reply.pod_count} pods in the fleet view")
+    if reply.pods:
+        signals = [a.signal for a in reply.answers]
+        out.append(f"  {'POD':<28} {'NODE':<16} {'GPUS':<22} {'READY':<5} "
+                   f"{'VALUE':>9} {'AGE':>6}")
+        for p in reply.pods[:40]:
+            value = "-"
+            if signals and signals[0] in p.signals:
+                r = p.signals[signals[0]]
+                value = (f"({r.absent})" if r.absent else f"{r.value:.4g}")
+            stale = " stale" if p.age > p.stale_after else ""
+            out.append(f"  {p.name[:28]:<28} {p.node[:16]:<16} "
+                       f"{', '.join(p.gpus)[:22] or '-':<22} {'yes' if p.ready else 'no':<5} "
+                       f"{value:>9} {p.age:5.1f}s{stale}")
+        if len(reply.pods) > 40:
+            out.append(f"  ... and {len(reply.pods) - 40} more (--json lists all)")
+    for m in reply.missing:
+        out.append(f"missing   {m}"[:width * 2])
+    for a in reply.answers:
+        if a.unavailable:
+            out.append(f"answer    {a.metric_name}: UNAVAILABLE ({a.unavailable})"[:width * 3])
+        else:
+            out.append(f"answer    {a.metric_name}: {a.value:.6g} (signal {a.signal}, target "
+                       f"{a.target:g}, activation {a.activation:g}; {a.counted} pods counted"
+                       f", {a.starting} starting)")
+    if reply.planned_replicas >= 0:
+        terms = ", ".join(f"{k} {v:.3g}" for k, v in sorted(reply.plan_terms.items()))
+        out.append(f"planner   {reply.planned_replicas} replicas ({terms})"[:width * 2])
+    out.append(f"replicas  now {decision.current} ({decision.current_from})")
+    out.extend(f"decision  {line}" for line in decision.lines)
+    verdict = (f"-> {decision.desired} replicas" if decision.desired != decision.current
+               else f"-> stays at {decision.current}")
+    out.append(f"result    {verdict}")
+    return "\n".join(out)
+
+
+def as_json(reply: pb.ExplainReply, decision: Decision) -> dict[str, Any]:
+    doc = MessageToDict(reply, preserving_proto_field_name=True,
+                        always_print_fields_with_no_presence=True)
+    doc["decision"] = {"current": decision.current, "current_from": decision.current_from,
+                       "desired": decision.desired, "active": decision.active,
+                       "reasons": decision.lines}
+    return doc
+
+
+def parse_time(text: str, now: float) -> float:
+    """``--at``: epoch seconds, an ISO time (UTC unless it says), HH:MM[:SS] today (UTC;
+    yesterday when that is in the future), or "-90s"/"-5m"/"-1h" ago. ConfigError else."""
+    from datetime import UTC, datetime, timedelta
+
+    t = text.strip()
+    if t.startswith("-") and t[-1:] in ("s", "m", "h"):
+        try:
+            n = float(t[1:-1])
+        except ValueError:
+            raise ConfigError(f"--at {text!r}: not a duration like -90s, -5m, -1h") from None
+        if not math.isfinite(n) or n < 0:
+            raise ConfigError(f"--at {text!r}: not a duration")
+        return now - n * {"s": 1, "m": 60, "h": 3600}[t[-1]]
+    try:
+        value = float(t)
+        if math.isfinite(value) and value > 0:
+            return value
+    except ValueError:
+        pass
+    day = datetime.fromtimestamp(now, UTC)
+    for fmt in ("%H:%M", "%H:%M:%S"):
+        try:
+            hm = datetime.strptime(t, fmt)
+        except ValueError:
+            continue
+        when = day.replace(hour=hm.hour, minute=hm.minute, second=hm.second, microsecond=0)
+        if when.timestamp() > now:
+            when -= timedelta(days=1)
+        return when.timestamp()
+    try:
+        parsed = datetime.fromisoformat(t)
+    except ValueError:
+        raise ConfigError(f"--at {text!r}: give epoch seconds, an ISO time, HH:MM (UTC) or "
+                          f"-5m") from None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return parsed.timestamp()
+
+
+def _ago(seconds: float) -> str:
+    return f"{seconds:.0f}s ago" if seconds < 120 else f"{seconds / 60:.0f} min ago"

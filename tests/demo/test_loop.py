@@ -1,0 +1,157 @@
+"""The demo's closed loop: simulated replicas -> agents -> scaler over gRPC -> KEDA/HPA model
+-> replicas, run as the real command, plus the world's bookkeeping."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import grpc
+import pytest
+
+from gpuscale.demo.world import LiveConfig, World
+from gpuscale.proto import externalscaler_pb2 as pb
+from gpuscale.proto import externalscaler_pb2_grpc as pb_grpc
+from gpuscale.telemetry.model import Absent
+from gpuscale.traffic.patterns import synthetic
+from tests.conftest import free_port, until
+
+DEMO = [sys.executable, "-m", "gpuscale.cli", "demo"]
+DECISION = re.compile(r"^(\d\d:\d\d:\d\d) replicas (\d+) -> (\d+): (KEDA|HPA): ")
+
+
+
+
+def test_world_keeps_pods_parallel_to_replicas_on_distinct_gpus() -> None:
+    world = World(LiveConfig(synthetic("bursts", 120, 5.0), 120.0, nodes=2, max_replicas=16))
+    world.scale(3, warm=True)
+    world.mark_ready(world.serving())
+    assert [p.name for p in world.serving()] == [p.name for p in world.pods]
+    world.scale(12)
+    assert len(world.pods) == len(world.model.replicas) == 12
+    assert len({(p.node, p.gpu) for p in world.pods}) == 12
+    assert len({p.ip for p in world.pods}) == 12
+    assert {p.node for p in world.pods} == {0, 1}  # the first node's 8 GPUs, then the next
+    assert world.ready_count() == 3  # the new nine are starting
+    infos = world.sources[1].pod_infos()
+    assert not isinstance(infos, Absent)
+    assert all(not i.ready for i in infos.values())  # node 2 holds only new pods
+    first = [p.name for p in world.pods[:3]]
+    world.scale(2)  # the newest go first, as the serving fleet removes them
+    assert [p.name for p in world.pods] == first[:2]
+    assert world.ready_count() == 2
+    world.scale(40)  # more than the nodes hold: capped at their GPUs
+    assert len(world.pods) == 16
+
+
+def test_world_serves_the_replicas_numbers_as_vllm_metrics() -> None:
+    world = World(LiveConfig(synthetic("diurnal", 300, 30.0), 300.0))
+    world.scale(2, warm=True)
+    world.advance(120.0)
+    text = "".join(world.engine_text(p) for p in world.pods)
+    running = sum(float(v) for v in re.findall(r"vllm:num_requests_running\{.*\} (\S+)", text))
+    assert running == sum(len(r.running) for r in world.model.replicas)
+    assert running > 0
+    assert world.duty_cycle(world.pods[0]) > 0
+
+
+@pytest.mark.parametrize(("args", "why"), [
+    (["--max-replicas", "40"], "--max-replicas"),
+    (["--profile", "nope"], "not one of"),
+    (["--speed", "0"], "--speed"),
+    (["--rate", "-1"], "positive"),
+    (["--rate", "0"], "positive"),
+    (["--scenario", "h100-vllm", "--pattern", "bursts"], "--pattern drive the closed loop"),
+    (["--trace", "/nonexistent.csv"], "nonexistent"),
+])
+def test_bad_demo_options_are_clear_errors(args: list[str], why: str) -> None:
+    out = subprocess.run([*DEMO, "--port", str(free_port()), *args], capture_output=True,
+                         text=True, timeout=60, check=False)
+    assert out.returncode == 2
+    assert why in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+@pytest.mark.slow
+def test_demo_loop_follows_load_over_grpc_and_summarizes() -> None:
+    """The README's run command, shortened: replicas follow a burst, an outside gRPC client
+    sees the same scaler KEDA's model is calling, and the run ends with a summary."""
+    port = free_port()
+    proc = subprocess.Popen([*DEMO, "--port", str(port), "--pattern", "bursts",
+                             "--duration", "600", "--speed", "30"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    header = proc.stdout.readline()
+    assert f"KEDA external scaler on 127.0.0.1:{port}" in header
+    assert "grpcurl" in proc.stdout.readline()
+
+    async def ask() -> float:
+        ref = pb.ScaledObjectRef(name="x", namespace="llm", scalerMetadata={
+            "podSelector": "app=vllm-demo", "profile": "vllm-inference"})
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = pb_grpc.ExternalScalerStub(channel)
+
+            async def requests() -> float:
+                got = await stub.GetMetrics(pb.GetMetricsRequest(
+                    scaledObjectRef=ref, metricName="gpuscale-vllm-requests"), timeout=2)
+                return max(float(got.metricValues[0].metricValueFloat), 0.0)
+
+            # An RPC error: the first scrape has not landed yet.
+            return float(await until(requests, 10.0, "the demo's scaler reporting requests",
+                                     every=0.1, tolerate=(grpc.aio.AioRpcError,)))
+
+    assert asyncio.run(ask()) > 0
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err[-2000:]
+    decisions = [DECISION.match(line) for line in out.splitlines()]
+    ups = [m for m in decisions if m and int(m[3]) > int(m[2])]
+    assert ups, out
+    # The HPA's reasons carry the numbers it got over gRPC from gpuscale's planner (the
+    # default profile), and every minute's line shows the plan and its terms.
+    assert all("planned-replicas" in line for line in out.splitlines()
+               if DECISION.match(line))
+    assert re.search(r"plan \d+ \(held; now ceil\(max\(steady [\d.]+, burst", out), out
+    assert "GPU-hours with gpuscale vs" in out
+    assert re.search(r"missed in \d+ of 10 minutes", out)
+    assert "Traceback" not in err
+
+
+@pytest.mark.slow
+def test_demo_loop_scales_to_zero_when_idle_and_stops_on_sigint() -> None:
+    port = free_port()
+    proc = subprocess.Popen([*DEMO, "--port", str(port), "--pattern", "idle-night",
+                             "--rate", "10", "--duration", "1500", "--speed", "60",
+                             "--min-replicas", "0", "--profile", "vllm-inference"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    seen = []
+    deadline = time.monotonic() + 60
+    for line in proc.stdout:
+        seen.append(line)
+        m = DECISION.match(line)
+        if m and m[3] == "0":
+            break
+        assert time.monotonic() < deadline, "".join(seen)
+    # KEDA, not the HPA, takes the last replica away, after the cooldown with no activity.
+    assert "KEDA: inactive for" in seen[-1]
+    proc.send_signal(signal.SIGINT)  # before the end: still a summary, exit 0
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err[-2000:]
+    assert "GPU-hours with gpuscale vs" in out
+
+
+def test_a_taken_port_is_a_clear_error() -> None:
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        out = subprocess.run([*DEMO, "--port", str(port), "--duration", "60"],
+                             capture_output=True, text=True, timeout=60, check=False)
+    assert out.returncode == 1
+    assert "cannot listen" in out.stderr
+    assert "Traceback" not in out.stderr

@@ -1,0 +1,206 @@
+"""The serving replica model: capacity, queueing, cold starts, duty-cycle saturation."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from gpuscale.models.serving import (
+    GPU_TYPES,
+    InFlightRequest,
+    ServingModel,
+    ServingParams,
+    kv_capacity_tokens,
+)
+
+# Round figures for arithmetic by hand (not the calibrated defaults): a replica with a
+# batch of 64, 400k tokens of KV cache, prefill at 20,000 tokens/s, decode at 60 tokens/s
+# per sequence and 2,500 tokens/s in all, and no cold start.
+HAND = ServingParams(max_batch=64, kv_tokens=400_000, prefill_tps=20_000.0,
+                     decode_tps_per_seq=60.0, decode_tps_max=2_500.0, cold_start_s=0.0)
+
+
+def run(model: ServingModel, rate: float, seconds: int, prompt: int = 500,
+        output: int = 200, dt: float = 1.0) -> None:
+    acc = 0.0
+    for step in range(int(seconds / dt)):
+        now = step * dt
+        acc += rate * dt
+        arrivals = [InFlightRequest(now, prompt, output) for _ in range(int(acc))]
+        acc -= len(arrivals)
+        model.arrive(arrivals)
+        model.step(now, dt)
+
+
+def ttfts(model: ServingModel) -> list[float]:
+    return [r.first_token - r.arrival for r in model.done if r.first_token is not None]
+
+
+def test_light_load_completes_with_short_time_to_first_token() -> None:
+    model = ServingModel(HAND)
+    model.set_replicas(1, 0.0)
+    run(model, rate=2.0, seconds=120)
+    assert len(model.done) > 200
+    assert max(ttfts(model)) < 0.5  # prefill of 500 tokens at 20k tok/s, no queue
+    assert len(model.queue) == 0
+
+
+def test_overload_queues_and_more_replicas_fix_it() -> None:
+    # 15 req/s x 200 output tokens = 3,000 tok/s to decode. One replica decodes at most
+    # 2,500 tok/s, less the time prefill takes (15 x 500 / 20,000 = 0.375 s of each second):
+    # ~1,560 tok/s - overloaded. Two replicas: ~2,030 tok/s each - enough.
+    one = ServingModel(HAND)
+    one.set_replicas(1, 0.0)
+    run(one, rate=15.0, seconds=120)
+    two = ServingModel(HAND)
+    two.set_replicas(2, 0.0)
+    run(two, rate=15.0, seconds=120)
+    assert len(one.queue) > 100  # capacity short: the queue grows
+    assert len(two.queue) < 20
+    assert sorted(ttfts(one))[len(ttfts(one)) // 2] > 5 * sorted(ttfts(two))[len(ttfts(two)) // 2]
+
+
+def test_cold_start_is_billed_but_serves_nothing() -> None:
+    model = ServingModel(replace(HAND, cold_start_s=90.0, cold_start_spread=(90.0, 90.0)))
+    model.set_replicas(1, 0.0)
+    run(model, rate=1.0, seconds=60)
+    assert model.done == []
+    assert model.gpu_seconds == 60.0
+    assert model.signals(59.0)[0].ready is False
+
+
+def test_duty_cycle_saturates_long_before_the_batch_is_full() -> None:
+    model = ServingModel(replace(HAND, saturating_batch=4))
+    model.set_replicas(1, 0.0)
+    model.arrive([InFlightRequest(0.0, 100, 3_000) for _ in range(4)])
+    model.step(0.0, 1.0)
+    small = model.signals(1.0)[0]
+    model.arrive([InFlightRequest(1.0, 100, 3_000) for _ in range(56)])
+    model.step(1.0, 1.0)
+    big = model.signals(2.0)[0]
+    assert (small.running, big.running) == (4, 60)
+    assert small.duty_cycle == big.duty_cycle == 100.0  # utilization cannot tell them apart
+    assert big.kv_cache > small.kv_cache  # the KV cache can
+
+
+def test_scale_down_loses_no_request() -> None:
+    model = ServingModel(HAND)
+    model.set_replicas(3, 0.0)
+    arrived = [InFlightRequest(0.0, 200, 5_000) for _ in range(50)]
+    model.arrive(arrived)
+    model.step(0.0, 1.0)
+    model.set_replicas(1, 1.0)
+
+    def accounted() -> int:
+        running = sum(len(r.running) for r in model.replicas + model.draining)
+        return running + len(model.queue) + len(model.done)
+
+    assert accounted() == 50
+    assert len(model.draining) == 2  # the two removed replicas finish what they run
+    for t in range(1, 40):
+        model.step(float(t), 1.0)
+        assert accounted() == 50
+    # 5,000-token outputs cannot finish in the 30 s grace period: cut off, they went back
+    # to the queue and the survivor runs them; the drained replicas are gone.
+    assert model.draining == []
+    assert len(model.replicas[0].running) + len(model.queue) == 50
+
+
+def test_draining_finishes_short_requests_and_is_billed() -> None:
+    model = ServingModel(replace(HAND, drain_s=30.0))
+    model.set_replicas(2, 0.0)
+    model.arrive([InFlightRequest(0.0, 200, 100) for _ in range(20)])
+    model.step(0.0, 1.0)
+    assert all(rep.running for rep in model.replicas)  # balanced over both
+    model.set_replicas(1, 1.0)
+    billed = model.gpu_seconds
+    model.step(1.0, 1.0)
+    assert model.gpu_seconds - billed == 2.0  # the draining replica still costs its GPU
+    for t in range(2, 10):
+        model.step(float(t), 1.0)
+    assert len(model.done) == 20  # nothing was cut off or restarted
+    assert model.draining == []
+    assert len(model.queue) == 0
+
+
+def test_a_new_replica_is_billed_and_starts_cold_from_the_same_instant() -> None:
+    model = ServingModel(replace(HAND, cold_start_s=90.0, cold_start_spread=(90.0, 90.0)))
+    model.set_replicas(1, 0.0, warm=True)
+    model.step(0.0, 1.0)
+    model.set_replicas(2, 1.0)  # decided in [0, 1): created at its end
+    new = model.replicas[1]
+    assert (new.created, new.ready_at) == (1.0, 91.0)
+    for t in range(1, 91):
+        model.step(float(t), 1.0)
+    assert model.gpu_seconds == 91.0 + 90.0  # the second billed from 1 s, not ready yet
+    assert model.signals(90.0)[1].ready is False
+    assert model.signals(91.0)[1].ready is True
+
+
+def test_ttft_counts_from_arrival_and_prefill_overflow_carries() -> None:
+    model = ServingModel(HAND)
+    model.set_replicas(1, 0.0)
+    late = InFlightRequest(0.9, 2_000, 10)  # arrives late in the step: 0.1 s of prefill
+    long = InFlightRequest(1.0, 30_000, 10)  # 1.5 s of prefill: past the next step's end
+    after = InFlightRequest(1.2, 2_000, 10)
+    model.arrive([late])
+    model.step(0.0, 1.0)
+    assert late.first_token == pytest.approx(1.0)  # from its arrival, not from 0
+    model.arrive([long, after])
+    model.step(1.0, 1.0)
+    assert long.first_token == pytest.approx(2.5)
+    model.step(2.0, 1.0)  # the replica is busy until 2.5: the next prefill waits for it
+    assert after.admitted == pytest.approx(2.5)
+    assert after.first_token == pytest.approx(2.6)
+    for r in (late, long, after):
+        assert r.first_token is not None
+        assert r.admitted is not None
+        assert r.first_token - r.arrival >= r.prompt / HAND.prefill_tps - 1e-9
+        assert r.admitted >= r.arrival
+
+
+def test_a_replica_never_does_more_than_a_second_of_work_per_second() -> None:
+    # Far more arrivals than one replica can serve, with long prompts that overflow steps.
+    model = ServingModel(HAND)
+    model.set_replicas(1, 0.0)
+    rep = model.replicas[0]
+    prompt_s = gen_s = 0.0
+    for k in range(300):
+        now = k * 1.0
+        model.arrive([InFlightRequest(now + j / 7, 3_000 + 997 * j, 150 + 31 * j)
+                      for j in range(7)])
+        model.step(now, 1.0)
+        work = ((rep.prompt_tokens - prompt_s) / HAND.prefill_tps
+                + (rep.generation_tokens - gen_s) / HAND.decode_tps_max)
+        assert work <= 1.0 + 1e-9
+        prompt_s, gen_s = rep.prompt_tokens, rep.generation_tokens
+    # ...and it is busy: the bound is met, not undershot by an idle model.
+    assert (rep.prompt_tokens / HAND.prefill_tps
+            + rep.generation_tokens / HAND.decode_tps_max) > 0.95 * 300
+    signals = model.signals(300.0)[0]
+    assert signals.prompt_tokens_total == rep.prompt_tokens
+    assert signals.generation_tokens_total == rep.generation_tokens
+    assert signals.finished_total == rep.finished == len(model.done) > 0
+    assert rep.generation_tokens >= sum(r.output for r in model.done)
+
+
+def test_cold_starts_are_drawn_per_replica_within_the_spread() -> None:
+    p = ServingParams()
+    starts = [p.cold_start(i) for i in range(2_000)]
+    assert all(80.0 <= s <= 300.0 for s in starts)
+    assert abs(sum(starts) / len(starts) - p.cold_start_s) < 5.0
+    assert len({round(s, 3) for s in starts[:10]}) == 10  # not all the same
+    assert starts == [ServingParams().cold_start(i) for i in range(2_000)]  # seeded
+    model = ServingModel(p)
+    model.set_replicas(3, 10.0)
+    assert [r.ready_at - 10.0 for r in model.replicas] == starts[:3]
+
+
+def test_gpu_types_follow_their_hardware() -> None:
+    h100, a100, l4 = (GPU_TYPES[k] for k in ("h100", "a100", "l4"))
+    assert h100 == ServingParams()
+    assert h100.kv_tokens == kv_capacity_tokens(81559) == 456_504
+    assert h100.prefill_tps > a100.prefill_tps > l4.prefill_tps
+    assert h100.decode_tps_max > a100.decode_tps_max > l4.decode_tps_max
+    assert l4.kv_tokens < 40_000  # 24 GB holds the 16 GB of weights and little else

@@ -1,0 +1,241 @@
+"""``gpuscale generate``: what it writes validates against KEDA's CRD and the HPA schema,
+its trigger metadata is what the scaler accepts, its choices follow the workload, and a
+manifest it cannot use is a clear error."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import given, settings
+
+from gpuscale.common.errors import ConfigError
+from gpuscale.scaler.metadata import parse_metadata
+from gpuscale.tools.generate import Options, behavior, detect_engine, generate, workload_from
+from tests.conftest import json_values, validate, write_kubeconfig
+from tests.peers.kubeapi import DEPLOYMENTS, KubeApiPeer
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "deploy" / "examples"
+
+
+def deployment(image: str = "vllm/vllm-openai:v0.11.0", annotations: dict[str, str] | None
+               = None, args: list[str] | None = None, gpu: bool = True) -> dict[str, Any]:
+    container: dict[str, Any] = {"name": "main", "image": image, "args": args or []}
+    if gpu:
+        container["resources"] = {"limits": {"nvidia.com/gpu": 1}}
+    return {"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "llm", "namespace": "serve"},
+            "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "llm", "tier": "gpu"}},
+                     "template": {"metadata": {"annotations": annotations or {}},
+                                  "spec": {"containers": [container]}}}}
+
+
+def workloads_in_examples() -> list[tuple[str, dict[str, Any]]]:
+    out = []
+    for path in sorted(EXAMPLES.glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if isinstance(doc, dict) and doc.get("kind") in ("Deployment", "StatefulSet"):
+                out.append((path.name, doc))
+    return out
+
+
+@pytest.mark.parametrize(("name", "doc"), workloads_in_examples(), ids=lambda v: str(v)[:30])
+@pytest.mark.parametrize("hpa", [False, True])
+def test_what_it_writes_validates_and_the_scaler_accepts(name: str, doc: dict[str, Any],
+                                                         hpa: bool) -> None:
+    out = generate(workload_from(doc), Options(startup_s=240))
+    validate(out.scaled_object)
+    parse_metadata(out.scaled_object["spec"]["triggers"][0]["metadata"])
+    if hpa:
+        validate(out.hpa)
+
+
+@pytest.mark.parametrize(("doc", "engine", "profile"), [
+    (deployment(), "vllm", "vllm-inference"),
+    (deployment("nvcr.io/nvidia/tritonserver:24.08-py3"), "triton", "triton-inference"),
+    (deployment("ghcr.io/huggingface/text-generation-inference:2.4"), "tgi", "tgi-inference"),
+    (deployment("python:3.11", args=["-m", "vllm.entrypoints.openai.api_server"]), "vllm",
+     "vllm-inference"),
+    (deployment("ghcr.io/acme/trainer:1"), "", "gpu-utilization"),
+    (deployment("ghcr.io/acme/anything:1", {"gpuscale.io/engine": "tgi"}), "tgi",
+     "tgi-inference"),
+])
+def test_the_engine_and_profile_follow_the_workload(doc: dict[str, Any], engine: str,
+                                                    profile: str) -> None:
+    out = generate(workload_from(doc), Options())
+    assert (out.engine, out.profile) == (engine, profile)
+    md = out.scaled_object["spec"]["triggers"][0]["metadata"]
+    assert md["podSelector"] == "app=llm,tier=gpu"
+    assert md["profile"] == profile
+
+
+def test_an_engine_the_agent_will_not_scrape_is_a_warning_with_the_fix() -> None:
+    out = generate(workload_from(deployment()), Options())
+    warning = next(n for n in out.notes if n.startswith("WARNING"))
+    assert "gpuscale.io/engine: vllm" in warning
+    assert "gpuscale.io/metrics-port: '8000'" in warning
+    annotated = deployment(annotations={"gpuscale.io/engine": "vllm"})
+    assert not [n for n in generate(workload_from(annotated), Options()).notes
+                if n.startswith("WARNING")]
+
+
+def test_scale_to_zero_only_with_a_demand_source() -> None:
+    w = workload_from(deployment(annotations={"gpuscale.io/engine": "vllm"}))
+    with pytest.raises(ConfigError, match="needs a demand source"):
+        generate(w, Options(min_replicas=0))
+    out = generate(w, Options(min_replicas=0, demand_source="gateway"))
+    assert out.scaled_object["spec"]["minReplicaCount"] == 0
+    assert out.scaled_object["spec"]["triggers"][0]["metadata"]["demandSource"] == "gateway"
+    assert out.hpa["spec"]["minReplicas"] == 1  # a plain HPA cannot scale to zero
+    validate(out.scaled_object)
+
+
+def test_fallback_holds_the_current_replicas_and_needs_keda_2_17() -> None:
+    out = generate(workload_from(deployment()), Options(min_replicas=2))
+    assert out.scaled_object["spec"]["fallback"] == {
+        "failureThreshold": 3, "replicas": 2, "behavior": "currentReplicasIfHigher"}
+    assert any("KEDA 2.17" in n for n in out.notes)
+    older = generate(workload_from(deployment()), Options(keda_version=(2, 16)))
+    assert "fallback" not in older.scaled_object["spec"]  # a static one would scale down
+    validate(older.scaled_object)
+
+
+def test_the_replicas_it_runs_and_its_namespace_are_kept() -> None:
+    doc = deployment()
+    doc["spec"]["replicas"] = 12
+    del doc["metadata"]["namespace"]
+    out = generate(workload_from(doc), Options(max_replicas=8))
+    assert out.scaled_object["spec"]["maxReplicaCount"] == 12
+    assert out.hpa["spec"]["maxReplicas"] == 12
+    assert "namespace" not in out.scaled_object["metadata"]  # kubectl -n decides
+    assert any("raised to the 12 replicas" in n for n in out.notes)
+
+
+@pytest.mark.parametrize(("startup", "window", "step"), [
+    (30, 300, 60), (180, 360, 180), (600, 1200, 600), (1800, 3600, 1800)])
+def test_scale_down_waits_for_two_startups_and_steps_one_replica_per_startup(
+        startup: float, window: int, step: int) -> None:
+    b = behavior(startup)
+    assert b["scaleUp"]["stabilizationWindowSeconds"] == 0
+    assert {p["periodSeconds"] for p in b["scaleUp"]["policies"]} == {15}
+    assert b["scaleDown"]["stabilizationWindowSeconds"] == window
+    assert b["scaleDown"]["policies"] == [{"type": "Pods", "value": 1, "periodSeconds": step}]
+
+
+def test_start_up_beyond_what_the_hpa_api_takes_is_refused() -> None:
+    """The HPA API takes a policy period up to 1,800 s and a window up to 3,600 s."""
+    with pytest.raises(ConfigError, match="between 0 and 1800"):
+        generate(workload_from(deployment()), Options(startup_s=1801))
+
+
+def test_an_argument_that_mentions_vllm_is_not_vllm() -> None:
+    w = workload_from(deployment("ghcr.io/acme/server:1", args=["--cache=/data/vllm"]))
+    assert detect_engine(w)[0] == ""
+    w = workload_from(deployment("ghcr.io/acme/server:1", args=["vllm", "serve", "m"]))
+    assert detect_engine(w)[0] == "vllm"
+
+
+def test_the_planner_for_vllm_with_its_settings() -> None:
+    w = workload_from(deployment(annotations={"gpuscale.io/engine": "vllm"}))
+    out = generate(w, Options(planner=True, startup_s=240, ttft_s=2))
+    md = out.scaled_object["spec"]["triggers"][0]["metadata"]
+    assert (md["profile"], md["startupSeconds"], md["ttftSeconds"]) == \
+        ("vllm-planner", "240", "2")
+    assert parse_metadata(md).planner is not None
+    (metric,) = out.hpa["spec"]["metrics"]
+    assert metric["object"]["metric"] == {
+        "name": "gpuscale_planned_replicas",
+        "selector": {"matchLabels": {"startupSeconds": "240", "ttftSeconds": "2"}}}
+    validate(out.hpa)
+    with pytest.raises(ConfigError, match="needs a vLLM workload"):
+        generate(workload_from(deployment("ghcr.io/acme/trainer:1")), Options(planner=True))
+
+
+@pytest.mark.parametrize(("doc", "words"), [
+    ([], "expected a mapping"),
+    ({"apiVersion": "v1", "kind": "Service"}, "Deployment or StatefulSet"),
+    ({**deployment(), "metadata": {}}, "metadata.name"),
+    ({**deployment(), "spec": {"selector": {"matchExpressions": [{"key": "a"}]}}},
+     "matchLabels"),
+    ({**deployment(), "spec": {"selector": {"matchLabels": {"a": "b"}},
+                               "template": {"spec": {"containers": "x"}}}}, "expected a list"),
+    (deployment(annotations={"gpuscale.io/engine": "sglang"}), "not one of"),
+])
+def test_manifests_it_cannot_use_are_clear_errors(doc: Any, words: str) -> None:
+    with pytest.raises(ConfigError, match=words):
+        generate(workload_from(doc), Options())
+
+
+@settings(max_examples=200)
+@given(json_values(["apiVersion", "kind", "metadata", "spec", "selector", "matchLabels",
+                    "template", "containers", "image", "annotations", "name"]))
+def test_any_document_is_generated_from_or_refused_clearly(doc: Any) -> None:
+    try:
+        out = generate(workload_from(doc), Options())
+    except ConfigError:
+        return
+    validate(out.scaled_object)
+
+
+def test_the_command(tmp_path: Path) -> None:
+    code = subprocess.run([sys.executable, "-m", "gpuscale.cli", "generate",
+                           str(EXAMPLES / "vllm.yaml"), "--hpa", "--startup-seconds", "240"],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert code.returncode == 0, code.stderr
+    docs = list(yaml.safe_load_all(code.stdout))
+    assert [d["kind"] for d in docs] == ["ScaledObject", "HorizontalPodAutoscaler"]
+    assert code.stdout.startswith("# engine: vllm")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("kind: [unclosed")
+    code = subprocess.run([sys.executable, "-m", "gpuscale.cli", "generate", str(bad)],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert code.returncode == 2
+    assert "not YAML" in code.stderr
+    assert "Traceback" not in code.stderr
+
+
+def test_detect_engine_reads_only_the_image_name() -> None:
+    """A registry or tag that mentions an engine does not make one."""
+    w = workload_from(deployment("registry.vllm.example/acme/app:tritonserver"))
+    assert detect_engine(w)[0] == ""
+
+
+async def test_from_the_cluster(kubeapi: KubeApiPeer, tmp_path: Path) -> None:
+    """--from-cluster reads the Deployment from the API server (the test peer, the same
+    wire format and Status errors) with the kubeconfig's credentials."""
+    obj = deployment()
+    obj["metadata"]["uid"] = "uid-llm"
+    kubeapi.add(obj, DEPLOYMENTS)
+    config = write_kubeconfig(tmp_path / "config", f"http://127.0.0.1:{kubeapi.port}",
+                              {"token": kubeapi.token})
+
+    def generate_cmd(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "gpuscale.cli", "generate", *args],
+                              capture_output=True, text=True, timeout=60, check=False)
+
+    got = await asyncio.to_thread(generate_cmd, "--from-cluster", "deployment/llm", "-n",
+                                  "serve", "--kubeconfig", str(config))
+    assert got.returncode == 0, got.stderr
+    [so] = list(yaml.safe_load_all(got.stdout))
+    assert so["spec"]["scaleTargetRef"]["name"] == "llm"
+    assert so["metadata"]["namespace"] == "serve"
+    validate(so)
+    missing = await asyncio.to_thread(generate_cmd, "--from-cluster", "deployment/nope",
+                                      "-n", "serve", "--kubeconfig", str(config))
+    assert missing.returncode == 1
+    assert 'deployments.apps "nope" not found' in missing.stderr
+    stale = write_kubeconfig(tmp_path / "stale", f"http://127.0.0.1:{kubeapi.port}",
+                             {"token": "rotated"})
+    denied = await asyncio.to_thread(generate_cmd, "--from-cluster", "deployment/llm", "-n",
+                                     "serve", "--kubeconfig", str(stale))
+    assert denied.returncode == 1
+    assert "401" in denied.stderr
+    for bad in (["--from-cluster", "cronjob/llm"], ["--from-cluster", "deployment/"], []):
+        wrong = await asyncio.to_thread(generate_cmd, *bad, "--kubeconfig", str(config))
+        assert wrong.returncode == 2, wrong.stderr
+        assert "Traceback" not in wrong.stderr
