@@ -22,11 +22,11 @@ from typing import Any
 
 from gpuscale.attribution.model import OwnerRef
 from gpuscale.proto import inspect_pb2 as pb
-from gpuscale.scaler.fleet import FleetView
-from gpuscale.scaler.history import MAX_DEVICES, MAX_TRIGGERS, Answer, DeviceHistory, Moment
-from gpuscale.scaler.inspect import Inspector
-from gpuscale.scaler.metadata import parse_metadata
-from gpuscale.scaler.service import ScalerService
+from gpuscale.scaler.core.trigger import parse_metadata
+from gpuscale.scaler.edges.inspect import Inspector
+from gpuscale.scaler.edges.keda import ScalerService
+from gpuscale.scaler.state.fleet import FleetView
+from gpuscale.scaler.state.history import MAX_DEVICES, MAX_TRIGGERS, Answer, DeviceHistory, Moment
 from gpuscale.stream.records import DeviceRecord, PodRecord
 
 
@@ -103,7 +103,7 @@ def main() -> None:
     base = tracemalloc.get_traced_memory()[0]
     md = {"podSelector": "app=x"}
     cfg = parse_metadata(md)
-    from gpuscale.scaler.history import TriggerHistory
+    from gpuscale.scaler.state.history import TriggerHistory
 
     th = TriggerHistory()
     name, signal = "s0-gpuscale-gpu-utilization", "gpu-utilization"

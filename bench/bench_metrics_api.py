@@ -51,9 +51,9 @@ from gpuscale.metrics_api.answers import MetricAnswers  # noqa: E402
 from gpuscale.metrics_api.authz import Authorizer  # noqa: E402
 from gpuscale.metrics_api.main import configmap_reader  # noqa: E402
 from gpuscale.metrics_api.server import MetricsApiServer, TrustSource  # noqa: E402
-from gpuscale.scaler.fleet import FleetView  # noqa: E402
-from gpuscale.scaler.planning import PlanBook  # noqa: E402
-from gpuscale.scaler.roster import AgentRoster, PodRoster  # noqa: E402
+from gpuscale.scaler.sources.roster import AgentRoster, PodRoster  # noqa: E402
+from gpuscale.scaler.state.fleet import FleetView  # noqa: E402
+from gpuscale.scaler.state.plan_book import PlanBook  # noqa: E402
 from gpuscale.stream.records import PodRecord  # noqa: E402
 from gpuscale.stream.subscriber import AgentSubscriber  # noqa: E402
 from gpuscale.telemetry.scenario import parse_scenario  # noqa: E402

@@ -44,8 +44,8 @@ from gpuscale.agent.app import Agent, AgentConfig  # noqa: E402
 from gpuscale.attribution.sources import ScenarioSources  # noqa: E402
 from gpuscale.proto import externalscaler_pb2 as pb  # noqa: E402
 from gpuscale.proto import externalscaler_pb2_grpc as pb_grpc  # noqa: E402
-from gpuscale.scaler.fleet import FleetView  # noqa: E402
-from gpuscale.scaler.service import ScalerServer, ScalerService  # noqa: E402
+from gpuscale.scaler.edges.keda import ScalerServer, ScalerService  # noqa: E402
+from gpuscale.scaler.state.fleet import FleetView  # noqa: E402
 from gpuscale.stream.records import PodRecord  # noqa: E402
 from gpuscale.telemetry.scenario import parse_scenario  # noqa: E402
 from gpuscale.telemetry.simulated_gpus import SimulatedBackend  # noqa: E402

@@ -34,8 +34,8 @@ PER_CONNECTION = 400  # scaler.service.MAX_STREAMS_PER_PEER
 
 SERVER = r"""
 import asyncio, sys, time
-from gpuscale.scaler.fleet import FleetView
-from gpuscale.scaler.service import ScalerServer, ScalerService
+from gpuscale.scaler.state.fleet import FleetView
+from gpuscale.scaler.edges.keda import ScalerServer, ScalerService
 from gpuscale.stream.records import PodRecord
 NODES, PODS, WORKLOADS, NS = 1000, 8, 1000, 10
 def records(node, t):

@@ -44,10 +44,10 @@ from gpuscale.attribution.model import PodInfo
 from gpuscale.attribution.sources import SIM_ENGINE_PORT, Inputs, ScenarioSources
 from gpuscale.proto import externalscaler_pb2 as pb
 from gpuscale.proto import externalscaler_pb2_grpc as pb_grpc
-from gpuscale.scaler.demand import DemandSources, parse_config
-from gpuscale.scaler.fleet import FleetView
-from gpuscale.scaler.roster import AgentRoster
-from gpuscale.scaler.service import ScalerServer, ScalerService
+from gpuscale.scaler.edges.keda import ScalerServer, ScalerService
+from gpuscale.scaler.sources.demand import DemandSources, parse_config
+from gpuscale.scaler.sources.roster import AgentRoster
+from gpuscale.scaler.state.fleet import FleetView
 from gpuscale.stream.subscriber import AgentSubscriber
 from gpuscale.telemetry.model import Absent, NodeSnapshot
 from gpuscale.telemetry.scenario import NodeSpec, parse_scenario

@@ -33,8 +33,8 @@ from prometheus_client import CollectorRegistry, Counter
 from bench import bench_scaler as b
 from gpuscale.proto import externalscaler_pb2 as pb
 from gpuscale.proto import externalscaler_pb2_grpc as g
-from gpuscale.scaler.fleet import FleetView
-from gpuscale.scaler.service import ScalerServer, ScalerService
+from gpuscale.scaler.edges.keda import ScalerServer, ScalerService
+from gpuscale.scaler.state.fleet import FleetView
 
 ANSWER = pb.GetMetricsResponse(metricValues=[pb.MetricValue(
     metricName="s0-gpuscale-gpu-utilization", metricValue=50, metricValueFloat=50.0)])

@@ -38,7 +38,7 @@ from hypothesis import strategies as st
 
 from gpuscale.agent.app import Agent, AgentConfig
 from gpuscale.attribution.sources import ScenarioSources
-from gpuscale.scaler.fleet import FleetView
+from gpuscale.scaler.state.fleet import FleetView
 from gpuscale.telemetry.scenario import NodeSpec, load_scenario
 from gpuscale.telemetry.simulated_gpus import SimulatedBackend
 from tests.peers.kubeapi import KubeApiPeer

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from gpuscale.kube import access
-from gpuscale.scaler.metadata import parse_metadata
+from gpuscale.scaler.core.trigger import parse_metadata
 from tests.conftest import SCHEMAS, validate
 
 REPO = Path(__file__).resolve().parents[2]

@@ -21,9 +21,9 @@ from gpuscale.attribution.model import AttributionState, NodeAttribution
 from gpuscale.attribution.pods import NodePodCache
 from gpuscale.attribution.sources import ClusterSources, ScenarioSources, attribute_tick
 from gpuscale.kube.api import KubeApi
-from gpuscale.scaler.fleet import FleetView
-from gpuscale.scaler.roster import AgentRoster
-from gpuscale.scaler.selector import parse_selector
+from gpuscale.scaler.core.selector import parse_selector
+from gpuscale.scaler.sources.roster import AgentRoster
+from gpuscale.scaler.state.fleet import FleetView
 from gpuscale.stream.subscriber import AgentSubscriber
 from gpuscale.telemetry.model import Absent
 from gpuscale.telemetry.scenario import gpu_uuid, load_scenario

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from gpuscale.scaler.evaluate import WorkloadUnavailable, evaluate
-from gpuscale.scaler.fleet import FleetView
-from gpuscale.scaler.profiles import Target, ValueMode
-from gpuscale.scaler.selector import parse_selector
+from gpuscale.scaler.core.aggregate import WorkloadUnavailable, evaluate
+from gpuscale.scaler.core.profiles import Target, ValueMode
+from gpuscale.scaler.core.selector import parse_selector
+from gpuscale.scaler.state.fleet import FleetView
 from gpuscale.stream.subscriber import AgentSubscriber
 from tests.conftest import free_port, until
 from tests.peers.netcut import NetPath

@@ -21,7 +21,7 @@ from gpuscale.engines.signals import (
     samples,
     unavailable,
 )
-from gpuscale.scaler.profiles import PROFILES, SIGNALS, ProfileName
+from gpuscale.scaler.core.profiles import PROFILES, SIGNALS, ProfileName
 from gpuscale.telemetry.model import Absent
 
 U, N = Absent.UNAVAILABLE, Absent.NO_DATA

@@ -300,9 +300,9 @@ def test_planners_from_metric_selectors_take_a_bounded_part_of_the_plan_book(
     """Readers of the API choose the planner's settings (the metric selector): each new
     setting would be a planner in the book KEDA's planners share. Ours stop at MAX_PLANS."""
     from gpuscale.metrics_api import answers as mod
-    from gpuscale.scaler.fleet import FleetView
-    from gpuscale.scaler.planning import PlanBook, TooManyPlans
-    from gpuscale.scaler.selector import parse_selector
+    from gpuscale.scaler.core.selector import parse_selector
+    from gpuscale.scaler.state.fleet import FleetView
+    from gpuscale.scaler.state.plan_book import PlanBook, TooManyPlans
 
     monkeypatch.setattr(mod, "MAX_PLANS", 3)
 

@@ -26,10 +26,10 @@ from gpuscale.metrics_api.main import configmap_reader
 from gpuscale.metrics_api.quantity import parse_quantity
 from gpuscale.metrics_api.server import MetricsApiServer, TrustSource
 from gpuscale.models.hpa import Hpa, Metric, MetricSource, TargetType
-from gpuscale.scaler.fleet import FleetView
-from gpuscale.scaler.planning import PlanBook
-from gpuscale.scaler.roster import AgentRoster, PodRoster
-from gpuscale.scaler.workloads import WorkloadResolver
+from gpuscale.scaler.sources.roster import AgentRoster, PodRoster
+from gpuscale.scaler.sources.workloads import WorkloadResolver
+from gpuscale.scaler.state.fleet import FleetView
+from gpuscale.scaler.state.plan_book import PlanBook
 from gpuscale.stream.records import PodRecord
 from gpuscale.stream.subscriber import AgentSubscriber
 from tests.conftest import HPA_USER, issue, make_ca, pem, until, write_kubeconfig

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from gpuscale.scaler.selector import SelectorError as OurSelectorError
-from gpuscale.scaler.selector import parse_selector
+from gpuscale.scaler.core.selector import SelectorError as OurSelectorError
+from gpuscale.scaler.core.selector import parse_selector
 from tests.peers.kubeselect import (
     GENERIC_FIELDS,
     POD_FIELDS,

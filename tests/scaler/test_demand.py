@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 from gpuscale.common.errors import ConfigError, DataUnavailable, PeerError
 from gpuscale.proto import externalscaler_pb2 as pb
 from gpuscale.proto import externalscaler_pb2_grpc as pb_grpc
-from gpuscale.scaler.demand import DemandSources, parse_config, query_result
-from gpuscale.scaler.fleet import FleetView
-from gpuscale.scaler.service import ScalerServer, ScalerService
+from gpuscale.scaler.edges.keda import ScalerServer, ScalerService
+from gpuscale.scaler.sources.demand import DemandSources, parse_config, query_result
+from gpuscale.scaler.state.fleet import FleetView
 from tests.conftest import until
 
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from gpuscale.scaler.fleet import FleetView
-from gpuscale.scaler.inspect import Inspector
-from gpuscale.scaler.service import ScalerService
+from gpuscale.scaler.edges.inspect import Inspector
+from gpuscale.scaler.edges.keda import ScalerService
+from gpuscale.scaler.state.fleet import FleetView
 from gpuscale.stream.records import DeviceRecord
 from gpuscale.stream.subscriber import LinkState
 from tests.conftest import Clock

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from gpuscale.scaler.fleet import FleetView
-from gpuscale.scaler.selector import parse_selector
+from gpuscale.scaler.core.selector import parse_selector
+from gpuscale.scaler.state.fleet import FleetView
 from gpuscale.stream.records import PodRecord
 
 
@@ -59,8 +59,8 @@ def test_namespaces_do_not_leak() -> None:
 def test_the_selection_cache_is_bounded_by_entries_and_bytes() -> None:
     """Every distinct (namespace, selector) a caller sends is remembered until the bounds:
     hostile callers cannot grow it without limit."""
-    from gpuscale.scaler import fleet as fleet_module
-    from gpuscale.scaler.selector import parse_selector
+    from gpuscale.scaler.core.selector import parse_selector
+    from gpuscale.scaler.state import fleet as fleet_module
 
     view = FleetView()
     for i in range(fleet_module.CACHE_ENTRIES + 500):

@@ -15,9 +15,9 @@ import math
 
 import pytest
 
-from gpuscale.scaler.evaluate import evaluate
-from gpuscale.scaler.fleet import FleetView
-from gpuscale.scaler.profiles import Target, ValueMode
+from gpuscale.scaler.core.aggregate import evaluate
+from gpuscale.scaler.core.profiles import Target, ValueMode
+from gpuscale.scaler.state.fleet import FleetView
 from gpuscale.stream.records import PodRecord
 
 TOLERANCE = 0.1

@@ -13,11 +13,11 @@ from gpuscale.proto import externalscaler_pb2 as kpb
 from gpuscale.proto import externalscaler_pb2_grpc as kpb_grpc
 from gpuscale.proto import inspect_pb2 as pb
 from gpuscale.proto import inspect_pb2_grpc as pb_grpc
-from gpuscale.scaler.fleet import FleetView
-from gpuscale.scaler.history import Answer, DeviceHistory, Moment, TriggerHistory
-from gpuscale.scaler.inspect import SERVICE, Inspector, add_to_server
-from gpuscale.scaler.metadata import parse_metadata
-from gpuscale.scaler.service import ScalerServer, ScalerService
+from gpuscale.scaler.core.trigger import parse_metadata
+from gpuscale.scaler.edges.inspect import SERVICE, Inspector, add_to_server
+from gpuscale.scaler.edges.keda import ScalerServer, ScalerService
+from gpuscale.scaler.state.fleet import FleetView
+from gpuscale.scaler.state.history import Answer, DeviceHistory, Moment, TriggerHistory
 from gpuscale.stream.codec import MAX_DEVICES_PER_NODE, MAX_HOLDERS, decode_devices, encode
 from gpuscale.stream.records import DeviceRecord, PodRecord
 from gpuscale.telemetry.model import Absent, Reading

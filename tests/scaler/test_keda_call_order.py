@@ -15,12 +15,12 @@ import pytest
 from gpuscale.models.keda import Keda, ScaledObjectSpec
 from gpuscale.proto import externalscaler_pb2 as pb
 from gpuscale.proto import externalscaler_pb2_grpc as pb_grpc
-from gpuscale.scaler.fleet import FleetView
-from gpuscale.scaler.service import ScalerServer, ScalerService
+from gpuscale.scaler.edges.keda import ScalerServer, ScalerService
+from gpuscale.scaler.state.fleet import FleetView
 from gpuscale.stream.records import PodRecord
 from gpuscale.telemetry.model import Absent
 from tests.conftest import Clock
-from tests.scaler.test_scaler_service import rec
+from tests.scaler.test_keda_service import rec
 
 REF = pb.ScaledObjectRef(name="so", namespace="llm", scalerMetadata={
     "podSelector": "app=vllm", "profile": "vllm-inference"})

@@ -6,9 +6,9 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpuscale.scaler.main import PlanCollector
-from gpuscale.scaler.planner import Observation, PlannerConfig
-from gpuscale.scaler.planning import PlanBook
+from gpuscale.scaler.core.planner import Observation, PlannerConfig
+from gpuscale.scaler.root import PlanCollector
+from gpuscale.scaler.state.plan_book import PlanBook
 
 
 def test_plans_and_terms_are_exported_per_scaledobject() -> None:

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from gpuscale.scaler.planner import (
+from gpuscale.scaler.core.planner import (
     Observation,
     Planner,
     PlannerConfig,
@@ -230,7 +230,7 @@ def test_capacity_is_learned_from_saturated_pods_and_only_downwards() -> None:
 def test_windows_stay_exact_for_the_life_of_a_process() -> None:
     """The running sums are rebased: after many pushes (a year at 1 Hz would be 3e7) the
     slope and sums of the last values are what they are for a fresh window."""
-    from gpuscale.scaler.planner import REBASE_AFTER, _Window
+    from gpuscale.scaler.core.planner import REBASE_AFTER, _Window
 
     old, fresh = _Window(300), _Window(300)
     for k in range(3 * REBASE_AFTER + 123):

@@ -11,8 +11,8 @@ import pytest
 
 from gpuscale.proto import externalscaler_pb2 as pb
 from gpuscale.proto import externalscaler_pb2_grpc as pb_grpc
-from gpuscale.scaler.fleet import FleetView
-from gpuscale.scaler.service import ScalerServer, ScalerService
+from gpuscale.scaler.edges.keda import ScalerServer, ScalerService
+from gpuscale.scaler.state.fleet import FleetView
 from gpuscale.stream.records import PodRecord
 from gpuscale.telemetry.model import Absent, Reading
 from tests.conftest import Clock, until

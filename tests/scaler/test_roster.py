@@ -12,10 +12,10 @@ import pytest
 
 from gpuscale.proto import externalscaler_pb2 as pb
 from gpuscale.proto import externalscaler_pb2_grpc as pb_grpc
-from gpuscale.scaler.fleet import FleetView
-from gpuscale.scaler.roster import AgentRoster, PodRoster
-from gpuscale.scaler.selector import parse_selector
-from gpuscale.scaler.service import ScalerServer, ScalerService
+from gpuscale.scaler.core.selector import parse_selector
+from gpuscale.scaler.edges.keda import ScalerServer, ScalerService
+from gpuscale.scaler.sources.roster import AgentRoster, PodRoster
+from gpuscale.scaler.state.fleet import FleetView
 from gpuscale.stream.subscriber import AgentSubscriber
 from gpuscale.telemetry.scenario import NodeSpec, parse_scenario
 from tests.conftest import free_port, running_agents, until

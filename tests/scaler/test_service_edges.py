@@ -13,13 +13,13 @@ from grpc_reflection.v1alpha import reflection_pb2
 
 from gpuscale.proto import externalscaler_pb2 as pb
 from gpuscale.proto import externalscaler_pb2_grpc as pb_grpc
-from gpuscale.scaler.fleet import FleetView
-from gpuscale.scaler.selector import Selector
-from gpuscale.scaler.service import ScalerServer, ScalerService
+from gpuscale.scaler.core.selector import Selector
+from gpuscale.scaler.edges.keda import ScalerServer, ScalerService
+from gpuscale.scaler.state.fleet import FleetView
 from gpuscale.stream.records import PodRecord
 from gpuscale.telemetry.model import Absent
 from tests.conftest import until
-from tests.scaler.test_scaler_service import code_of, metrics, rec, ref
+from tests.scaler.test_keda_service import code_of, metrics, rec, ref
 
 
 def engine_rec(name: str, signal: str, value: float) -> PodRecord:

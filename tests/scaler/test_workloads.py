@@ -11,10 +11,10 @@ from hypothesis import given
 
 from gpuscale.proto import externalscaler_pb2 as pb
 from gpuscale.proto import externalscaler_pb2_grpc as pb_grpc
-from gpuscale.scaler.fleet import FleetView
-from gpuscale.scaler.selector import Selector
-from gpuscale.scaler.service import ScalerServer, ScalerService
-from gpuscale.scaler.workloads import WorkloadResolver, selector_from_label_selector
+from gpuscale.scaler.core.selector import Selector
+from gpuscale.scaler.edges.keda import ScalerServer, ScalerService
+from gpuscale.scaler.sources.workloads import WorkloadResolver, selector_from_label_selector
+from gpuscale.scaler.state.fleet import FleetView
 from gpuscale.stream.records import PodRecord
 from tests.conftest import json_values, until
 from tests.peers.kubeapi import (
@@ -161,7 +161,7 @@ def test_label_selector_objects(sel: dict[str, object], expect: str) -> None:
 
 @pytest.mark.parametrize("sel", [{}, {"matchExpressions": [{"key": "x", "operator": "Gt"}]}])
 def test_bad_label_selector_objects(sel: dict[str, object]) -> None:
-    from gpuscale.scaler.selector import SelectorError
+    from gpuscale.scaler.core.selector import SelectorError
 
     with pytest.raises(SelectorError):
         selector_from_label_selector(sel)
@@ -172,7 +172,7 @@ SELECTOR_KEYS = ["matchLabels", "matchExpressions", "key", "operator", "values",
 
 @given(json_values(SELECTOR_KEYS))
 def test_any_json_label_selector_is_a_selector_or_refused(sel: object) -> None:
-    from gpuscale.scaler.selector import SelectorError
+    from gpuscale.scaler.core.selector import SelectorError
 
     try:
         got = selector_from_label_selector(sel if isinstance(sel, dict) else {"x": sel})
@@ -188,7 +188,7 @@ async def test_explain_reads_the_scaledobject_and_its_target(kubeapi: KubeApiPee
     and HPA behavior, and the target's spec.replicas; found by the Deployment's name too."""
     from gpuscale.proto import inspect_pb2 as ipb
     from gpuscale.proto import inspect_pb2_grpc as ipb_grpc
-    from gpuscale.scaler.inspect import SERVICE, Inspector, add_to_server
+    from gpuscale.scaler.edges.inspect import SERVICE, Inspector, add_to_server
 
     kubeapi.add(make_workload("Deployment", "llm", "vllm", {"app": "vllm"}), DEPLOYMENTS)
     so = make_scaledobject("llm", "so-vllm", "vllm")

@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from gpuscale.agent.app import Agent, AgentConfig
 from gpuscale.attribution.sources import ScenarioSources
-from gpuscale.scaler.fleet import FleetView
-from gpuscale.scaler.selector import parse_selector
+from gpuscale.scaler.core.selector import parse_selector
+from gpuscale.scaler.state.fleet import FleetView
 from gpuscale.stream.discovery import EndpointSliceDiscovery, addresses
 from gpuscale.stream.subscriber import AgentSubscriber
 from gpuscale.telemetry.scenario import parse_scenario

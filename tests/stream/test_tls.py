@@ -13,7 +13,7 @@ from cryptography.hazmat.primitives import serialization
 
 from gpuscale.agent.app import Agent, AgentConfig
 from gpuscale.attribution.sources import ScenarioSources
-from gpuscale.scaler.fleet import FleetView
+from gpuscale.scaler.state.fleet import FleetView
 from gpuscale.stream.subscriber import AgentSubscriber
 from gpuscale.stream.tls import TlsFiles, channel_credentials
 from gpuscale.telemetry.scenario import load_scenario
@@ -115,7 +115,7 @@ async def test_keda_side_of_the_scaler_over_mutual_tls(tmp_path: Path) -> None:
 
     from gpuscale.proto import externalscaler_pb2 as pb
     from gpuscale.proto import externalscaler_pb2_grpc as pb_grpc
-    from gpuscale.scaler.service import ScalerServer, ScalerService
+    from gpuscale.scaler.edges.keda import ScalerServer, ScalerService
     from gpuscale.stream.tls import server_credentials
 
     ca = make_ca("keda-gpuscale CA")

@@ -15,7 +15,7 @@ import yaml
 from hypothesis import given, settings
 
 from gpuscale.common.errors import ConfigError
-from gpuscale.scaler.metadata import parse_metadata
+from gpuscale.scaler.core.trigger import parse_metadata
 from gpuscale.tools.generate import Options, behavior, detect_engine, generate, workload_from
 from tests.conftest import json_values, validate, write_kubeconfig
 from tests.peers.kubeapi import DEPLOYMENTS, KubeApiPeer

@@ -107,7 +107,7 @@ def _run_loop(args: argparse.Namespace) -> int:
     """The closed loop (demo/loop.py) from the demo's command line."""
     from gpuscale.demo.loop import run_live
     from gpuscale.demo.world import LiveConfig
-    from gpuscale.scaler.profiles import PROFILES
+    from gpuscale.scaler.core.profiles import PROFILES
     from gpuscale.traffic.requests import load_requests
 
     def refuse(why: str) -> int:

@@ -12,7 +12,7 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from gpuscale.scaler.profiles import PLANNED, PROFILES, SIGNALS
+    from gpuscale.scaler.core.profiles import PLANNED, PROFILES, SIGNALS
 
     for p in PROFILES.values():
         targets = ", ".join(f"{t.signal} target {_quantity(t.target, SIGNALS[t.signal].unit)}"

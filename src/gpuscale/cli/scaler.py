@@ -55,7 +55,7 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from gpuscale.scaler.main import run_scaler
+    from gpuscale.scaler.root import run_scaler
 
     try:
         args.agent_tls = tls_files(args.agent_tls_cert, args.agent_tls_key, args.agent_tls_ca)

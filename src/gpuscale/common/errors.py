@@ -19,7 +19,7 @@ kind                  meaning                            gRPC  HTTP             
 ===================== ================================== ===== ================ ========
 
 The mapping is data (``grpc_code``, ``http_status``, ``exit_code`` on each class), read by
-the edges in one place each (``scaler.service`` for gRPC, the CLI's ``fail``), so no edge
+the edges in one place each (``scaler.edges.keda`` for gRPC, the CLI's ``fail``), so no edge
 imports another's library to classify an error. Errors that already derived from
 ``ValueError`` keep doing so: callers written against the standard types still work.
 """

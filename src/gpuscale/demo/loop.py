@@ -60,13 +60,13 @@ from gpuscale.models.serving import needed_replicas, planner_metadata
 from gpuscale.models.slo import SLO_TTFT_S, Slo
 from gpuscale.proto import externalscaler_pb2 as pb
 from gpuscale.proto import externalscaler_pb2_grpc as pb_grpc
-from gpuscale.scaler.fleet import FleetView
-from gpuscale.scaler.inspect import SERVICE as INSPECT
-from gpuscale.scaler.inspect import Inspector
-from gpuscale.scaler.inspect import add_to_server as add_inspect
-from gpuscale.scaler.planning import PlanBook
-from gpuscale.scaler.roster import AgentRoster
-from gpuscale.scaler.service import ScalerServer, ScalerService
+from gpuscale.scaler.edges.inspect import SERVICE as INSPECT
+from gpuscale.scaler.edges.inspect import Inspector
+from gpuscale.scaler.edges.inspect import add_to_server as add_inspect
+from gpuscale.scaler.edges.keda import ScalerServer, ScalerService
+from gpuscale.scaler.sources.roster import AgentRoster
+from gpuscale.scaler.state.fleet import FleetView
+from gpuscale.scaler.state.plan_book import PlanBook
 from gpuscale.stream.subscriber import AgentSubscriber
 
 log = logging.getLogger(__name__)

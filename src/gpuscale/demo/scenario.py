@@ -21,13 +21,13 @@ from gpuscale.agent.app import Agent, AgentConfig
 from gpuscale.attribution.sources import ScenarioSources
 from gpuscale.common.shutdown import cancel_on_signals
 from gpuscale.engines.simulated_engines import engines_for, start_engines
-from gpuscale.scaler.demand import DemandSources, ScalerConfig, load_config
-from gpuscale.scaler.fleet import FleetView
-from gpuscale.scaler.history import STEP_S
-from gpuscale.scaler.inspect import SERVICE as INSPECT
-from gpuscale.scaler.inspect import Inspector
-from gpuscale.scaler.inspect import add_to_server as add_inspect
-from gpuscale.scaler.service import ScalerServer, ScalerService
+from gpuscale.scaler.edges.inspect import SERVICE as INSPECT
+from gpuscale.scaler.edges.inspect import Inspector
+from gpuscale.scaler.edges.inspect import add_to_server as add_inspect
+from gpuscale.scaler.edges.keda import ScalerServer, ScalerService
+from gpuscale.scaler.sources.demand import DemandSources, ScalerConfig, load_config
+from gpuscale.scaler.state.fleet import FleetView
+from gpuscale.scaler.state.history import STEP_S
 from gpuscale.telemetry.model import Absent
 from gpuscale.telemetry.scenario import load_scenario
 from gpuscale.telemetry.simulated_gpus import SimulatedBackend

@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 
 from gpuscale.demo.world import NAMESPACE, WORKLOAD, SimClock, World
 from gpuscale.models.slo import SLO_TTFT_S
-from gpuscale.scaler.fleet import FleetView
-from gpuscale.scaler.planner import Plan
-from gpuscale.scaler.planning import PlanBook
-from gpuscale.scaler.selector import parse_selector
+from gpuscale.scaler.core.planner import Plan
+from gpuscale.scaler.core.selector import parse_selector
+from gpuscale.scaler.state.fleet import FleetView
+from gpuscale.scaler.state.plan_book import PlanBook
 from gpuscale.stream.records import PodRecord
 from gpuscale.telemetry.model import Absent
 

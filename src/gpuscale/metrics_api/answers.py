@@ -1,6 +1,6 @@
 """What the metrics API answers, from memory: per-pod values and workload values.
 
-The same rules as the KEDA path (``scaler.evaluate``): a Ready pod of the selection whose
+The same rules as the KEDA path (``scaler.core.aggregate``): a Ready pod of the selection whose
 reading is absent, stale or implausible, or a running pod the roster knows that has not
 reported, makes the whole answer UNAVAILABLE (503) naming them - never a list with the pod
 left out, because the HPA takes a pod missing from a Pods metric as using nothing when it
@@ -23,14 +23,14 @@ from gpuscale.metrics_api.served_metrics import (
     ObjectMetric,
 )
 from gpuscale.metrics_api.shapes import Item
-from gpuscale.scaler.evaluate import WorkloadUnavailable, evaluate
-from gpuscale.scaler.fleet import FleetView
-from gpuscale.scaler.metadata import PLANNER_KEYS, parse_metadata
-from gpuscale.scaler.planner import Observation
-from gpuscale.scaler.planning import PlanBook, TooManyPlans, observe
-from gpuscale.scaler.profiles import PLANNED, Target, ValueMode
-from gpuscale.scaler.roster import Roster
-from gpuscale.scaler.selector import Selector, SelectorError, parse_selector
+from gpuscale.scaler.core.aggregate import WorkloadUnavailable, evaluate
+from gpuscale.scaler.core.planner import Observation
+from gpuscale.scaler.core.profiles import PLANNED, Target, ValueMode
+from gpuscale.scaler.core.selector import Selector, SelectorError, parse_selector
+from gpuscale.scaler.core.trigger import PLANNER_KEYS, parse_metadata
+from gpuscale.scaler.sources.roster import Roster
+from gpuscale.scaler.state.fleet import FleetView
+from gpuscale.scaler.state.plan_book import PlanBook, TooManyPlans, observe
 from gpuscale.stream.records import PodRecord
 from gpuscale.telemetry.model import Absent
 

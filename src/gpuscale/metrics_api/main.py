@@ -24,7 +24,7 @@ from gpuscale.common.errors import ConfigError
 from gpuscale.metrics_api.answers import MetricAnswers
 from gpuscale.metrics_api.authz import Authorizer
 from gpuscale.metrics_api.server import AUTH_CONFIGMAP, MetricsApiServer, TrustSource
-from gpuscale.scaler.main import Extra, Parts
+from gpuscale.scaler.root import Extra, Parts
 
 log = logging.getLogger(__name__)
 RETRY_S = (5.0, 10.0, 30.0, 60.0)  # after a certificate or port problem

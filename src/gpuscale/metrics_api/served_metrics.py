@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpuscale.scaler.profiles import PLANNED, SIGNALS
+from gpuscale.scaler.core.profiles import PLANNED, SIGNALS
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,7 +3,7 @@
 Every simulated second, each Ready replica's engine counters (prompt and generated tokens,
 finished requests) become per-pod rates over the last second, as the agent computes them
 from vLLM's counters; with its running and waiting requests and KV-cache use they become
-PodRecords in a FleetView, and ``scaler.planning.observe`` + ``scaler.planner.Planner``
+PodRecords in a FleetView, and ``scaler.state.plan_book.observe`` + ``scaler.core.planner.Planner``
 make the plan exactly as the scaler does once a second. KEDA and the HPA (their models in
 ``run_policy``) read ``planned x targetValue`` as an External AverageValue metric when
 they poll, and hold (UNAVAILABLE) when there is no plan.
@@ -18,11 +18,11 @@ from typing import Any
 from gpuscale.common.errors import DataUnavailable
 from gpuscale.models.hpa import SCALE_DOWN, Metric, MetricSource, TargetType
 from gpuscale.models.serving import ServingModel, ServingParams, planner_metadata
-from gpuscale.scaler.fleet import FleetView
-from gpuscale.scaler.metadata import parse_metadata
-from gpuscale.scaler.planner import Planner, PlanUnavailable
-from gpuscale.scaler.planning import observe
-from gpuscale.scaler.selector import parse_selector
+from gpuscale.scaler.core.planner import Planner, PlanUnavailable
+from gpuscale.scaler.core.selector import parse_selector
+from gpuscale.scaler.core.trigger import parse_metadata
+from gpuscale.scaler.state.fleet import FleetView
+from gpuscale.scaler.state.plan_book import observe
 from gpuscale.stream.records import PodRecord
 from gpuscale.telemetry.model import Reading
 

@@ -24,10 +24,10 @@ from gpuscale.models.serving import (
     needed_replicas,
 )
 from gpuscale.models.slo import DEFAULT_SLO, SLO_TTFT_S, Slo, SloSpec
-from gpuscale.scaler.evaluate import WorkloadUnavailable, evaluate
-from gpuscale.scaler.fleet import FleetView
-from gpuscale.scaler.metadata import parse_metadata
-from gpuscale.scaler.selector import parse_selector
+from gpuscale.scaler.core.aggregate import WorkloadUnavailable, evaluate
+from gpuscale.scaler.core.selector import parse_selector
+from gpuscale.scaler.core.trigger import parse_metadata
+from gpuscale.scaler.state.fleet import FleetView
 from gpuscale.sim.planner_policy import planner_policy
 from gpuscale.stream.records import PodRecord
 from gpuscale.traffic.scale import sharpest_rise

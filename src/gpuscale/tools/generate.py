@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuscale.common.errors import ConfigError
-from gpuscale.scaler.metadata import parse_metadata
-from gpuscale.scaler.profiles import PLANNED, ProfileName
-from gpuscale.scaler.profiles import PROFILES as PROFILE_TABLE
+from gpuscale.scaler.core.profiles import PLANNED, ProfileName
+from gpuscale.scaler.core.profiles import PROFILES as PROFILE_TABLE
+from gpuscale.scaler.core.trigger import parse_metadata
 
 ENGINE_PORTS = {"vllm": 8000, "triton": 8002, "tgi": 80}  # where each serves /metrics
 PROFILES = {"vllm": "vllm-inference", "triton": "triton-inference", "tgi": "tgi-inference",

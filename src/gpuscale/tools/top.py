@@ -18,7 +18,7 @@ from rich.text import Text
 
 from gpuscale.proto import inspect_pb2 as pb
 from gpuscale.proto import telemetry_pb2 as tpb
-from gpuscale.scaler.profiles import SIGNALS
+from gpuscale.scaler.core.profiles import SIGNALS
 
 SORTS = ("util", "memory", "queue", "name")
 PAD = 2  # columns between two cells (one space each side in Textual, one gap in rich)

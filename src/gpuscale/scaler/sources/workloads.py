@@ -17,7 +17,7 @@ from gpuscale.kube.api import Collection, KubeApi, ObjectRef
 from gpuscale.kube.errors import ApiError
 from gpuscale.kube.listwatch import BACKOFF_S
 from gpuscale.kube.replies import int_at, list_at, obj_at, str_at
-from gpuscale.scaler.selector import Selector, SelectorError, parse_selector
+from gpuscale.scaler.core.selector import Selector, SelectorError, parse_selector
 
 log = logging.getLogger(__name__)
 

@@ -26,8 +26,11 @@ from gpuscale.kube.replies import int_at, obj_at, str_at
 from gpuscale.proto import externalscaler_pb2 as keda_pb
 from gpuscale.proto import inspect_pb2 as pb
 from gpuscale.proto import inspect_pb2_grpc as pb_grpc
-from gpuscale.scaler.evaluate import WorkloadUnavailable, evaluate
-from gpuscale.scaler.history import (
+from gpuscale.scaler.core.aggregate import WorkloadUnavailable, evaluate
+from gpuscale.scaler.core.planner import Plan
+from gpuscale.scaler.core.profiles import PLANNED
+from gpuscale.scaler.edges.keda import ScalerService, check_ref
+from gpuscale.scaler.state.history import (
     MAX_NAMED,
     MINUTE_S,
     STEP_S,
@@ -36,14 +39,11 @@ from gpuscale.scaler.history import (
     Moment,
     Seen,
 )
-from gpuscale.scaler.planner import Plan
-from gpuscale.scaler.profiles import PLANNED
-from gpuscale.scaler.service import ScalerService, check_ref
 from gpuscale.stream.codec import put_device, put_reading
 from gpuscale.stream.records import DeviceRecord, PodRecord
 
 if TYPE_CHECKING:
-    from gpuscale.scaler.workloads import WorkloadResolver
+    from gpuscale.scaler.sources.workloads import WorkloadResolver
     from gpuscale.stream.subscriber import LinkState
 
 log = logging.getLogger(__name__)

@@ -1,7 +1,7 @@
 """The scaler's recent past, bounded, for the operator tools (``gpuscale explain --at``,
 ``gpuscale idle``): what it would have answered for each ScaledObject every STEP_S, and
 each device's allocation and utilization per minute. Nothing on KEDA's request path reads
-or writes it; a loop records it (scaler.inspect).
+or writes it; a loop records it (scaler.edges.inspect).
 
 Bounds (the worst case is what a scaler must have memory for): MAX_TRIGGERS ScaledObjects
 x KEEP_S / STEP_S moments, and MAX_DEVICES devices x KEEP_S / 60 minutes. Past the
@@ -16,7 +16,7 @@ from collections import OrderedDict, deque
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
-from gpuscale.scaler.metadata import TriggerConfig
+from gpuscale.scaler.core.trigger import TriggerConfig
 from gpuscale.stream.records import DeviceRecord, PodRecord
 
 STEP_S = 30.0  # one moment per ScaledObject this often (KEDA's default polling interval)

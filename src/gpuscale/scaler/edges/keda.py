@@ -31,19 +31,19 @@ from gpuscale.common.grpc_bind import bind
 from gpuscale.proto import externalscaler_pb2 as pb
 from gpuscale.proto import externalscaler_pb2_grpc as pb_grpc
 from gpuscale.scaler import DEFAULT_PORT
-from gpuscale.scaler.evaluate import WorkloadUnavailable, evaluate
-from gpuscale.scaler.fleet import FleetView
-from gpuscale.scaler.history import TriggerHistory
-from gpuscale.scaler.metadata import TriggerConfig, parse_metadata
-from gpuscale.scaler.planner import Observation
-from gpuscale.scaler.planning import PlanBook, observe
-from gpuscale.scaler.profiles import PLANNED, Target
-from gpuscale.scaler.push import ActivityPushes
+from gpuscale.scaler.core.aggregate import WorkloadUnavailable, evaluate
+from gpuscale.scaler.core.planner import Observation
+from gpuscale.scaler.core.profiles import PLANNED, Target
+from gpuscale.scaler.core.trigger import TriggerConfig, parse_metadata
+from gpuscale.scaler.state.fleet import FleetView
+from gpuscale.scaler.state.history import TriggerHistory
+from gpuscale.scaler.state.plan_book import PlanBook, observe
+from gpuscale.scaler.state.pushes import ActivityPushes
 from gpuscale.stream.records import PodRecord
 
 if TYPE_CHECKING:  # the Kubernetes client is imported only where the resolver is built
-    from gpuscale.scaler.roster import Roster
-    from gpuscale.scaler.workloads import WorkloadResolver
+    from gpuscale.scaler.sources.roster import Roster
+    from gpuscale.scaler.sources.workloads import WorkloadResolver
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +108,7 @@ class ScalerService(pb_grpc.ExternalScalerServicer):
         ``plans``: the planners of vllm-planner triggers (``plan_loop`` ticks them)."""
         self.fleet = fleet
         self.plans = plans if plans is not None else PlanBook()
-        self.history = TriggerHistory()  # what KEDA asks about (scaler.inspect records it)
+        self.history = TriggerHistory()  # what KEDA asks about (scaler.edges.inspect records it)
         self._roster = roster
         self._answered = _Answered(count)
         self._demand = demand

@@ -61,9 +61,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from gpuscale.common.errors import ConfigError
-from gpuscale.scaler.planner import PlannerConfig
-from gpuscale.scaler.profiles import PLANNED, PROFILES, SIGNALS, ProfileName, Target, ValueMode
-from gpuscale.scaler.selector import Selector, SelectorError, parse_selector
+from gpuscale.scaler.core.planner import PlannerConfig
+from gpuscale.scaler.core.profiles import PLANNED, PROFILES, SIGNALS, ProfileName, Target, ValueMode
+from gpuscale.scaler.core.selector import Selector, SelectorError, parse_selector
 
 MAX_KEYS = 64
 MAX_VALUE = 4096

@@ -83,7 +83,7 @@ class PlanUnavailable(DataUnavailable):
 
 @dataclass(frozen=True, slots=True)
 class PlannerConfig:
-    """One workload's planning parameters (trigger metadata; see ``scaler.metadata``)."""
+    """One workload's planning parameters (trigger metadata; see ``scaler.core.trigger``)."""
 
     delay_s: float = 2.0  # the queueing-delay budget (the SLO less the prefill itself)
     ttft_s: float | None = None  # a TTFT objective: the budget follows the mean prompt

@@ -23,21 +23,21 @@ from prometheus_client.registry import Collector
 
 from gpuscale.common.errors import ConfigError
 from gpuscale.common.shutdown import cancel_on_signals
-from gpuscale.scaler.demand import DemandSources, ScalerConfig, load_config
-from gpuscale.scaler.fleet import FleetView
-from gpuscale.scaler.history import STEP_S
-from gpuscale.scaler.inspect import SERVICE as INSPECT
-from gpuscale.scaler.inspect import Inspector
-from gpuscale.scaler.inspect import add_to_server as add_inspect
-from gpuscale.scaler.planning import PlanBook
-from gpuscale.scaler.roster import AgentRoster, PodRoster, Roster
-from gpuscale.scaler.service import ScalerServer, ScalerService
+from gpuscale.scaler.edges.inspect import SERVICE as INSPECT
+from gpuscale.scaler.edges.inspect import Inspector
+from gpuscale.scaler.edges.inspect import add_to_server as add_inspect
+from gpuscale.scaler.edges.keda import ScalerServer, ScalerService
+from gpuscale.scaler.sources.demand import DemandSources, ScalerConfig, load_config
+from gpuscale.scaler.sources.roster import AgentRoster, PodRoster, Roster
+from gpuscale.scaler.state.fleet import FleetView
+from gpuscale.scaler.state.history import STEP_S
+from gpuscale.scaler.state.plan_book import PlanBook
 from gpuscale.stream.subscriber import AgentSubscriber
 from gpuscale.stream.tls import channel_credentials, server_credentials
 
 if TYPE_CHECKING:  # the Kubernetes client loads only when the API is used
     from gpuscale.kube.api import KubeApi
-    from gpuscale.scaler.workloads import WorkloadResolver
+    from gpuscale.scaler.sources.workloads import WorkloadResolver
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +139,7 @@ async def serve(args: argparse.Namespace, extras: Sequence[Extra] = (),
 
         api = await connect(args.kubeconfig)
     if (args.resolve_targets or needs_api) and api is not None:
-        from gpuscale.scaler.workloads import WorkloadResolver
+        from gpuscale.scaler.sources.workloads import WorkloadResolver
 
         workloads = WorkloadResolver(api)
     if args.agent_service:

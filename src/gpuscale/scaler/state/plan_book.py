@@ -19,10 +19,10 @@ from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import dataclass
 
 from gpuscale.common.errors import DataUnavailable, Overloaded
-from gpuscale.scaler.evaluate import evaluate
-from gpuscale.scaler.fleet import FleetView
-from gpuscale.scaler.planner import Observation, Plan, Planner, PlannerConfig
-from gpuscale.scaler.profiles import Target, ValueMode
+from gpuscale.scaler.core.aggregate import evaluate
+from gpuscale.scaler.core.planner import Observation, Plan, Planner, PlannerConfig
+from gpuscale.scaler.core.profiles import Target, ValueMode
+from gpuscale.scaler.state.fleet import FleetView
 from gpuscale.stream.records import PodRecord
 
 log = logging.getLogger(__name__)

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from gpuscale.scaler.selector import Selector
+from gpuscale.scaler.core.selector import Selector
 from gpuscale.stream.records import DeviceRecord, PodRecord
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from gpuscale.scaler.evaluate import WorkloadUnavailable
-from gpuscale.scaler.planner import Observation, PlannerConfig, PlanUnavailable
-from gpuscale.scaler.planning import PlanBook, TooManyPlans
+from gpuscale.scaler.core.aggregate import WorkloadUnavailable
+from gpuscale.scaler.core.planner import Observation, PlannerConfig, PlanUnavailable
+from gpuscale.scaler.state.plan_book import PlanBook, TooManyPlans
 
 CFG = PlannerConfig()
 

@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuscale.scaler.metadata import KNOWN, MetadataError, parse_metadata
-from gpuscale.scaler.profiles import PROFILES, SIGNALS, ProfileName
-from gpuscale.scaler.selector import SelectorError, parse_selector
+from gpuscale.scaler.core.profiles import PROFILES, SIGNALS, ProfileName
+from gpuscale.scaler.core.selector import SelectorError, parse_selector
+from gpuscale.scaler.core.trigger import KNOWN, MetadataError, parse_metadata
 
 
 def test_defaults_and_passthrough_keys() -> None:

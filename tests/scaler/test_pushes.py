@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from gpuscale.common.errors import ConfigError, DataUnavailable
-from gpuscale.scaler.push import ActivityPushes, Subscription
+from gpuscale.scaler.state.pushes import ActivityPushes, Subscription
 
 
 class World:
@@ -151,8 +151,8 @@ async def test_a_burst_of_thousands_of_streams_is_not_cancelled() -> None:
 
     from gpuscale.proto import externalscaler_pb2 as pb
     from gpuscale.proto import externalscaler_pb2_grpc as pb_grpc
-    from gpuscale.scaler.fleet import FleetView
-    from gpuscale.scaler.service import ScalerServer, ScalerService
+    from gpuscale.scaler.edges.keda import ScalerServer, ScalerService
+    from gpuscale.scaler.state.fleet import FleetView
 
     server = ScalerServer(ScalerService(FleetView()), host="127.0.0.1", port=0)
     await server.start()

@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from gpuscale.scaler.selector import Selector
+from gpuscale.scaler.core.selector import Selector
 from gpuscale.stream.records import PodRecord
 from gpuscale.stream.subscriber import AgentSubscriber, LinkState
 

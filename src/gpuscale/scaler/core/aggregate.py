@@ -22,14 +22,23 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from gpuscale.common.errors import DataUnavailable
-from gpuscale.scaler.fleet import FleetView
-from gpuscale.scaler.profiles import SIGNALS, Target, ValueMode
+from gpuscale.scaler.core.profiles import SIGNALS, Target, ValueMode
 from gpuscale.stream.records import PodRecord
 from gpuscale.telemetry.model import Absent
 
 MAX_NAMED = 5
+
+
+class Clock(Protocol):
+    """How old a record is, and the bound past which it is stale (the fleet view)."""
+
+    @property
+    def stale_after(self) -> float: ...
+
+    def age(self, record: PodRecord) -> float: ...
 
 
 class WorkloadUnavailable(DataUnavailable):
@@ -45,7 +54,7 @@ class Evaluation:
     ready: int = 0  # counted pods that are Ready (Value mode's divisor)
 
 
-def evaluate(fleet: FleetView, pods: list[PodRecord], target: Target,
+def evaluate(fleet: Clock, pods: list[PodRecord], target: Target,
              mode: ValueMode, missing: Sequence[str] = ()) -> Evaluation:
     """``missing``: gaps a roster found (pods or agents that have not reported); any
     makes the answer UNAVAILABLE, named after the pods' own problems."""
