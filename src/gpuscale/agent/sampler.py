@@ -19,13 +19,13 @@ from concurrent.futures import ThreadPoolExecutor
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from gpuscale.attribution.model import AttributionState, NodeAttribution
+from gpuscale.common.freshness import staleness_bound
 from gpuscale.telemetry.backend import GpuBackend
 from gpuscale.telemetry.model import BackendState, NodeSnapshot
 
 log = logging.getLogger(__name__)
 
 MIN_INTERVAL_S = 0.2
-STALE_AFTER_INTERVALS = 3.0
 
 Attributor = Callable[[NodeSnapshot], Awaitable[NodeAttribution]]
 Listener = Callable[[NodeSnapshot, NodeAttribution | None], None]
@@ -80,7 +80,7 @@ class Sampler:
     @property
     def stale_after(self) -> float:
         """Seconds after which the latest snapshot no longer counts as fresh."""
-        return max(STALE_AFTER_INTERVALS * self.interval, 2.0)
+        return staleness_bound(self.interval)
 
     def readiness(self) -> tuple[bool, str]:
         """Ready when a sample succeeded and the latest is fresh; the reason when not."""

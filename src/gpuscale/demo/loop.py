@@ -31,6 +31,7 @@ import grpc
 
 from gpuscale.agent.app import Agent, AgentConfig
 from gpuscale.agent.sampler import MIN_INTERVAL_S
+from gpuscale.common.freshness import staleness_bound
 from gpuscale.common.shutdown import cancel_on_signals
 from gpuscale.demo.defaults import GPUS_PER_NODE
 from gpuscale.demo.view import (
@@ -176,7 +177,7 @@ async def run_live(cfg: LiveConfig, tty: bool | None = None,
     interval = min(1.0, max(MIN_INTERVAL_S, 1.0 / cfg.speed))  # ~1 simulated s, <= 5 Hz
     agents = [Agent(b, AgentConfig("127.0.0.1", 0, interval, b.node.name, stream_port=0), s)
               for b, s in zip(world.backends, world.sources, strict=True)]
-    fleet = FleetView(stale_after=max(3.0 * interval, 2.0))
+    fleet = FleetView(stale_after=staleness_bound(interval))
     subscriber = AgentSubscriber(fleet, name="demo")
     # The planner runs on simulated time (the engines' counters are served at the rate
     # of the scaler's clock, see World.engine_text), so its windows are simulated seconds.

@@ -19,6 +19,7 @@ from aiohttp import web
 
 from gpuscale.agent.app import Agent, AgentConfig
 from gpuscale.attribution.sources import ScenarioSources
+from gpuscale.common.freshness import staleness_bound
 from gpuscale.common.shutdown import cancel_on_signals
 from gpuscale.engines.simulated_engines import engines_for, start_engines
 from gpuscale.scaler.edges.inspect import SERVICE as INSPECT
@@ -39,7 +40,7 @@ async def serve_scenario(args: argparse.Namespace) -> None:
     """Serve ``args.scenario``'s nodes until cancelled (the options of ``gpuscale demo
     --scenario``: speed, interval, host, port, metrics_port, scaler_config)."""
     scenario = load_scenario(args.scenario)
-    fleet = FleetView(stale_after=max(3.0 * args.interval, 2.0))
+    fleet = FleetView(stale_after=staleness_bound(args.interval))
     agents = []
     engines: list[web.AppRunner] = []
     for i, node in enumerate(scenario.nodes):

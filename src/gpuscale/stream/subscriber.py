@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import grpc
 
+from gpuscale.common.freshness import staleness_bound
 from gpuscale.proto import telemetry_pb2 as pb
 from gpuscale.proto import telemetry_pb2_grpc as pb_grpc
 from gpuscale.stream.codec import DecodeError, decode, decode_devices
@@ -40,7 +41,6 @@ log = logging.getLogger(__name__)
 BACKOFF_S = (0.1, 0.25, 0.5, 1.0)  # a dead agent costs one dial a second at most
 FORGET_AFTER_S = 300.0
 CLOSE_TIMEOUT_S = 5.0
-MIN_STALE_S = 2.0
 MAX_MESSAGE = 16 * 1024 * 1024
 
 Credentials = Callable[[], grpc.ChannelCredentials | None]  # None: plaintext
@@ -171,8 +171,7 @@ class AgentLink:
         if self._on_delay is not None:
             self._on_delay(max(0.0, time.time() - msg.sampled_at))
         if msg.attribution_ok:
-            bound = max(3.0 * msg.interval, MIN_STALE_S)
-            records = decode(msg, now, bound, node=s.identity)
+            records = decode(msg, now, staleness_bound(msg.interval), node=s.identity)
             devices = decode_devices(msg)
             s.reported, s.incomplete = True, ""
             self._sink.update_node(s.address, records, devices)

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
+from gpuscale.common.freshness import staleness_bound
 from gpuscale.scaler.core.selector import Selector
 from gpuscale.stream.records import DeviceRecord, PodRecord
 
@@ -31,7 +32,7 @@ CACHE_BYTES = 16 * 1024 * 1024  # of selector text held in those keys
 
 
 class FleetView:
-    def __init__(self, stale_after: float = 3.0,
+    def __init__(self, stale_after: float = staleness_bound(1.0),  # an agent's default tick
                  monotonic: Callable[[], float] = time.monotonic) -> None:
         self.stale_after = stale_after
         self._monotonic = monotonic
