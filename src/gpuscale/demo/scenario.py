@@ -26,7 +26,7 @@ from gpuscale.scaler.edges.inspect import SERVICE as INSPECT
 from gpuscale.scaler.edges.inspect import Inspector
 from gpuscale.scaler.edges.inspect import add_to_server as add_inspect
 from gpuscale.scaler.edges.keda import ScalerServer, ScalerService
-from gpuscale.scaler.sources.demand import DemandSources, ScalerConfig, load_config
+from gpuscale.scaler.sources.demand import DemandConfig, DemandSources, load_config
 from gpuscale.scaler.state.fleet import FleetView
 from gpuscale.scaler.state.history import STEP_S
 from gpuscale.telemetry.model import Absent
@@ -57,7 +57,7 @@ async def serve_scenario(args: argparse.Namespace) -> None:
         engines.extend(await start_engines(engines_for(dict(pods), loads),
                                            backend.scenario_time))
     demand = DemandSources(load_config(args.scaler_config) if args.scaler_config
-                           else ScalerConfig())
+                           else DemandConfig())
     service = ScalerService(fleet, demand=demand.pending)
     inspector = Inspector(service, step_s=args.history_step or STEP_S)
     server = ScalerServer(service, host=args.host, port=args.port,

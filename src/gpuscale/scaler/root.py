@@ -27,7 +27,7 @@ from gpuscale.scaler.edges.inspect import SERVICE as INSPECT
 from gpuscale.scaler.edges.inspect import Inspector
 from gpuscale.scaler.edges.inspect import add_to_server as add_inspect
 from gpuscale.scaler.edges.keda import ScalerServer, ScalerService
-from gpuscale.scaler.sources.demand import DemandSources, ScalerConfig, load_config
+from gpuscale.scaler.sources.demand import DemandConfig, DemandSources, load_config
 from gpuscale.scaler.sources.roster import AgentRoster, PodRoster, Roster
 from gpuscale.scaler.state.fleet import FleetView
 from gpuscale.scaler.state.history import STEP_S
@@ -129,7 +129,7 @@ async def serve(args: argparse.Namespace, extras: Sequence[Extra] = (),
     subscriber = AgentSubscriber(fleet, name=socket.gethostname(), credentials=creds,
                                  server_name=args.agent_tls_server_name,
                                  on_delay=delay.observe)
-    config = load_config(args.config) if args.config else ScalerConfig()
+    config = load_config(args.config) if args.config else DemandConfig()
     demand = DemandSources(config)
     api = None
     workloads = None

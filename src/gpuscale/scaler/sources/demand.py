@@ -63,13 +63,13 @@ class DemandSource:
 
 
 @dataclass(frozen=True, slots=True)
-class ScalerConfig:
+class DemandConfig:
     demand_sources: tuple[DemandSource, ...] = ()
     interval_s: float = 2.0
     timeout_s: float = 1.0
 
 
-def load_config(path: Path) -> ScalerConfig:
+def load_config(path: Path) -> DemandConfig:
     try:
         data = yaml.safe_load(path.read_text())
     except OSError as exc:
@@ -79,7 +79,7 @@ def load_config(path: Path) -> ScalerConfig:
     return parse_config(data or {})
 
 
-def parse_config(data: object) -> ScalerConfig:
+def parse_config(data: object) -> DemandConfig:
     if not isinstance(data, dict):
         raise ConfigError("configuration: expected a mapping")
     unknown = set(data) - {"demandSources", "interval_s", "timeout_s"}
@@ -95,7 +95,7 @@ def parse_config(data: object) -> ScalerConfig:
     names = [s.name for s in sources]
     if len(set(names)) != len(names):
         raise ConfigError("demandSources: names must be unique")
-    return ScalerConfig(tuple(sources), interval, timeout)
+    return DemandConfig(tuple(sources), interval, timeout)
 
 
 def _positive(v: object, where: str) -> float:
@@ -146,7 +146,7 @@ class _Reading:
 
 
 class DemandSources:
-    def __init__(self, config: ScalerConfig,
+    def __init__(self, config: DemandConfig,
                  monotonic: Callable[[], float] = time.monotonic) -> None:
         self.config = config
         self._by_name = {s.name: s for s in config.demand_sources}
