@@ -22,11 +22,19 @@ from typing import Any
 
 from gpuscale.attribution.model import OwnerRef
 from gpuscale.proto import inspect_pb2 as pb
+from gpuscale.scaler.answers import Answers
 from gpuscale.scaler.core.trigger import parse_metadata
 from gpuscale.scaler.edges.inspect import Inspector
 from gpuscale.scaler.edges.keda import ScalerService
+from gpuscale.scaler.recorder import Recorder
 from gpuscale.scaler.state.fleet import FleetView
-from gpuscale.scaler.state.history import MAX_DEVICES, MAX_TRIGGERS, Answer, DeviceHistory, Moment
+from gpuscale.scaler.state.history import (
+    MAX_DEVICES,
+    MAX_TRIGGERS,
+    DeviceHistory,
+    RecordedAnswers,
+    TargetAnswer,
+)
 from gpuscale.stream.records import DeviceRecord, PodRecord
 
 
@@ -76,12 +84,12 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5)
     args = ap.parse_args()
     fleet = fleet_of(args.nodes, time.monotonic())
-    service = ScalerService(fleet)
-    inspector = Inspector(service)
+    service = ScalerService(Answers(fleet))
+    inspector = Inspector(Recorder(service.answers, service.history))
     for i in range(args.triggers):
         md = {"podSelector": f"app=w{i}"}
         service.history.note(f"ns{i % 50}", f"so-{i}", md, parse_metadata(md), fleet.now())
-    step = timed(inspector.record_now, args.repeat)
+    step = timed(inspector.recorder.record_now, args.repeat)
     loop = asyncio.new_event_loop()
 
     def call(method: Any, request: Any) -> None:
@@ -110,9 +118,9 @@ def main() -> None:
     for i in range(MAX_TRIGGERS):
         th.note("ns", f"so-{i}", md, cfg, 0.0)
         for t in range(int(th.keep_s / th.step_s)):
-            # as Inspector._moment makes them: a new Answer (a new value) every moment
-            answers = (Answer(name, signal, 70.0, 5.0, 100.0 + t * 0.37 + i, "", 8, 0, 8),)
-            th.record("ns", f"so-{i}", Moment(time.time() + t * 15, answers, 8, -1, (),
+            # as Inspector._moment makes them: a new TargetAnswer (a new value) every moment
+            answers = (TargetAnswer(name, signal, 70.0, 5.0, 100.0 + t * 0.37 + i, "", 8, 0, 8),)
+            th.record("ns", f"so-{i}", RecordedAnswers(time.time() + t * 15, answers, 8, -1, (),
                                               (), ""))
     triggers_mb = (tracemalloc.get_traced_memory()[0] - base) / 2**20
     base = tracemalloc.get_traced_memory()[0]

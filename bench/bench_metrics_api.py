@@ -51,6 +51,7 @@ from gpuscale.metrics_api.answers import MetricAnswers  # noqa: E402
 from gpuscale.metrics_api.authz import Authorizer  # noqa: E402
 from gpuscale.metrics_api.main import configmap_reader  # noqa: E402
 from gpuscale.metrics_api.server import MetricsApiServer, TrustSource  # noqa: E402
+from gpuscale.scaler.answers import Answers  # noqa: E402
 from gpuscale.scaler.sources.roster import AgentRoster, PodRoster  # noqa: E402
 from gpuscale.scaler.state.fleet import FleetView  # noqa: E402
 from gpuscale.scaler.state.plan_book import PlanBook  # noqa: E402
@@ -192,7 +193,8 @@ async def latency(cycles: int, seconds: float) -> None:
     sub = AgentSubscriber(fleet, "bench")
     roster = PodRoster(api, AgentRoster(sub))
     authz = Authorizer(api)
-    server = MetricsApiServer(MetricAnswers(fleet, roster, None, PlanBook()), authz,
+    answers = MetricAnswers(Answers(fleet, roster=roster, plans=PlanBook()), None)
+    server = MetricsApiServer(answers, authz,
                               TrustSource(configmap_reader(api)), d / "serving.crt",
                               d / "serving.key", "127.0.0.1", 0)
     handler: list[float] = []
@@ -275,7 +277,7 @@ async def freshness(trials: int) -> None:
         agent = Agent(SimulatedBackend(node, start=start),
                       AgentConfig("127.0.0.1", 0, 1.0, "n"), ScenarioSources(node))
         agent.add_sink(fleet)
-        server = MetricsApiServer(MetricAnswers(fleet, None, None, PlanBook()),
+        server = MetricsApiServer(MetricAnswers(Answers(fleet, plans=PlanBook()), None),
                                   Authorizer(api), TrustSource(configmap_reader(api)),
                                   d / "serving.crt", d / "serving.key", "127.0.0.1", 0)
         bound: asyncio.Future[int] = asyncio.get_running_loop().create_future()

@@ -44,6 +44,7 @@ from gpuscale.agent.app import Agent, AgentConfig  # noqa: E402
 from gpuscale.attribution.sources import ScenarioSources  # noqa: E402
 from gpuscale.proto import externalscaler_pb2 as pb  # noqa: E402
 from gpuscale.proto import externalscaler_pb2_grpc as pb_grpc  # noqa: E402
+from gpuscale.scaler.answers import Answers  # noqa: E402
 from gpuscale.scaler.edges.keda import ScalerServer, ScalerService  # noqa: E402
 from gpuscale.scaler.state.fleet import FleetView  # noqa: E402
 from gpuscale.stream.records import PodRecord  # noqa: E402
@@ -168,7 +169,7 @@ async def latency(seconds: float) -> None:
     registry = CollectorRegistry(auto_describe=False)  # counted as the scaler counts
     requests = Counter("gpuscale_scaler_requests", "calls", ["method", "code"],
                        registry=registry)
-    service = ScalerService(fleet, count=lambda m, c: requests.labels(m, c).inc())
+    service = ScalerService(Answers(fleet), count=lambda m, c: requests.labels(m, c).inc())
     handler_times: list[float] = []
     original = service.GetMetrics
 
@@ -278,7 +279,7 @@ async def freshness(trials: int) -> None:
         backend = SimulatedBackend(node, start=start)
         agent = Agent(backend, AgentConfig("127.0.0.1", 0, 1.0, "n"), ScenarioSources(node))
         agent.add_sink(fleet)
-        server = ScalerServer(ScalerService(fleet), host="127.0.0.1", port=0)
+        server = ScalerServer(ScalerService(Answers(fleet)), host="127.0.0.1", port=0)
         await server.start()
         task = asyncio.create_task(agent.run())
         ref = pb.ScaledObjectRef(name="w", namespace="ns",

@@ -43,7 +43,7 @@ from gpuscale.models.serving import ServingParams, needed_replicas
 from gpuscale.models.slo import SLO_TTFT_S
 from gpuscale.sim.baselines import baselines
 from gpuscale.sim.fluid_bound import lower_bound
-from gpuscale.sim.planner_policy import planner_policy
+from gpuscale.sim.scaler_adapter import planner_policy
 from gpuscale.sim.simulate import run_policy
 from gpuscale.traffic.patterns import synthetic
 from gpuscale.traffic.scale import scale_trace

@@ -34,6 +34,7 @@ PER_CONNECTION = 400  # scaler.service.MAX_STREAMS_PER_PEER
 
 SERVER = r"""
 import asyncio, sys, time
+from gpuscale.scaler.answers import Answers
 from gpuscale.scaler.state.fleet import FleetView
 from gpuscale.scaler.edges.keda import ScalerServer, ScalerService
 from gpuscale.stream.records import PodRecord
@@ -50,7 +51,7 @@ async def main():
     fleet = FleetView(stale_after=3.0)
     for n in range(NODES):
         fleet.update_node(f"node-{n}", records(n, time.monotonic()))
-    server = ScalerServer(ScalerService(fleet), host="127.0.0.1", port=0)
+    server = ScalerServer(ScalerService(Answers(fleet)), host="127.0.0.1", port=0)
     await server.start()
     print(server.port, flush=True)
     while True:  # every node once a second, spread over the second

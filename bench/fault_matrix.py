@@ -44,6 +44,7 @@ from gpuscale.attribution.model import PodInfo
 from gpuscale.attribution.sources import SIM_ENGINE_PORT, Inputs, ScenarioSources
 from gpuscale.proto import externalscaler_pb2 as pb
 from gpuscale.proto import externalscaler_pb2_grpc as pb_grpc
+from gpuscale.scaler.answers import Answers
 from gpuscale.scaler.edges.keda import ScalerServer, ScalerService
 from gpuscale.scaler.sources.demand import DemandSources, parse_config
 from gpuscale.scaler.sources.roster import AgentRoster
@@ -375,8 +376,8 @@ async def run_matrix(hold_s: float = 3.0, interval: float = 0.2,
         {"name": "queue", "kind": "prometheus", "url": f"http://127.0.0.1:{cluster.queue.port}",
          "query": "sum(pending)"}]}))
     demand_task = asyncio.create_task(demand.run())
-    server = ScalerServer(ScalerService(cluster.fleet, demand=demand.pending,
-                                        roster=AgentRoster(cluster.sub)),
+    answer_fn = Answers(cluster.fleet, AgentRoster(cluster.sub), demand=demand.pending)
+    server = ScalerServer(ScalerService(answer_fn),
                           host="127.0.0.1", port=0)
     await server.start()
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{server.port}")

@@ -33,6 +33,7 @@ from prometheus_client import CollectorRegistry, Counter
 from bench import bench_scaler as b
 from gpuscale.proto import externalscaler_pb2 as pb
 from gpuscale.proto import externalscaler_pb2_grpc as g
+from gpuscale.scaler.answers import Answers
 from gpuscale.scaler.edges.keda import ScalerServer, ScalerService
 from gpuscale.scaler.state.fleet import FleetView
 
@@ -59,7 +60,7 @@ class SyncEmpty(g.ExternalScalerServicer):
 
 class SyncOurs(g.ExternalScalerServicer):
     def __init__(self) -> None:
-        self.service = ScalerService(fleet())
+        self.service = ScalerService(Answers(fleet()))
 
     def GetMetrics(self, request, context):
         return self.service._metrics(request)
@@ -74,11 +75,11 @@ async def serve_aio(variant: str, port: int) -> None:
         requests = Counter("gpuscale_scaler_requests", "calls", ["method", "code"],
                            registry=registry)
         service: g.ExternalScalerServicer = ScalerService(
-            view, count=lambda m, c: requests.labels(m, c).inc())
+            Answers(view), count=lambda m, c: requests.labels(m, c).inc())
         server = ScalerServer(service, host="127.0.0.1", port=port)  # type: ignore[arg-type]
         await server.start()
     else:
-        service = Empty() if view is None else ScalerService(view)
+        service = Empty() if view is None else ScalerService(Answers(view))
         aio = grpc.aio.server(options=[("grpc.max_concurrent_streams", 1000)])
         g.add_ExternalScalerServicer_to_server(service, aio)
         aio.add_insecure_port(f"127.0.0.1:{port}")

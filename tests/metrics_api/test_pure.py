@@ -19,6 +19,7 @@ from gpuscale.metrics_api.authn import Authenticator, User, authenticate, trust_
 from gpuscale.metrics_api.authz import Attributes, Authorizer, decision_of
 from gpuscale.metrics_api.paths import BadPath, Discovery, MetricPath, parse_path
 from gpuscale.metrics_api.quantity import parse_quantity, quantity
+from gpuscale.scaler.answers import Answers
 from tests.conftest import issue, make_ca, pem
 
 # -- quantities ----------------------------------------------------------------------------
@@ -311,7 +312,7 @@ def test_planners_from_metric_selectors_take_a_bounded_part_of_the_plan_book(
             return parse_selector("app=vllm")
 
     book = PlanBook()
-    answers = mod.MetricAnswers(FleetView(), None, Deployment(), book)
+    answers = mod.MetricAnswers(Answers(FleetView(), plans=book), Deployment())
     for startup in (100, 110, 120):
         answers.object("llm", "deployments.apps", "vllm", "gpuscale_planned_replicas",
                        f"startupSeconds={startup}")

@@ -26,6 +26,7 @@ from gpuscale.metrics_api.main import configmap_reader
 from gpuscale.metrics_api.quantity import parse_quantity
 from gpuscale.metrics_api.server import MetricsApiServer, TrustSource
 from gpuscale.models.hpa import Hpa, Metric, MetricSource, TargetType
+from gpuscale.scaler.answers import Answers
 from gpuscale.scaler.sources.roster import AgentRoster, PodRoster
 from gpuscale.scaler.sources.workloads import WorkloadResolver
 from gpuscale.scaler.state.fleet import FleetView
@@ -158,7 +159,7 @@ async def cluster(tmp_path: Path, kubeapi: KubeApiPeer) -> AsyncIterator[Cluster
     roster = PodRoster(api, AgentRoster(sub), backoff_s=(0.05,))
     resolver = WorkloadResolver(api, backoff_s=(0.05,))
     server = MetricsApiServer(
-        MetricAnswers(fleet, roster, resolver, PlanBook()), Authorizer(api),
+        MetricAnswers(Answers(fleet, roster=roster, plans=PlanBook()), resolver), Authorizer(api),
         TrustSource(configmap_reader(api)), tmp_path / "serving.crt",
         tmp_path / "serving.key", "127.0.0.1", 0)
     bound: asyncio.Future[int] = asyncio.get_running_loop().create_future()
@@ -523,7 +524,7 @@ async def test_no_trust_configmap_yet_means_not_listening_then_serving(
     data = write_certs(tmp_path)
     api = api_client(kubeapi)
     server = MetricsApiServer(
-        MetricAnswers(FleetView(), None, None, PlanBook()), Authorizer(api),
+        MetricAnswers(Answers(FleetView(), plans=PlanBook()), None), Authorizer(api),
         TrustSource(configmap_reader(api)), tmp_path / "serving.crt",
         tmp_path / "serving.key", "127.0.0.1", 0)
     bound: asyncio.Future[int] = asyncio.get_running_loop().create_future()
@@ -557,11 +558,11 @@ def test_a_named_pod_during_a_roster_gap_is_503_not_404() -> None:
         def ready(self) -> tuple[bool, str]:
             return False, "waiting"
 
-    answers = MetricAnswers(FleetView(), SilentAgent(), None, PlanBook())
+    answers = MetricAnswers(Answers(FleetView(), roster=SilentAgent(), plans=PlanBook()), None)
     with pytest.raises(DataUnavailable, match=r"10\.0\.0\.9:9401 has not reported"):
         answers.pods("llm", "nope", "gpu_utilization")
     with pytest.raises(NotFound, match="no GPU pod llm/nope"):
-        MetricAnswers(FleetView(), None, None, PlanBook()).pods("llm", "nope",
+        MetricAnswers(Answers(FleetView(), plans=PlanBook()), None).pods("llm", "nope",
                                                                 "gpu_utilization")
 
 
@@ -574,7 +575,7 @@ async def test_rbac_without_the_trust_configmap_is_named(tmp_path: Path,
     kubeapi.forbidden = {"/api/v1/namespaces/kube-system/configmaps"}
     api = api_client(kubeapi)
     server = MetricsApiServer(
-        MetricAnswers(FleetView(), None, None, PlanBook()), Authorizer(api),
+        MetricAnswers(Answers(FleetView(), plans=PlanBook()), None), Authorizer(api),
         TrustSource(configmap_reader(api)), tmp_path / "serving.crt",
         tmp_path / "serving.key", "127.0.0.1", 0)
     task = asyncio.create_task(server.serve())

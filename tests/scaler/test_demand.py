@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from gpuscale.common.errors import ConfigError, DataUnavailable, PeerError
 from gpuscale.proto import externalscaler_pb2 as pb
 from gpuscale.proto import externalscaler_pb2_grpc as pb_grpc
+from gpuscale.scaler.answers import Answers
 from gpuscale.scaler.edges.keda import ScalerServer, ScalerService
 from gpuscale.scaler.sources.demand import DemandSources, parse_config, query_result
 from gpuscale.scaler.state.fleet import FleetView
@@ -83,7 +84,7 @@ async def test_scale_from_zero_with_pending_work(gateway: tuple[Gateway, int]) -
     gw, port = gateway
     sources = DemandSources(parse_config(config(port)))
     task = asyncio.create_task(sources.run())
-    server = ScalerServer(ScalerService(FleetView(), demand=sources.pending),
+    server = ScalerServer(ScalerService(Answers(FleetView(), demand=sources.pending)),
                           host="127.0.0.1", port=0)
     await server.start()
     ref = pb.ScaledObjectRef(name="so", namespace="llm", scalerMetadata={
@@ -164,7 +165,7 @@ async def test_hostile_query_replies_make_only_dependent_workloads_unavailable(
     gw.pending = 0
     sources = DemandSources(parse_config(config(port)))
     task = asyncio.create_task(sources.run())
-    server = ScalerServer(ScalerService(FleetView(), demand=sources.pending),
+    server = ScalerServer(ScalerService(Answers(FleetView(), demand=sources.pending)),
                           host="127.0.0.1", port=0)
     await server.start()
     on_queue = pb.ScaledObjectRef(name="a", namespace="llm", scalerMetadata={

@@ -13,11 +13,18 @@ from gpuscale.proto import externalscaler_pb2 as kpb
 from gpuscale.proto import externalscaler_pb2_grpc as kpb_grpc
 from gpuscale.proto import inspect_pb2 as pb
 from gpuscale.proto import inspect_pb2_grpc as pb_grpc
+from gpuscale.scaler.answers import Answers
 from gpuscale.scaler.core.trigger import parse_metadata
 from gpuscale.scaler.edges.inspect import SERVICE, Inspector, add_to_server
 from gpuscale.scaler.edges.keda import ScalerServer, ScalerService
+from gpuscale.scaler.recorder import Recorder
 from gpuscale.scaler.state.fleet import FleetView
-from gpuscale.scaler.state.history import Answer, DeviceHistory, Moment, TriggerHistory
+from gpuscale.scaler.state.history import (
+    DeviceHistory,
+    RecordedAnswers,
+    TargetAnswer,
+    TriggerHistory,
+)
 from gpuscale.stream.codec import MAX_DEVICES_PER_NODE, MAX_HOLDERS, decode_devices, encode
 from gpuscale.stream.records import DeviceRecord, PodRecord
 from gpuscale.telemetry.model import Absent, Reading
@@ -49,8 +56,9 @@ class Served:
 
 @pytest.fixture
 async def served(fleet: FleetView) -> AsyncIterator[Served]:
-    service = ScalerService(fleet)
-    inspector = Inspector(service, wall=lambda: 1_800_000_000.0 + fleet.now())
+    service = ScalerService(Answers(fleet))
+    inspector = Inspector(Recorder(service.answers, service.history,
+                                   wall=lambda: 1_800_000_000.0 + fleet.now()))
     server = ScalerServer(service, host="127.0.0.1", port=0,
                           extra=[(SERVICE, lambda s: add_to_server(inspector, s))])
     await server.start()
@@ -153,7 +161,7 @@ async def test_recorded_moments_answer_explain_at(served: Served, clock: Clock,
     await ask(served)
     for util in (60.0, 20.0, 5.0):
         fleet.update_node("node-a", [rec("v-0", util, at=fleet.now())], devices("llm/v-0"))
-        served.inspector.record_now()
+        served.inspector.recorder.record_now()
         clock.now += 15.0
     first = 1_800_000_000.0 + 1000.0
     reply = await served.stub.Explain(pb.ExplainRequest(namespace="llm", name="so",
@@ -225,7 +233,8 @@ def test_history_is_bounded() -> None:
     assert ("ns", "so-3") not in dict(h.items())
     assert ("ns", "so-2") in dict(h.items())
     for t in range(100):
-        h.record("ns", "so-5", Moment(float(t), (Answer("m", "s", 1.0, 0.0, float(t)),), 1))
+        h.record("ns", "so-5", RecordedAnswers(
+            float(t), (TargetAnswer("m", "s", 1.0, 0.0, float(t)),), 1))
     seen = h.get("ns", "so-5")
     assert seen is not None
     assert len(seen.moments) == 4  # 60 s of 15 s steps
@@ -251,8 +260,8 @@ async def test_agents_stream_their_devices_to_the_scaler() -> None:
     nodes = [*load_scenario("mig-node").nodes, *load_scenario("timesliced-node").nodes]
     fleet = FleetView()
     subscriber = AgentSubscriber(fleet, name="test")
-    service = ScalerService(fleet)
-    inspector = Inspector(service, subscriber.states)
+    service = ScalerService(Answers(fleet))
+    inspector = Inspector(Recorder(service.answers, service.history, subscriber.states))
     server = ScalerServer(service, host="127.0.0.1", port=0,
                           extra=[(SERVICE, lambda s: add_to_server(inspector, s))])
     await server.start()
@@ -321,7 +330,7 @@ async def test_a_trigger_the_scaler_refuses_is_not_remembered(served: Served,
             namespace="llm", name="bad", scalerMetadata={"profile": "gpu-utilization"}))
     assert err.value.code() is grpc.StatusCode.INVALID_ARGUMENT
     await ask(served)
-    served.inspector.record_now()
+    served.inspector.recorder.record_now()
     reply = await served.stub.Fleet(pb.FleetRequest())
     assert [w.name for w in reply.workloads] == ["so"]
     seen = served.service.history.get("llm", "so")
@@ -338,7 +347,7 @@ async def test_a_trigger_that_breaks_does_not_stop_the_others(served: Served,
     await ask(served)
     md = {"profile": "gpu-utilization"}
     served.service.history.note("llm", "broken", md, parse_metadata(md), fleet.now())
-    served.inspector.record_now()
+    served.inspector.recorder.record_now()
     reply = await served.stub.Fleet(pb.FleetRequest())
     answers = {w.name: w.answers[0] for w in reply.workloads}
     assert answers["so"].value == 60.0

@@ -15,6 +15,7 @@ import pytest
 from gpuscale.models.keda import Keda, ScaledObjectSpec
 from gpuscale.proto import externalscaler_pb2 as pb
 from gpuscale.proto import externalscaler_pb2_grpc as pb_grpc
+from gpuscale.scaler.answers import Answers
 from gpuscale.scaler.edges.keda import ScalerServer, ScalerService
 from gpuscale.scaler.state.fleet import FleetView
 from gpuscale.stream.records import PodRecord
@@ -35,7 +36,7 @@ def vllm(requests: float, kv_cache: float, at: float = 1000.0) -> PodRecord:
 async def keda_client() -> AsyncIterator[tuple[FleetView, Clock, pb_grpc.ExternalScalerStub]]:
     clock = Clock()
     fleet = FleetView(stale_after=3.0, monotonic=clock)
-    server = ScalerServer(ScalerService(fleet, resend_s=0.2), host="127.0.0.1", port=0)
+    server = ScalerServer(ScalerService(Answers(fleet), resend_s=0.2), host="127.0.0.1", port=0)
     await server.start()
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{server.port}")
     yield fleet, clock, pb_grpc.ExternalScalerStub(channel)

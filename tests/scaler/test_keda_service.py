@@ -15,6 +15,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from gpuscale.proto import externalscaler_pb2 as pb
 from gpuscale.proto import externalscaler_pb2_grpc as pb_grpc
+from gpuscale.scaler.answers import Answers
 from gpuscale.scaler.edges.keda import ScalerServer, ScalerService
 from gpuscale.scaler.state.fleet import FleetView
 from gpuscale.stream.records import PodRecord
@@ -32,7 +33,7 @@ def rec(name: str, util: Reading | None = None, *, ns: str = "llm", app: str = "
 
 @pytest.fixture
 async def stub(fleet: FleetView) -> AsyncIterator[pb_grpc.ExternalScalerStub]:
-    server = ScalerServer(ScalerService(fleet, resend_s=0.5), host="127.0.0.1", port=0)
+    server = ScalerServer(ScalerService(Answers(fleet), resend_s=0.5), host="127.0.0.1", port=0)
     await server.start()
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{server.port}")
     yield pb_grpc.ExternalScalerStub(channel)
@@ -149,7 +150,7 @@ async def test_stream_is_active_pushes_on_change(stub: pb_grpc.ExternalScalerStu
 
 
 async def test_stream_metric_spec_sends_at_once_and_ends_on_shutdown(fleet: FleetView) -> None:
-    server = ScalerServer(ScalerService(fleet), host="127.0.0.1", port=0)
+    server = ScalerServer(ScalerService(Answers(fleet)), host="127.0.0.1", port=0)
     await server.start()
     async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
         stub = pb_grpc.ExternalScalerStub(channel)
@@ -164,7 +165,7 @@ async def test_stream_metric_spec_sends_at_once_and_ends_on_shutdown(fleet: Flee
 
 
 async def test_health_and_reflection(fleet: FleetView) -> None:
-    server = ScalerServer(ScalerService(fleet), host="127.0.0.1", port=0)
+    server = ScalerServer(ScalerService(Answers(fleet)), host="127.0.0.1", port=0)
     await server.start()
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
@@ -191,7 +192,7 @@ async def test_concurrent_callers_agree(stub: pb_grpc.ExternalScalerStub,
 
 async def test_unix_socket(fleet: FleetView) -> None:
     path = f"/tmp/gs-scaler-{os.getpid()}.sock"
-    server = ScalerServer(ScalerService(fleet), host=f"unix:{path}", port=0)
+    server = ScalerServer(ScalerService(Answers(fleet)), host=f"unix:{path}", port=0)
     await server.start()
     try:
         fleet.update_node("node-a", [rec("v-0", 12.0)])
@@ -205,7 +206,7 @@ async def test_unix_socket(fleet: FleetView) -> None:
 
 async def test_answers_are_counted_by_method_and_status(fleet: FleetView) -> None:
     counted: list[tuple[str, str]] = []
-    server = ScalerServer(ScalerService(fleet, count=lambda m, c: counted.append((m, c))),
+    server = ScalerServer(ScalerService(Answers(fleet), count=lambda m, c: counted.append((m, c))),
                           host="127.0.0.1", port=0)
     await server.start()
     try:

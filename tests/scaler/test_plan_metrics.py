@@ -7,7 +7,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpuscale.scaler.core.planner import Observation, PlannerConfig
-from gpuscale.scaler.root import PlanCollector
+from gpuscale.scaler.edges.http import PlanCollector
 from gpuscale.scaler.state.plan_book import PlanBook
 
 

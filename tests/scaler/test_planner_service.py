@@ -11,6 +11,7 @@ import pytest
 
 from gpuscale.proto import externalscaler_pb2 as pb
 from gpuscale.proto import externalscaler_pb2_grpc as pb_grpc
+from gpuscale.scaler.answers import Answers
 from gpuscale.scaler.edges.keda import ScalerServer, ScalerService
 from gpuscale.scaler.state.fleet import FleetView
 from gpuscale.stream.records import PodRecord
@@ -36,7 +37,7 @@ def pod(name: str, busy: float, *, at: float, ready: bool = True, waiting: float
 
 @pytest.fixture
 async def served(fleet: FleetView) -> AsyncIterator[Served]:
-    service = ScalerService(fleet)
+    service = ScalerService(Answers(fleet))
     server = ScalerServer(service, host="127.0.0.1", port=0)
     await server.start()
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{server.port}")
@@ -126,7 +127,7 @@ async def test_the_plan_loop_ticks_until_the_service_stops(
     clock.now += 1
     fleet.update_node("node-a", [pod("v-0", 0.4, at=clock.now)])
     service.stopping.clear()
-    task = asyncio.create_task(service.plan_loop(period=0.01))
+    task = asyncio.create_task(service.plans.run(fleet.now, service.stopping, period=0.01))
     await until(lambda: dict(service.plans.plans())[("llm", "chat")].at > planner_at,
                 what="a tick")
     service.stopping.set()

@@ -8,6 +8,7 @@ import asyncio
 import pytest
 
 from gpuscale.common.errors import ConfigError, DataUnavailable
+from gpuscale.scaler.answers import Answers
 from gpuscale.scaler.state.pushes import ActivityPushes, Subscription
 
 
@@ -154,7 +155,7 @@ async def test_a_burst_of_thousands_of_streams_is_not_cancelled() -> None:
     from gpuscale.scaler.edges.keda import ScalerServer, ScalerService
     from gpuscale.scaler.state.fleet import FleetView
 
-    server = ScalerServer(ScalerService(FleetView()), host="127.0.0.1", port=0)
+    server = ScalerServer(ScalerService(Answers(FleetView())), host="127.0.0.1", port=0)
     await server.start()
     chans = [grpc.aio.insecure_channel(f"127.0.0.1:{server.port}", options=[("gs.conn", i)])
              for i in range(10)]

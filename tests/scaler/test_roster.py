@@ -12,6 +12,7 @@ import pytest
 
 from gpuscale.proto import externalscaler_pb2 as pb
 from gpuscale.proto import externalscaler_pb2_grpc as pb_grpc
+from gpuscale.scaler.answers import Answers
 from gpuscale.scaler.core.selector import parse_selector
 from gpuscale.scaler.edges.keda import ScalerServer, ScalerService
 from gpuscale.scaler.sources.roster import AgentRoster, PodRoster
@@ -52,7 +53,7 @@ async def scaler() -> AsyncIterator[tuple[AgentSubscriber, AgentRoster, Any]]:
     fleet = FleetView()
     sub = AgentSubscriber(fleet, "test", backoff_s=(0.05,))
     roster = AgentRoster(sub)
-    server = ScalerServer(ScalerService(fleet, roster=roster), host="127.0.0.1", port=0)
+    server = ScalerServer(ScalerService(Answers(fleet, roster=roster)), host="127.0.0.1", port=0)
     await server.start()
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{server.port}")
     yield sub, roster, pb_grpc.ExternalScalerStub(channel)
@@ -152,7 +153,7 @@ async def test_with_the_api_every_ready_gpu_pod_must_have_reported(
     api = api_client(kubeapi)
     roster = PodRoster(api, AgentRoster(sub), backoff_s=(0.05,))
     watch = asyncio.create_task(roster.run())
-    server = ScalerServer(ScalerService(fleet, roster=roster), host="127.0.0.1", port=0)
+    server = ScalerServer(ScalerService(Answers(fleet, roster=roster)), host="127.0.0.1", port=0)
     await server.start()
     kubeapi.add(gpu_pod("a-0", "n-a"))
     kubeapi.add(gpu_pod("a-1", "n-b"))  # runs where no agent reports

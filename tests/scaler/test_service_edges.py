@@ -13,6 +13,7 @@ from grpc_reflection.v1alpha import reflection_pb2
 
 from gpuscale.proto import externalscaler_pb2 as pb
 from gpuscale.proto import externalscaler_pb2_grpc as pb_grpc
+from gpuscale.scaler.answers import Answers
 from gpuscale.scaler.core.selector import Selector
 from gpuscale.scaler.edges.keda import ScalerServer, ScalerService
 from gpuscale.scaler.state.fleet import FleetView
@@ -29,7 +30,7 @@ def engine_rec(name: str, signal: str, value: float) -> PodRecord:
 
 @pytest.fixture
 async def served(fleet: FleetView) -> AsyncIterator[tuple[ScalerService, grpc.aio.Channel]]:
-    service = ScalerService(fleet, resend_s=0.2)
+    service = ScalerService(Answers(fleet), resend_s=0.2)
     server = ScalerServer(service, host="127.0.0.1", port=0)
     await server.start()
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{server.port}")
@@ -115,7 +116,7 @@ class BrokenFleet(FleetView):
 async def test_a_bug_is_internal_logged_and_never_counted_as_ok(
         caplog: pytest.LogCaptureFixture) -> None:
     counted: list[tuple[str, str]] = []
-    server = ScalerServer(ScalerService(BrokenFleet(), count=lambda m, c: counted.append(
+    server = ScalerServer(ScalerService(Answers(BrokenFleet()), count=lambda m, c: counted.append(
         (m, c))), host="127.0.0.1", port=0)
     await server.start()
     try:

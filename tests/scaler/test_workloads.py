@@ -9,10 +9,13 @@ import grpc
 import pytest
 from hypothesis import given
 
+from gpuscale.common.errors import Unavailable
 from gpuscale.proto import externalscaler_pb2 as pb
 from gpuscale.proto import externalscaler_pb2_grpc as pb_grpc
+from gpuscale.scaler.answers import Answers
 from gpuscale.scaler.core.selector import Selector
 from gpuscale.scaler.edges.keda import ScalerServer, ScalerService
+from gpuscale.scaler.recorder import Recorder
 from gpuscale.scaler.sources.workloads import WorkloadResolver, selector_from_label_selector
 from gpuscale.scaler.state.fleet import FleetView
 from gpuscale.stream.records import PodRecord
@@ -42,8 +45,8 @@ async def resolver(kubeapi: KubeApiPeer) -> AsyncIterator[WorkloadResolver]:
 
 
 
-def text(x: Selector | str) -> str:
-    return x.text if isinstance(x, Selector) else f"ERR {x}"
+def text(x: Selector | Unavailable) -> str:
+    return x.text if isinstance(x, Selector) else f"ERR {x.reason}"
 
 
 async def test_deployment_statefulset_and_any_scalable(kubeapi: KubeApiPeer,
@@ -62,7 +65,7 @@ async def test_deployment_statefulset_and_any_scalable(kubeapi: KubeApiPeer,
     await until(lambda: text(resolver.resolve("llm", "so-phi")) == "app=phi,!canary")
     assert text(resolver.resolve("llm", "so-vllm")) == "app=vllm,tier in (a,b)"
     assert text(resolver.resolve("llm", "so-train")) == "app=train"
-    assert resolver.resolve("llm", "nope") == "ScaledObject llm/nope not found"
+    assert resolver.resolve("llm", "nope") == Unavailable("ScaledObject llm/nope not found")
 
 
 async def test_target_changes_are_followed(kubeapi: KubeApiPeer,
@@ -74,7 +77,8 @@ async def test_target_changes_are_followed(kubeapi: KubeApiPeer,
                 DEPLOYMENTS)
     await until(lambda: text(resolver.resolve("llm", "so")) == "app=vllm,v=2")
     kubeapi.delete("uid-Deployment-llm-vllm", DEPLOYMENTS)
-    await until(lambda: resolver.resolve("llm", "so") == "Deployment llm/vllm not found")
+    await until(lambda: resolver.resolve("llm", "so")
+                == Unavailable("Deployment llm/vllm not found"))
 
 
 async def test_resolved_workload_served_over_grpc(kubeapi: KubeApiPeer,
@@ -84,7 +88,8 @@ async def test_resolved_workload_served_over_grpc(kubeapi: KubeApiPeer,
     fleet = FleetView(monotonic=lambda: 0.0)
     fleet.update_node("n", [PodRecord("llm", f"p{i}", "n", {"app": "vllm"}, None, True,
                                       {"gpu-utilization": 30.0}, 0.0) for i in range(3)])
-    server = ScalerServer(ScalerService(fleet, workloads=resolver), host="127.0.0.1", port=0)
+    server = ScalerServer(ScalerService(Answers(fleet, resolver=resolver)), host="127.0.0.1",
+                          port=0)
     await server.start()
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as ch:
@@ -202,8 +207,8 @@ async def test_explain_reads_the_scaledobject_and_its_target(kubeapi: KubeApiPee
                 what="the Deployment watched")
     await until(lambda: resolver.scaled_object("llm", "so-vllm") is not None,
                 what="the ScaledObject watched")
-    service = ScalerService(fleet, workloads=resolver)
-    inspector = Inspector(service, workloads=resolver)
+    service = ScalerService(Answers(fleet, resolver=resolver))
+    inspector = Inspector(Recorder(service.answers, service.history), resolver)
     server = ScalerServer(service, host="127.0.0.1", port=0,
                           extra=[(SERVICE, lambda s: add_to_server(inspector, s))])
     await server.start()

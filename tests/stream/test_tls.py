@@ -13,6 +13,7 @@ from cryptography.hazmat.primitives import serialization
 
 from gpuscale.agent.app import Agent, AgentConfig
 from gpuscale.attribution.sources import ScenarioSources
+from gpuscale.scaler.answers import Answers
 from gpuscale.scaler.state.fleet import FleetView
 from gpuscale.stream.subscriber import AgentSubscriber
 from gpuscale.stream.tls import TlsFiles, channel_credentials
@@ -121,7 +122,7 @@ async def test_keda_side_of_the_scaler_over_mutual_tls(tmp_path: Path) -> None:
     ca = make_ca("keda-gpuscale CA")
     server_files = write(tmp_path / "s", "scaler", ca, issue(ca, "scaler", "gpuscale-scaler"))
     keda_files = write(tmp_path / "k", "keda", ca, issue(ca, "keda", "keda"))
-    server = ScalerServer(ScalerService(FleetView()), host="127.0.0.1", port=0,
+    server = ScalerServer(ScalerService(Answers(FleetView())), host="127.0.0.1", port=0,
                           credentials=server_credentials(server_files))
     await server.start()
     ref = pb.ScaledObjectRef(name="so", namespace="ns", scalerMetadata={"podSelector": "a=b"})

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuscale.cli.common import fail, tls_files
+from gpuscale.common.errors import ConfigError
 from gpuscale.scaler import DEFAULT_PORT
+
+if TYPE_CHECKING:
+    from gpuscale.scaler.config import ScalerConfig
 
 
 def add_parser(sub: Any) -> None:
@@ -54,25 +59,58 @@ def add_parser(sub: Any) -> None:
     sc.set_defaults(run=run)
 
 
-def run(args: argparse.Namespace) -> int:
-    from gpuscale.scaler.root import run_scaler
+def config_of(args: argparse.Namespace) -> ScalerConfig:
+    """The scaler's typed configuration from its command line. ConfigError for options
+    that cannot be used together or files that cannot be read."""
+    from gpuscale.scaler.config import ScalerConfig
+    from gpuscale.scaler.sources.demand import DemandConfig, load_config
 
     try:
-        args.agent_tls = tls_files(args.agent_tls_cert, args.agent_tls_key, args.agent_tls_ca)
-        args.tls = tls_files(args.tls_cert, args.tls_key, args.tls_ca)
+        agent_tls = tls_files(args.agent_tls_cert, args.agent_tls_key, args.agent_tls_ca)
+        tls = tls_files(args.tls_cert, args.tls_key, args.tls_ca)
     except ValueError as exc:
-        return fail(str(exc))
+        raise ConfigError(str(exc)) from None
+    if not args.agents and not args.agent_service:
+        raise ConfigError("give --agents HOST:PORT,... or --agent-service NAMESPACE/NAME")
+    if agent_tls is None and not args.agents_insecure:
+        raise ConfigError("agent streams need --agent-tls-cert, --agent-tls-key and "
+                          "--agent-tls-ca (mutual TLS), or --agents-insecure")
     if not 0.1 <= args.history_step <= 3600:
-        return fail(f"--history-step: {args.history_step:g} is not 0.1..3600 seconds")
-    extras = []
-    if args.metrics_api_port:
-        if not (args.metrics_api_cert and args.metrics_api_key):
-            return fail("--metrics-api-port needs --metrics-api-cert and --metrics-api-key "
-                        "(the APIService's caBundle must be their CA)")
-        from gpuscale.metrics_api.main import MetricsApiOptions, metrics_api
+        raise ConfigError(f"--history-step: {args.history_step:g} is not 0.1..3600 seconds")
+    if args.metrics_api_port and not (args.metrics_api_cert and args.metrics_api_key):
+        raise ConfigError("--metrics-api-port needs --metrics-api-cert and "
+                          "--metrics-api-key (the APIService's caBundle must be their CA)")
+    return ScalerConfig(
+        host=args.host, port=args.port, metrics_port=args.metrics_port, tls=tls,
+        agents=tuple(args.agents), agent_service=args.agent_service,
+        agent_port=args.agent_port, agent_tls=agent_tls,
+        agent_tls_server_name=args.agent_tls_server_name,
+        # the metrics API answers for Deployments and StatefulSets: it needs their watches
+        resolve_targets=args.resolve_targets or bool(args.metrics_api_port),
+        kubeconfig=args.kubeconfig,
+        demand=load_config(args.config) if args.config else DemandConfig(),
+        history_step_s=args.history_step)
 
-        extras.append(metrics_api(MetricsApiOptions(
+
+def run(args: argparse.Namespace) -> int:
+    from gpuscale.scaler.root import Component, serve
+
+    try:
+        config = config_of(args)
+    except ConfigError as exc:
+        return fail(exc)
+    components: list[Component] = []
+    if args.metrics_api_port:
+        from gpuscale.metrics_api.main import MetricsApi, MetricsApiOptions
+
+        components.append(MetricsApi(MetricsApiOptions(
             args.host, args.metrics_api_port, args.metrics_api_cert, args.metrics_api_key),
             lambda port: print(f"gpuscale metrics API (custom.metrics.k8s.io) on "
                                f"{args.host}:{port}", flush=True)))
-    return run_scaler(args, extras, needs_api=bool(extras))
+    try:
+        asyncio.run(serve(config, components, needs_api=bool(components)))
+    except ConfigError as exc:
+        return fail(exc)
+    except OSError as exc:
+        return fail(str(exc), 1)
+    return 0

@@ -22,9 +22,15 @@ The mapping is data (``grpc_code``, ``http_status``, ``exit_code`` on each class
 the edges in one place each (``scaler.edges.keda`` for gRPC, the CLI's ``fail``), so no edge
 imports another's library to classify an error. Errors that already derived from
 ``ValueError`` keep doing so: callers written against the standard types still work.
+
+``Unavailable`` is the same "cannot know" as a value, for functions that return either
+what they found or why there is none (``Selector | Unavailable``, ``Plan | Unavailable``):
+a typed reason, never a bare string, ``None`` or a zero. ``DataUnavailable`` carries one.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 
 class GpuscaleError(Exception):
@@ -50,6 +56,17 @@ class DataUnavailable(GpuscaleError):
 
     grpc_code = "UNAVAILABLE"
     http_status = 503
+
+
+@dataclass(frozen=True, slots=True)
+class Unavailable:
+    """No honest value now; ``reason`` says what is missing and why, for a person."""
+
+    reason: str
+
+    def error(self) -> DataUnavailable:
+        """The same, raised where a caller expects an exception (KEDA's UNAVAILABLE)."""
+        return DataUnavailable(self.reason)
 
 
 class PeerError(GpuscaleError):

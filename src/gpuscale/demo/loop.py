@@ -61,14 +61,8 @@ from gpuscale.models.serving import needed_replicas, planner_metadata
 from gpuscale.models.slo import SLO_TTFT_S, Slo
 from gpuscale.proto import externalscaler_pb2 as pb
 from gpuscale.proto import externalscaler_pb2_grpc as pb_grpc
-from gpuscale.scaler.edges.inspect import SERVICE as INSPECT
-from gpuscale.scaler.edges.inspect import Inspector
-from gpuscale.scaler.edges.inspect import add_to_server as add_inspect
-from gpuscale.scaler.edges.keda import ScalerServer, ScalerService
-from gpuscale.scaler.sources.roster import AgentRoster
-from gpuscale.scaler.state.fleet import FleetView
-from gpuscale.scaler.state.plan_book import PlanBook
-from gpuscale.stream.subscriber import AgentSubscriber
+from gpuscale.scaler.config import ScalerConfig
+from gpuscale.scaler.root import Scaler
 
 log = logging.getLogger(__name__)
 
@@ -177,19 +171,18 @@ async def run_live(cfg: LiveConfig, tty: bool | None = None,
     interval = min(1.0, max(MIN_INTERVAL_S, 1.0 / cfg.speed))  # ~1 simulated s, <= 5 Hz
     agents = [Agent(b, AgentConfig("127.0.0.1", 0, interval, b.node.name, stream_port=0), s)
               for b, s in zip(world.backends, world.sources, strict=True)]
-    fleet = FleetView(stale_after=staleness_bound(interval))
-    subscriber = AgentSubscriber(fleet, name="demo")
     # The planner runs on simulated time (the engines' counters are served at the rate
     # of the scaler's clock, see World.engine_text), so its windows are simulated seconds.
-    service = ScalerService(fleet, roster=AgentRoster(subscriber),
-                            plans=PlanBook(time_scale=cfg.speed))
-    inspector = Inspector(service, subscriber.states)
-    server = ScalerServer(service, host=cfg.host, port=cfg.port,
-                          extra=[(INSPECT, lambda s: add_inspect(inspector, s))])
+    # The agents' stream addresses are known once they listen (set below).
+    scaler = Scaler(ScalerConfig(host=cfg.host, port=cfg.port, metrics_port=None,
+                                 name="demo", stale_after_s=staleness_bound(interval),
+                                 time_scale=cfg.speed))
+    subscriber = scaler.subscriber
+    assert subscriber is not None
     address = f"{'localhost' if cfg.host in ('0.0.0.0', '::', '[::]') else cfg.host}:" \
-              f"{server.port}"
+              f"{scaler.port}"
     status = Status()
-    view = View(world, clock, status, fleet, address, tty, write, plans=service.plans)
+    view = View(world, clock, status, scaler.fleet, address, tty, write, plans=scaler.plans)
     engines = Engines(world)
     handler = ViewLog(view) if tty else None
     if handler is not None:
@@ -210,9 +203,7 @@ async def run_live(cfg: LiveConfig, tty: bool | None = None,
         async with asyncio.TaskGroup() as tg:
             tasks = [tg.create_task(a.run(listening), name=f"agent-{a.config.hostname}")
                      for a in agents]
-            tasks.append(tg.create_task(server.serve(listening), name="scaler"))
-            tasks.append(tg.create_task(service.plan_loop(), name="planner"))
-            tasks.append(tg.create_task(inspector.record(), name="history"))
+            tasks.append(tg.create_task(scaler.run(listening), name="scaler"))
             await up.wait()
             subscriber.set_addresses(f"127.0.0.1:{a.stream_port}" for a in agents)
             if not tty:

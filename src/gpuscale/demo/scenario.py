@@ -22,12 +22,9 @@ from gpuscale.attribution.sources import ScenarioSources
 from gpuscale.common.freshness import staleness_bound
 from gpuscale.common.shutdown import cancel_on_signals
 from gpuscale.engines.simulated_engines import engines_for, start_engines
-from gpuscale.scaler.edges.inspect import SERVICE as INSPECT
-from gpuscale.scaler.edges.inspect import Inspector
-from gpuscale.scaler.edges.inspect import add_to_server as add_inspect
-from gpuscale.scaler.edges.keda import ScalerServer, ScalerService
-from gpuscale.scaler.sources.demand import DemandConfig, DemandSources, load_config
-from gpuscale.scaler.state.fleet import FleetView
+from gpuscale.scaler.config import ScalerConfig
+from gpuscale.scaler.root import Scaler
+from gpuscale.scaler.sources.demand import DemandConfig, load_config
 from gpuscale.scaler.state.history import STEP_S
 from gpuscale.telemetry.model import Absent
 from gpuscale.telemetry.scenario import load_scenario
@@ -40,7 +37,6 @@ async def serve_scenario(args: argparse.Namespace) -> None:
     """Serve ``args.scenario``'s nodes until cancelled (the options of ``gpuscale demo
     --scenario``: speed, interval, host, port, metrics_port, scaler_config)."""
     scenario = load_scenario(args.scenario)
-    fleet = FleetView(stale_after=staleness_bound(args.interval))
     agents = []
     engines: list[web.AppRunner] = []
     for i, node in enumerate(scenario.nodes):
@@ -49,19 +45,19 @@ async def serve_scenario(args: argparse.Namespace) -> None:
         agent = Agent(backend, AgentConfig(args.host, args.metrics_port + i if
                                            args.metrics_port else 0, args.interval, node.name),
                       sources)
-        agent.add_sink(fleet)
         agents.append(agent)
         loads = {(p.pod.namespace, p.pod.name): p.load for p in node.processes if p.pod}
         pods = sources.pod_infos()
         assert not isinstance(pods, Absent)
         engines.extend(await start_engines(engines_for(dict(pods), loads),
                                            backend.scenario_time))
-    demand = DemandSources(load_config(args.scaler_config) if args.scaler_config
-                           else DemandConfig())
-    service = ScalerService(fleet, demand=demand.pending)
-    inspector = Inspector(service, step_s=args.history_step or STEP_S)
-    server = ScalerServer(service, host=args.host, port=args.port,
-                          extra=[(INSPECT, lambda s: add_inspect(inspector, s))])
+    scaler = Scaler(ScalerConfig(
+        host=args.host, port=args.port, metrics_port=None, in_process=True,
+        demand=load_config(args.scaler_config) if args.scaler_config else DemandConfig(),
+        history_step_s=args.history_step or STEP_S,
+        stale_after_s=staleness_bound(args.interval)))
+    for agent in agents:
+        agent.add_sink(scaler.fleet)
     host = "localhost" if args.host in ("0.0.0.0", "::", "[::]") else args.host
     cancel_on_signals()
 
@@ -86,10 +82,7 @@ async def serve_scenario(args: argparse.Namespace) -> None:
         async with asyncio.TaskGroup() as tg:
             for agent, node in zip(agents, scenario.nodes, strict=True):
                 tg.create_task(agent.run(agent_up(node.name)), name=f"agent-{node.name}")
-            tg.create_task(server.serve(scaler_up), name="scaler")
-            tg.create_task(service.plan_loop(), name="planner")
-            tg.create_task(inspector.record(), name="history")
-            tg.create_task(demand.run(), name="demand-sources")
+            tg.create_task(scaler.run(scaler_up), name="scaler")
     except asyncio.CancelledError:
         log.info("stopping on signal")
     finally:

@@ -12,25 +12,21 @@ HPA leaves out pods that have not started. Values are rounded up to the milli-un
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from typing import Protocol
+from collections.abc import Callable, Sequence
+from typing import Protocol, TypeVar
 
-from gpuscale.common.errors import ConfigError, DataUnavailable
+from gpuscale.common.errors import ConfigError, DataUnavailable, Unavailable
 from gpuscale.metrics_api.served_metrics import (
     OBJECT_METRICS,
     OBJECT_RESOURCES,
     POD_METRICS,
-    ObjectMetric,
 )
 from gpuscale.metrics_api.shapes import Item
-from gpuscale.scaler.core.aggregate import WorkloadUnavailable, evaluate
-from gpuscale.scaler.core.planner import Observation
-from gpuscale.scaler.core.profiles import PLANNED, Target, ValueMode
+from gpuscale.scaler.answers import Answers, Selection, Workload
+from gpuscale.scaler.core.profiles import PLANNED, Target
 from gpuscale.scaler.core.selector import Selector, SelectorError, parse_selector
-from gpuscale.scaler.core.trigger import PLANNER_KEYS, parse_metadata
-from gpuscale.scaler.sources.roster import Roster
-from gpuscale.scaler.state.fleet import FleetView
-from gpuscale.scaler.state.plan_book import PlanBook, TooManyPlans, observe
+from gpuscale.scaler.core.trigger import PLANNER_KEYS, TriggerConfig, parse_metadata
+from gpuscale.scaler.state.plan_book import TooManyPlans
 from gpuscale.stream.records import PodRecord
 from gpuscale.telemetry.model import Absent
 
@@ -48,31 +44,31 @@ class NotFound(ConfigError):
 
 
 class Targets(Protocol):
-    def target(self, namespace: str, kind: str, name: str) -> Selector | str | None:
-        """The pod selector of a Deployment or StatefulSet; None: no such object; a str:
-        why it cannot be known now."""
+    def target(self, namespace: str, kind: str, name: str) -> Selector | Unavailable | None:
+        """The pod selector of a Deployment or StatefulSet; None: no such object;
+        Unavailable: why it cannot be known now."""
         ...
 
 
+def signal_trigger(signal: str) -> TriggerConfig:
+    """The trigger a metric of one signal stands for: that signal, summed over the pods."""
+    return parse_metadata({"signal": signal, "targetValue": "1"})
+
+
 class MetricAnswers:
-    def __init__(self, fleet: FleetView, roster: Roster | None, targets: Targets | None,
-                 plans: PlanBook, wall: Callable[[], float] = time.time) -> None:
-        self.fleet = fleet
-        self._roster = roster
+    def __init__(self, answers: Answers, targets: Targets | None,
+                 wall: Callable[[], float] = time.time) -> None:
+        """``answers``: the scaler's one answer function; ``targets``: the Deployments'
+        and StatefulSets' selectors (the workload resolver), None without the API."""
+        self.answers = answers
+        self.fleet = answers.fleet
         self._targets = targets
-        self._plans = plans
         self._wall = wall
 
-    def _when(self, records: list[PodRecord]) -> float:
+    def _when(self, records: Sequence[PodRecord]) -> float:
         """The wall time of the oldest record: the answer is at least this fresh."""
         age = max((self.fleet.age(r) for r in records), default=0.0)
         return self._wall() - age
-
-    def _select(self, namespace: str, selector: Selector) -> tuple[list[PodRecord], list[str]]:
-        records = self.fleet.select(namespace, selector)
-        gaps = [] if self._roster is None else \
-            self._roster.problems(namespace, selector, records)
-        return records, gaps
 
     # -- pods ----------------------------------------------------------------------------
 
@@ -91,21 +87,25 @@ class MetricAnswers:
             selector = parse_selector(label_selector) if label_selector.strip() else EVERY_POD
         except SelectorError as exc:
             raise ConfigError(f"labelSelector: {exc}") from None
-        records, gaps = self._select(namespace, selector)
+        workload = Workload(namespace, "*", signal_trigger(m.signal), selector, SOURCE)
+        selection = _known(self.answers.selection(workload))
+        records, gaps = selection.pods, selection.gaps
         if name != "*":
-            records = [r for r in records if r.name == name]
+            records = tuple(r for r in records if r.name == name)
             mine = f"{namespace}/{name} "
-            gaps = [g for g in gaps if g.startswith(mine) or not g.startswith(f"{namespace}/")]
+            gaps = tuple(g for g in gaps
+                         if g.startswith(mine) or not g.startswith(f"{namespace}/"))
             if not records and not gaps:  # with a gap it may be on a silent node: 503
                 raise NotFound(f"the server could not find the metric {metric} for pods "
                                f"{name}: no GPU pod {namespace}/{name} reports")
-        evaluate(self.fleet, records, Target(m.signal, 1.0, 0.0), ValueMode.SUM, gaps)
+        _known(self.answers.value(workload, Target(m.signal, 1.0, 0.0),
+                                  selection=Selection(records, gaps)))
         window = GPU_WINDOW_S if m.signal.startswith("gpu-") else None
         out = []
         for r in records:
             reading = r.signals.get(m.signal)
             if reading is None or isinstance(reading, Absent):
-                continue  # starting (evaluate refused any other absence)
+                continue  # starting (the answer refused any other absence)
             out.append(Item("Pod", "/v1", namespace, r.name, metric, float(reading) * m.scale,
                             self._when([r]), window, ""))
         return out
@@ -129,39 +129,43 @@ class MetricAnswers:
         selector = self._targets.target(namespace, kind, name)
         if selector is None:
             raise NotFound(f'{resource} "{name}" not found in namespace {namespace}')
-        if isinstance(selector, str):
-            raise WorkloadUnavailable(f"the pods of {kind} {namespace}/{name}: {selector}")
-        records, gaps = self._select(namespace, selector)
+        if isinstance(selector, Unavailable):
+            raise DataUnavailable(f"the pods of {kind} {namespace}/{name}: {selector.reason}")
         if om.signal == PLANNED:
-            value = self._planned(namespace, f"{kind}/{name}", om, selector, metric_selector)
+            trigger = parse_metadata({"profile": "vllm-planner",
+                                      **planner_settings(metric_selector)})
         else:
             if metric_selector.strip():
                 raise ConfigError(f"metricLabelSelector: {metric} takes no selector")
-            value = evaluate(self.fleet, records, Target(om.signal, 1.0, 0.0), ValueMode.SUM,
-                             gaps).value
-        return Item(kind, api_version, namespace, name, metric, value, self._when(records),
-                    None, metric_selector)
+            trigger = signal_trigger(om.signal)
+        workload = Workload(namespace, f"{kind}/{name}", trigger, selector, SOURCE)
+        selection = _known(self.answers.selection(workload))
+        if om.signal == PLANNED:
+            self._room_for(workload)
+        value = _known(self.answers.value(workload, trigger.targets[0], selection=selection))
+        return Item(kind, api_version, namespace, name, metric, value.value,
+                    self._when(selection.pods), None, metric_selector)
 
-    def _planned(self, namespace: str, workload: str, om: ObjectMetric, selector: Selector,
-                 metric_selector: str) -> float:
-        settings = planner_settings(metric_selector)
-        cfg = parse_metadata({"profile": "vllm-planner", **settings})
-        assert cfg.planner is not None
+    def _room_for(self, workload: Workload) -> None:
+        """The KEDA planners share the book: this API's take a part of it."""
+        plans = self.answers.plans
+        if workload.plan_key in plans:
+            return
+        planned = plans.keys()
+        ours = sum(1 for k in planned if isinstance(k, tuple) and k[:1] == (SOURCE,))
+        if ours >= MAX_PLANS:
+            raise TooManyPlans(f"the metrics API already plans {ours} workload settings "
+                               f"(limit {MAX_PLANS}, so KEDA's planners keep room); "
+                               "give HPAs of one workload the same metric selector")
 
-        def sample() -> Observation:
-            return observe(self.fleet, *self._select(namespace, selector))
 
-        key = (SOURCE, namespace, workload, selector.text, cfg)
-        if key not in self._plans:  # the KEDA planners share the book: ours take a part
-            planned = self._plans.keys()
-            ours = sum(1 for k in planned if isinstance(k, tuple) and k[:1] == (SOURCE,))
-            if ours >= MAX_PLANS:
-                raise TooManyPlans(f"the metrics API already plans {ours} workload settings "
-                                   f"(limit {MAX_PLANS}, so KEDA's planners keep room); "
-                                   "give HPAs of one workload the same metric selector")
-        plan = self._plans.plan(key, (namespace, workload), cfg.planner, sample,
-                                self.fleet.now())
-        return plan.replicas
+_T = TypeVar("_T")
+
+
+def _known(got: _T | Unavailable) -> _T:
+    if isinstance(got, Unavailable):
+        raise got.error()
+    return got
 
 
 def planner_settings(metric_selector: str) -> dict[str, str]:

@@ -1,4 +1,4 @@
-"""The metrics API as a part of the scaler process: built from the scaler's parts.
+"""The metrics API as a part of the scaler process: a component of its ``Scaler``.
 
 Why in the scaler and not a process of its own: the answers come from the fleet view, which
 the scaler already holds from every agent's stream. A separate server would subscribe to
@@ -24,7 +24,7 @@ from gpuscale.common.errors import ConfigError
 from gpuscale.metrics_api.answers import MetricAnswers
 from gpuscale.metrics_api.authz import Authorizer
 from gpuscale.metrics_api.server import AUTH_CONFIGMAP, MetricsApiServer, TrustSource
-from gpuscale.scaler.root import Extra, Parts
+from gpuscale.scaler.root import Scaler
 
 log = logging.getLogger(__name__)
 RETRY_S = (5.0, 10.0, 30.0, 60.0)  # after a certificate or port problem
@@ -70,22 +70,27 @@ class MetricsApiCollector(Collector):
                                   value=self._server.authorizer.reviews)
 
 
-def metrics_api(options: MetricsApiOptions,
-                on_listening: Callable[[int], None] | None = None) -> Extra:
-    async def run(parts: Parts) -> None:
-        if parts.api is None:
+class MetricsApi:
+    """The metrics API as a component of the scaler (``scaler.root.Component``)."""
+
+    def __init__(self, options: MetricsApiOptions,
+                 on_listening: Callable[[int], None] | None = None) -> None:
+        self.options = options
+        self.on_listening = on_listening
+
+    async def run(self, scaler: Scaler) -> None:
+        if scaler.api is None:
             raise ConfigError("the metrics API needs the Kubernetes API (in-cluster "
                               "credentials or --kubeconfig)")
-        answers = MetricAnswers(parts.fleet, parts.roster, parts.workloads, parts.plans)
-        server = MetricsApiServer(answers, Authorizer(parts.api),
-                                  TrustSource(configmap_reader(parts.api)),
+        options = self.options
+        server = MetricsApiServer(MetricAnswers(scaler.answers, scaler.resolver),
+                                  Authorizer(scaler.api),
+                                  TrustSource(configmap_reader(scaler.api)),
                                   options.cert, options.key, options.host, options.port)
-        parts.registry.register(MetricsApiCollector(server))
+        scaler.registry.register(MetricsApiCollector(server))
         for delay in itertools.chain(RETRY_S, itertools.repeat(RETRY_S[-1])):
             try:
-                await server.serve(on_listening)
+                await server.serve(self.on_listening)
             except (OSError, ssl.SSLError, ConfigError) as exc:  # a certificate, a port:
                 log.error("metrics API not serving (retry in %.0fs): %s", delay, exc)
             await asyncio.sleep(delay)  # ... the KEDA service beside it goes on
-
-    return run

@@ -11,9 +11,12 @@ trigger that pushes ``true`` activates at once; a pushed ``false`` does nothing.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
+from gpuscale.kube.replies import int_at, obj_at, str_at
 from gpuscale.models.hpa import SCALE_DOWN, SCALE_UP, Hpa, Metric, Rules
 
 
@@ -26,10 +29,36 @@ class ScaledObjectSpec:
     max_replicas: int = 100
     fallback_replicas: int | None = None
     failure_threshold: int = 3
+    fallback_behavior: str = "static"  # KEDA's fallback.behavior
+    target_kind: str = "Deployment"  # scaleTargetRef
+    target_name: str = ""
+    behavior_json: str = ""  # advanced.horizontalPodAutoscalerConfig.behavior, as JSON
 
     @property
     def hpa_min(self) -> int:
         return max(self.min_replicas, 1)
+
+
+def scaled_object_spec(spec: Mapping[str, Any]) -> ScaledObjectSpec:
+    """A ScaledObject's ``spec`` (JSON, as the API returns it) with KEDA's defaults for
+    what it leaves out. Fields of the wrong JSON type read as absent."""
+    base = ScaledObjectSpec()
+    fallback = obj_at(spec, "fallback")
+    behavior = obj_at(spec, "advanced", "horizontalPodAutoscalerConfig", "behavior")
+    return ScaledObjectSpec(
+        polling_s=float(int_at(spec, "pollingInterval", default=int(base.polling_s))),
+        cooldown_s=float(int_at(spec, "cooldownPeriod", default=int(base.cooldown_s))),
+        initial_cooldown_s=float(int_at(spec, "initialCooldownPeriod", default=0)),
+        min_replicas=int_at(spec, "minReplicaCount", default=base.min_replicas),
+        max_replicas=int_at(spec, "maxReplicaCount", default=base.max_replicas),
+        fallback_replicas=int_at(spec, "fallback", "replicas", default=-1) if fallback
+        else None,
+        failure_threshold=int_at(spec, "fallback", "failureThreshold",
+                                 default=base.failure_threshold),
+        fallback_behavior=str_at(spec, "fallback", "behavior")[:64] or base.fallback_behavior,
+        target_kind=str_at(spec, "scaleTargetRef", "kind") or base.target_kind,
+        target_name=str_at(spec, "scaleTargetRef", "name"),
+        behavior_json=json.dumps(behavior, sort_keys=True)[:16384] if behavior else "")
 
 
 class Keda:

@@ -1,36 +1,37 @@
-"""``gpuscale scaler``: the KEDA external scaler fed by every agent's telemetry stream.
+"""The scaler as one object: ``Scaler`` owns the fleet view, the agent subscriber, the
+rosters, the workload resolver, the demand sources, the plan book, the answer function, the
+KEDA and Inspect services, the history recorder, the HTTP endpoints and any component
+served beside them (the custom metrics API), and runs them in one task group.
 
-Run two or more replicas; none leads. Each discovers the agents (a static list, or the
-EndpointSlices of the agents' headless Service), subscribes to all of them, and answers
-KEDA from its own fleet view - the same inputs give every replica the same answers.
+``gpuscale scaler`` builds it from the command line; both demos and the tests build the
+same object from a ``ScalerConfig``. Run two or more replicas; none leads. Each discovers
+the agents (a static list, or the EndpointSlices of the agents' headless Service),
+subscribes to all of them, and answers KEDA from its own fleet view - the same inputs give
+every replica the same answers.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import logging
-import socket
-import sys
-from collections.abc import Callable, Coroutine, Iterable, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Protocol
 
-from aiohttp import web
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
+from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from gpuscale.common.errors import ConfigError
 from gpuscale.common.shutdown import cancel_on_signals
+from gpuscale.scaler.answers import Answers
+from gpuscale.scaler.config import ScalerConfig
+from gpuscale.scaler.edges.http import AgentsCollector, PlanCollector, ScalerHttp
 from gpuscale.scaler.edges.inspect import SERVICE as INSPECT
 from gpuscale.scaler.edges.inspect import Inspector
 from gpuscale.scaler.edges.inspect import add_to_server as add_inspect
 from gpuscale.scaler.edges.keda import ScalerServer, ScalerService
-from gpuscale.scaler.sources.demand import DemandConfig, DemandSources, load_config
+from gpuscale.scaler.recorder import Recorder
+from gpuscale.scaler.sources.demand import DemandSources
 from gpuscale.scaler.sources.roster import AgentRoster, PodRoster, Roster
 from gpuscale.scaler.state.fleet import FleetView
-from gpuscale.scaler.state.history import STEP_S
 from gpuscale.scaler.state.plan_book import PlanBook
 from gpuscale.stream.subscriber import AgentSubscriber
 from gpuscale.stream.tls import channel_credentials, server_credentials
@@ -38,214 +39,166 @@ from gpuscale.stream.tls import channel_credentials, server_credentials
 if TYPE_CHECKING:  # the Kubernetes client loads only when the API is used
     from gpuscale.kube.api import KubeApi
     from gpuscale.scaler.sources.workloads import WorkloadResolver
+    from gpuscale.stream.discovery import EndpointSliceDiscovery
 
 log = logging.getLogger(__name__)
 
-WARMUP_S = 15.0
+WARMUP_S = 15.0  # with the pod roster: how long /readyz waits for every agent to report
+SWEEP_S = 10.0  # departed agents' links are forgotten this often
 
 
-def loop_time() -> float:
-    return asyncio.get_running_loop().time()
+class Component(Protocol):
+    """Something served beside the KEDA service from the same scaler (the metrics API)."""
+
+    async def run(self, scaler: Scaler) -> None: ...
 
 
-class ScalerCollector(Collector):
-    """Per-agent connection state and data age, rendered on every scrape."""
+class Scaler:
+    def __init__(self, config: ScalerConfig, api: KubeApi | None = None,
+                 components: Sequence[Component] = ()) -> None:
+        """``api``: the Kubernetes API, needed when ``config.uses_api`` or a component
+        needs it (the caller connects and closes it)."""
+        if config.uses_api and api is None:
+            raise ConfigError("this configuration needs the Kubernetes API (in-cluster "
+                              "credentials or --kubeconfig)")
+        self.config = config
+        self.api = api
+        self.components = tuple(components)
+        self.fleet = FleetView(stale_after=config.stale_after_s)
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.subscriber: AgentSubscriber | None = None
+        self.discovery: EndpointSliceDiscovery | None = None
+        self.agent_roster: AgentRoster | None = None
+        self.pod_roster: PodRoster | None = None
+        roster: Roster | None = None
+        if not config.in_process:
+            roster = self._subscribe(config, api)
+        self.resolver: WorkloadResolver | None = None
+        if api is not None and config.resolve_targets:
+            from gpuscale.scaler.sources.workloads import WorkloadResolver
 
-    def __init__(self, subscriber: AgentSubscriber, fleet: FleetView) -> None:
-        self._sub = subscriber
-        self._fleet = fleet
+            self.resolver = WorkloadResolver(api)
+        self.demand = DemandSources(config.demand)
+        self.answers = Answers(self.fleet, roster, self.resolver,
+                               PlanBook(time_scale=config.time_scale), self.demand.pending)
+        requests = Counter("gpuscale_scaler_requests", "KEDA calls answered, by method and "
+                           "gRPC status (UNAVAILABLE: missing or stale data).",
+                           ["method", "code"], registry=self.registry)
+        self.service = ScalerService(self.answers,
+                                     count=lambda m, c: requests.labels(m, c).inc())
+        self.registry.register(PlanCollector(self.answers.plans))
+        self.recorder = Recorder(self.answers, self.service.history,
+                                 self.subscriber.states if self.subscriber else None,
+                                 step_s=config.history_step_s)
+        self.inspector = Inspector(self.recorder, self.resolver)
+        self.server = ScalerServer(
+            self.service, host=config.host, port=config.port,
+            credentials=server_credentials(config.tls) if config.tls else None,
+            extra=[(INSPECT, lambda s: add_inspect(self.inspector, s))])
+        self.http = (ScalerHttp(self.registry, self.readiness, config.host,
+                                config.metrics_port)
+                     if config.metrics_port is not None else None)
+        self._started: float | None = None
 
-    def collect(self) -> Iterable[Metric]:
-        up = GaugeMetricFamily("gpuscale_scaler_agent_connected",
-                               "1 while the agent's stream delivers updates.",
-                               labels=["address", "node"])
-        age = GaugeMetricFamily("gpuscale_scaler_agent_data_age_seconds",
-                                "Seconds since the agent's last update arrived.",
-                                labels=["address", "node"])
-        reconnects = CounterMetricFamily("gpuscale_scaler_agent_reconnects",
-                                         "Stream reconnections per agent.", labels=["address"])
-        sources = self._fleet.nodes()  # keyed by the address each stream was dialled at
-        for s in self._sub.states():
-            up.add_metric([s.address, s.identity], 1.0 if s.connected else 0.0)
-            if s.address in sources:
-                age.add_metric([s.address, s.identity], sources[s.address])
-            reconnects.add_metric([s.address], float(s.reconnects))
-        pods = GaugeMetricFamily("gpuscale_scaler_fleet_pods", "Pods in the fleet view.")
-        pods.add_metric([], float(self._fleet.pod_count()))
-        return [up, age, reconnects, pods]
+    def _subscribe(self, config: ScalerConfig, api: KubeApi | None) -> Roster:
+        delay = Histogram("gpuscale_scaler_update_delay_seconds",
+                          "From an agent's sample (its wall clock) to the update reaching "
+                          "this scaler; includes clock skew between the nodes.",
+                          buckets=(0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0),
+                          registry=self.registry)
+        creds = channel_credentials(config.agent_tls) if config.agent_tls else (lambda: None)
+        sub = self.subscriber = AgentSubscriber(
+            self.fleet, name=config.name, credentials=creds,
+            server_name=config.agent_tls_server_name, on_delay=delay.observe)
+        if config.agent_service:
+            from gpuscale.stream.discovery import EndpointSliceDiscovery
 
+            assert api is not None
+            ns, _, name = config.agent_service.partition("/")
+            self.discovery = EndpointSliceDiscovery(api, ns, name, sub.set_addresses,
+                                                    default_port=config.agent_port)
+        else:
+            sub.set_addresses(config.agents)
+        self.registry.register(AgentsCollector(sub, self.fleet))
+        agents = self.agent_roster = AgentRoster(sub)
+        if api is not None:
+            self.pod_roster = PodRoster(api, agents)
+            return self.pod_roster
+        return agents
 
-class PlanCollector(Collector):
-    """Every planned workload's plan and the terms it came from (scaler.planner)."""
+    @property
+    def port(self) -> int:
+        """The KEDA port, once bound (at construction)."""
+        return self.server.port
 
-    def __init__(self, plans: PlanBook) -> None:
-        self._plans = plans
+    @property
+    def plans(self) -> PlanBook:
+        return self.answers.plans
 
-    def collect(self) -> Iterable[Metric]:
-        labels = ["namespace", "scaledobject"]
-        replicas = GaugeMetricFamily("gpuscale_plan_replicas", "The planner's replica count "
-                                     "(what KEDA's HPA is asked for).", labels=labels)
-        terms = GaugeMetricFamily(
-            "gpuscale_plan_term", "The planner's terms, in replicas (steady, burst, "
-            "concurrency, kv, backlog, required), replica-seconds (arrived: work that "
-            "arrived in the last second; request_work: of one request) or pods (ready, "
-            "starting).", labels=[*labels, "term"])
-        for (namespace, name), plan in self._plans.plans():
-            replicas.add_metric([namespace, name], float(plan.replicas))
-            for term, value in plan.terms().items():
-                terms.add_metric([namespace, name, term], value)
-        return [replicas, terms]
-
-
-@dataclass(frozen=True)
-class Parts:
-    """What a component served beside the KEDA service (the metrics API) reads."""
-
-    fleet: FleetView
-    roster: Roster
-    workloads: WorkloadResolver | None
-    plans: PlanBook
-    api: KubeApi | None
-    registry: CollectorRegistry  # the scaler's /metrics
-
-
-Extra = Callable[[Parts], Coroutine[Any, Any, None]]
-
-
-async def serve(args: argparse.Namespace, extras: Sequence[Extra] = (),
-                needs_api: bool = False) -> None:
-    """Run the scaler until cancelled, with ``extras`` (each a long-running task over the
-    scaler's parts) in the same task group. ``needs_api``: an extra needs the Kubernetes
-    API (and the workloads' selectors from it) even without --agent-service or
-    --resolve-targets."""
-    fleet = FleetView()
-    creds = channel_credentials(args.agent_tls) if args.agent_tls else (lambda: None)
-    registry = CollectorRegistry(auto_describe=False)
-    delay = Histogram("gpuscale_scaler_update_delay_seconds",
-                      "From an agent's sample (its wall clock) to the update reaching this "
-                      "scaler; includes clock skew between the nodes.",
-                      buckets=(0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0),
-                      registry=registry)
-    subscriber = AgentSubscriber(fleet, name=socket.gethostname(), credentials=creds,
-                                 server_name=args.agent_tls_server_name,
-                                 on_delay=delay.observe)
-    config = load_config(args.config) if args.config else DemandConfig()
-    demand = DemandSources(config)
-    api = None
-    workloads = None
-    discovery = None
-    if args.agent_service or args.resolve_targets or needs_api:
-        from gpuscale.kube.connect import connect
-
-        api = await connect(args.kubeconfig)
-    if (args.resolve_targets or needs_api) and api is not None:
-        from gpuscale.scaler.sources.workloads import WorkloadResolver
-
-        workloads = WorkloadResolver(api)
-    if args.agent_service:
-        from gpuscale.stream.discovery import EndpointSliceDiscovery
-
-        ns, _, name = args.agent_service.partition("/")
-        assert api is not None
-        discovery = EndpointSliceDiscovery(api, ns, name, subscriber.set_addresses,
-                                           default_port=args.agent_port)
-    else:
-        subscriber.set_addresses(args.agents)
-    agents = AgentRoster(subscriber)
-    pod_roster = PodRoster(api, agents) if api is not None else None
-    roster: Roster = pod_roster if pod_roster is not None else agents
-
-    registry.register(ScalerCollector(subscriber, fleet))
-    requests = Counter("gpuscale_scaler_requests", "KEDA calls answered, by method and gRPC "
-                       "status (UNAVAILABLE: missing or stale data).",
-                       ["method", "code"], registry=registry)
-    service = ScalerService(fleet, demand=demand.pending, workloads=workloads,
-                            count=lambda m, c: requests.labels(m, c).inc(), roster=roster)
-    registry.register(PlanCollector(service.plans))
-    inspector = Inspector(service, subscriber.states, workloads,
-                          step_s=getattr(args, "history_step", STEP_S))
-    server = ScalerServer(service,
-                          host=args.host, port=args.port,
-                          credentials=server_credentials(args.tls) if args.tls else None,
-                          extra=[(INSPECT, lambda s: add_inspect(inspector, s))])
-
-    async def metrics(_: web.Request) -> web.Response:
-        return web.Response(body=generate_latest(registry), content_type="text/plain")
-
-    async def healthz(_: web.Request) -> web.Response:
-        return web.Response(text="ok\n")
-
-    started = loop_time()
-
-    async def readyz(_: web.Request) -> web.Response:
+    def readiness(self) -> tuple[bool, str]:
         """Static agents: ready once every configured agent has delivered a complete
         update (before that no answer could be OK). With the API: once the running pods
         are listed, and every discovered agent has reported or a warm-up of WARMUP_S has
         passed (the pod roster then names the silent ones per workload, so one dead agent
         does not keep every replica out of the Service)."""
-        ok, line = roster.ready()
-        if ok and pod_roster is not None and loop_time() - started < WARMUP_S:
-            ok, line = agents.ready()
-        return web.Response(text=f"{'ok' if ok else 'not ready'}: {line}, "
-                                 f"{fleet.pod_count()} pods\n", status=200 if ok else 503)
+        roster = self.pod_roster or self.agent_roster
+        ok, line = roster.ready() if roster is not None else (True, "agents in process")
+        loop = asyncio.get_running_loop()
+        if (ok and self.pod_roster is not None and self.agent_roster is not None
+                and (self._started is None or loop.time() - self._started < WARMUP_S)):
+            ok, line = self.agent_roster.ready()
+        return ok, f"{line}, {self.fleet.pod_count()} pods"
 
-    app = web.Application()
-    app.router.add_get("/metrics", metrics)
-    app.router.add_get("/healthz", healthz)
-    app.router.add_get("/readyz", readyz)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, args.host, args.metrics_port).start()
+    async def run(self, on_listening: Callable[[int], None] | None = None) -> None:
+        """Serve until cancelled (or until a task fails); then stop in order."""
+        self._started = asyncio.get_running_loop().time()
+        if self.http is not None:
+            await self.http.start()
+        try:
+            async with asyncio.TaskGroup() as tg:
+                tg.create_task(self.server.serve(on_listening), name="keda-service")
+                tg.create_task(self.demand.run(), name="demand-sources")
+                tg.create_task(self.plans.run(self.fleet.now, self.service.stopping),
+                               name="planner")
+                tg.create_task(self.recorder.run(), name="history")
+                if self.subscriber is not None:
+                    tg.create_task(self._sweep(self.subscriber), name="sweep")
+                for task in (self.resolver, self.pod_roster, self.discovery):
+                    if task is not None:
+                        tg.create_task(task.run())
+                for component in self.components:
+                    tg.create_task(component.run(self))
+        finally:
+            if self.subscriber is not None:
+                await self.subscriber.close()
+            if self.http is not None:
+                await self.http.stop()
 
-    async def sweep() -> None:
+    @staticmethod
+    async def _sweep(subscriber: AgentSubscriber) -> None:
         while True:
-            await asyncio.sleep(10)
+            await asyncio.sleep(SWEEP_S)
             subscriber.sweep()
 
-    cancel_on_signals()
+
+async def serve(config: ScalerConfig, components: Sequence[Component] = (),
+                needs_api: bool = False) -> None:
+    """``gpuscale scaler``: connect to the API when needed, run until cancelled (SIGTERM or
+    Ctrl-C), close. ``needs_api``: a component needs the API even if the configuration
+    alone does not."""
+    api = None
+    if config.uses_api or needs_api:
+        from gpuscale.kube.connect import connect
+
+        api = await connect(config.kubeconfig)
     try:
-        async with asyncio.TaskGroup() as tg:
-            tg.create_task(server.serve(lambda port: print(
-                f"gpuscale scaler on {args.host}:{port}, metrics on :{args.metrics_port}, "
-                f"agents: {args.agent_service or ', '.join(args.agents)}", flush=True)))
-            tg.create_task(demand.run())
-            tg.create_task(sweep())
-            tg.create_task(service.plan_loop())
-            tg.create_task(inspector.record())
-            if workloads is not None:
-                tg.create_task(workloads.run())
-            if pod_roster is not None:
-                tg.create_task(pod_roster.run())
-            if discovery is not None:
-                tg.create_task(discovery.run())
-            parts = Parts(fleet, roster, workloads, service.plans, api, registry)
-            for extra in extras:
-                tg.create_task(extra(parts))
+        scaler = Scaler(config, api, components)
+        cancel_on_signals()
+        await scaler.run(lambda port: print(
+            f"gpuscale scaler on {config.host}:{port}, metrics on :{config.metrics_port}, "
+            f"agents: {config.agents_text()}", flush=True))
     except asyncio.CancelledError:
         log.info("stopping on signal")
     finally:
-        await subscriber.close()
-        await runner.cleanup()
         if api is not None:
             await api.close()
-
-
-def run_scaler(args: argparse.Namespace, extras: Sequence[Extra] = (),
-               needs_api: bool = False) -> int:
-    if not args.agents and not args.agent_service:
-        print("gpuscale: give --agents HOST:PORT,... or --agent-service NAMESPACE/NAME",
-              file=sys.stderr)
-        return 2
-    if args.agent_tls is None and not args.agents_insecure:
-        print("gpuscale: agent streams need --agent-tls-cert, --agent-tls-key and "
-              "--agent-tls-ca (mutual TLS), or --agents-insecure", file=sys.stderr)
-        return 2
-    try:
-        asyncio.run(serve(args, extras, needs_api))
-    except ConfigError as exc:
-        print(f"gpuscale: {exc}", file=sys.stderr)
-        return 2
-    except OSError as exc:
-        print(f"gpuscale: {exc}", file=sys.stderr)
-        return 1
-    return 0

@@ -43,7 +43,8 @@ from typing import Any
 from gpuscale.models.hpa import Metric, MetricSource, TargetType
 from gpuscale.models.serving import ReplicaSignals, ServingModel, ServingParams
 from gpuscale.models.slo import SLO_TTFT_S
-from gpuscale.sim.simulate import Signal, cpu_signal, node_max_signal, profile_signal
+from gpuscale.sim.scaler_adapter import profile_signal
+from gpuscale.sim.simulate import Signal, cpu_signal, node_max_signal
 
 # --- Staleness: a sampled, delayed pipeline --------------------------------------------
 

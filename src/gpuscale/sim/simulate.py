@@ -2,11 +2,12 @@
 the serving model, for several policies side by side.
 
 Each policy runs its own copy of the world: a ServingModel fed the same arrivals, the KEDA
-and HPA models, and a signal. gpuscale's profiles use the real signal code: the replicas'
-simulated telemetry becomes PodRecords in a FleetView, and ``evaluate`` (the scaler's own
-aggregation) gives the number KEDA would get. The other policies stand for what people run
-today: the per-node scaler's maximum GPU utilization under AverageValue, a GPU-blind CPU
-HPA, static provisioning at the peak, and an oracle that knows the future load.
+and HPA models, and a signal. gpuscale's profiles and planner use the scaler's own answer
+function (through ``sim.scaler_adapter``): the replicas' simulated telemetry becomes
+PodRecords in a FleetView, and ``Answers.value`` gives the number KEDA would get. The
+other policies stand for what people run today: the per-node scaler's maximum GPU
+utilization under AverageValue, a GPU-blind CPU HPA, static provisioning at the peak, and
+an oracle that knows the future load.
 """
 
 from __future__ import annotations
@@ -24,16 +25,9 @@ from gpuscale.models.serving import (
     needed_replicas,
 )
 from gpuscale.models.slo import DEFAULT_SLO, SLO_TTFT_S, Slo, SloSpec
-from gpuscale.scaler.core.aggregate import WorkloadUnavailable, evaluate
-from gpuscale.scaler.core.selector import parse_selector
-from gpuscale.scaler.core.trigger import parse_metadata
-from gpuscale.scaler.state.fleet import FleetView
-from gpuscale.sim.planner_policy import planner_policy
-from gpuscale.stream.records import PodRecord
+from gpuscale.sim.scaler_adapter import planner_policy, profile_signal
 from gpuscale.traffic.scale import sharpest_rise
 from gpuscale.traffic.trace import TraceRequest
-
-_SELECTOR = parse_selector("app=llm")
 
 Signal = Callable[[ServingModel, float], list[Metric]]
 # A policy with its own control loop (not the HPA's), called every step with (model, now,
@@ -58,32 +52,6 @@ class Result:
     #   (minute start, replicas, requests waiting, worst SLO measure - time to first token
     #   by default - of the requests that arrived in that minute), one per minute
     bad_minutes: tuple[int, ...] = ()  # the minutes that missed the SLO, in order
-
-
-def profile_signal(metadata: dict[str, str]) -> Signal:
-    """The real gpuscale path: replicas' signals -> FleetView -> evaluate (sum)."""
-    cfg = parse_metadata({"podSelector": "app=llm", **metadata})
-
-    def signal(model: ServingModel, now: float) -> list[Metric]:
-        view = FleetView(monotonic=lambda: now)
-        records = [PodRecord("sim", f"llm-{i}", "node", {"app": "llm"}, None, s.ready,
-                             {"gpu-utilization": s.duty_cycle, "vllm-waiting": s.waiting,
-                              "vllm-running": float(s.running),
-                              "vllm-requests": s.running + s.waiting,
-                              "vllm-kv-cache": s.kv_cache}
-                             if s.ready else {}, now)
-                   for i, s in enumerate(model.signals(now))]
-        view.update_node("node", records)
-        pods = view.select("sim", _SELECTOR)
-        out = []
-        for t in cfg.targets:
-            try:
-                value: float | None = evaluate(view, pods, t, cfg.value_mode).value
-            except WorkloadUnavailable:
-                value = None  # the HPA then keeps the current count
-            out.append(Metric(MetricSource.EXTERNAL, TargetType.AVERAGE_VALUE, t.target, value))
-        return out
-    return signal
 
 
 def node_max_signal(model: ServingModel, now: float) -> list[Metric]:

@@ -83,6 +83,8 @@ PLANNER_KEYS = frozenset({"ttftSeconds", "queueDelaySeconds", "startupSeconds",
 KNOWN = frozenset({"profile", "signal", "targetValue", "activationThreshold", "valueMode",
                    "metricType", "podSelector", "demandSource"}) | PLANNER_KEYS
 _URL_KEYS = ("endpoint", "url", "uri", "address", "host", "port")
+_NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", re.ASCII)  # DNS-1123 label
+_OBJECT_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?", re.ASCII)  # DNS-1123 subdomain
 
 
 class MetadataError(ConfigError):
@@ -108,6 +110,18 @@ class TriggerConfig:
             if metric_name == name or metric_name.endswith("-" + name):
                 return t
         return None
+
+
+def check_object_name(namespace: str, name: str) -> None:
+    """A ScaledObject's namespace and name must be ones Kubernetes allows (a DNS-1123
+    label and subdomain): anything else is not from KEDA, and must not become a cache key
+    or part of an API path. Raises ConfigError."""
+    if len(namespace) > 63 or not _NAMESPACE.fullmatch(namespace):
+        raise ConfigError(f"namespace: {namespace[:64]!r} is not a Kubernetes namespace "
+                          f"(lowercase letters, digits and '-', at most 63)")
+    if len(name) > 253 or not _OBJECT_NAME.fullmatch(name):
+        raise ConfigError(f"name: {name[:64]!r} is not a Kubernetes object name "
+                          f"(lowercase letters, digits, '-' and '.', at most 253)")
 
 
 def parse_metadata(metadata: Mapping[str, str]) -> TriggerConfig:

@@ -16,34 +16,32 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection, reflection_pb2, reflection_pb2_grpc
 
-from gpuscale.common.errors import ConfigError, DataUnavailable, GpuscaleError, Overloaded
+from gpuscale.common.errors import (
+    ConfigError,
+    DataUnavailable,
+    GpuscaleError,
+    Overloaded,
+    Unavailable,
+)
 from gpuscale.common.grpc_bind import bind
 from gpuscale.proto import externalscaler_pb2 as pb
 from gpuscale.proto import externalscaler_pb2_grpc as pb_grpc
 from gpuscale.scaler import DEFAULT_PORT
-from gpuscale.scaler.core.aggregate import WorkloadUnavailable, evaluate
-from gpuscale.scaler.core.planner import Observation
-from gpuscale.scaler.core.profiles import PLANNED, Target
-from gpuscale.scaler.core.trigger import TriggerConfig, parse_metadata
+from gpuscale.scaler.answers import Answers, Workload
+from gpuscale.scaler.core.trigger import TriggerConfig, check_object_name, parse_metadata
 from gpuscale.scaler.state.fleet import FleetView
 from gpuscale.scaler.state.history import TriggerHistory
-from gpuscale.scaler.state.plan_book import PlanBook, observe
+from gpuscale.scaler.state.plan_book import PlanBook
 from gpuscale.scaler.state.pushes import ActivityPushes
-from gpuscale.stream.records import PodRecord
-
-if TYPE_CHECKING:  # the Kubernetes client is imported only where the resolver is built
-    from gpuscale.scaler.sources.roster import Roster
-    from gpuscale.scaler.sources.workloads import WorkloadResolver
 
 log = logging.getLogger(__name__)
 
@@ -54,31 +52,12 @@ REFLECTION_V1 = "grpc.reflection.v1.ServerReflection"
 MAX_CONCURRENT_STREAMS = 1000  # per HTTP/2 connection (gRPC's setting)
 MAX_STREAMS_PER_PEER = 400  # long-lived streams one peer may hold: unary calls keep room
 MAX_PENDING_CALLS = 20_000  # arrived, not yet picked up by the server (a burst of streams)
-PLAN_CHUNK = 50  # planned workloads observed between two turns of the event loop
 MAX_VALUE = 9.2e15  # KEDA's quantities are exact below this; nothing real is near it
-_NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", re.ASCII)  # DNS-1123 label
-_OBJECT_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?", re.ASCII)  # DNS-1123 subdomain
 
 Context = grpc.aio.ServicerContext[Any, Any]
-# demand source name -> pending work? Raises DataUnavailable when the source cannot tell
-# now, ConfigError when no such source is declared.
-DemandCheck = Callable[[str], bool]
-
 
 class TooManyStreams(Overloaded):
     """A peer holds its share of streams already."""
-
-
-def check_ref(ref: pb.ScaledObjectRef) -> None:
-    """The ScaledObject's namespace and name must be ones Kubernetes allows (a DNS-1123
-    label and subdomain): anything else is not from KEDA, and must not become a cache key
-    or part of an API path. Raises ConfigError."""
-    if len(ref.namespace) > 63 or not _NAMESPACE.fullmatch(ref.namespace):
-        raise ConfigError(f"namespace: {ref.namespace[:64]!r} is not a Kubernetes namespace "
-                          f"(lowercase letters, digits and '-', at most 63)")
-    if len(ref.name) > 253 or not _OBJECT_NAME.fullmatch(ref.name):
-        raise ConfigError(f"name: {ref.name[:64]!r} is not a Kubernetes object name "
-                          f"(lowercase letters, digits, '-' and '.', at most 253)")
 
 
 _Reply = TypeVar("_Reply")
@@ -98,50 +77,47 @@ class _Answered:
 
 
 class ScalerService(pb_grpc.ExternalScalerServicer):
-    def __init__(self, fleet: FleetView, demand: DemandCheck | None = None,
-                 resend_s: float = STREAM_RESEND_S,
-                 workloads: WorkloadResolver | None = None,
-                 count: Count | None = None, roster: Roster | None = None,
-                 plans: PlanBook | None = None) -> None:
-        """``roster``: which pods must have reported (scaler.roster); None only where the
-        fleet view is fed in-process and complete by construction (the demo, tests).
-        ``plans``: the planners of vllm-planner triggers (``plan_loop`` ticks them)."""
-        self.fleet = fleet
-        self.plans = plans if plans is not None else PlanBook()
-        self.history = TriggerHistory()  # what KEDA asks about (scaler.edges.inspect records it)
-        self._roster = roster
+    def __init__(self, answers: Answers, resend_s: float = STREAM_RESEND_S,
+                 count: Count | None = None) -> None:
+        """``answers``: the scaler's one answer function over its fleet view, roster,
+        resolver, plan book and demand sources."""
+        self.answers = answers
+        self.history = TriggerHistory()  # what KEDA asks about (the recorder fills it)
         self._answered = _Answered(count)
-        self._demand = demand
-        self._workloads = workloads
         self._resend_s = resend_s
         self.unavailable_grace_s = UNAVAILABLE_GRACE_S
         self.max_streams_per_peer = MAX_STREAMS_PER_PEER
         self._streams: dict[str, int] = {}  # peer -> open streams
         self.stopping = asyncio.Event()
-        self.pushes = ActivityPushes(lambda: fleet.generation, self.stopping, resend_s,
-                                     lambda: self.unavailable_grace_s)
+        self.pushes = ActivityPushes(lambda: answers.fleet.generation, self.stopping,
+                                     resend_s, lambda: self.unavailable_grace_s)
 
     @property
-    def demand(self) -> DemandCheck | None:
-        return self._demand
+    def fleet(self) -> FleetView:
+        return self.answers.fleet
+
+    @property
+    def plans(self) -> PlanBook:
+        return self.answers.plans
 
     # -- helpers: pure, raising GpuscaleError; the methods below map it to a status -----
 
-    def _config(self, ref: pb.ScaledObjectRef) -> TriggerConfig:
-        check_ref(ref)
+    def _workload(self, ref: pb.ScaledObjectRef) -> Workload:
+        check_object_name(ref.namespace, ref.name)
         cfg = parse_metadata(ref.scalerMetadata)  # MetadataError
-        if cfg.selector is None and self._workloads is None:
+        answers = self.answers
+        if cfg.selector is None and answers.resolver is None:
             raise ConfigError("podSelector: required (label selector of the workload's pods, "
                               "e.g. app=vllm); resolving scaleTargetRef through the API is "
                               "not enabled in this scaler")
         if cfg.demand_source:
-            if self._demand is None:
+            if answers.demand is None:
                 raise ConfigError("demandSource: this scaler has no demand sources configured")
             with suppress(DataUnavailable):  # declared; it just cannot tell now
-                self._demand(cfg.demand_source)
+                answers.demand(cfg.demand_source)
         # A trigger this scaler accepts: remembered for the operator tools (O(1)).
         self.history.note(ref.namespace, ref.name, ref.scalerMetadata, cfg, self.fleet.now())
-        return cfg
+        return Workload(ref.namespace, ref.name, cfg)
 
     @contextmanager
     def _stream_slot(self, context: Context) -> Iterator[None]:
@@ -165,65 +141,12 @@ class ScalerService(pb_grpc.ExternalScalerServicer):
             else:
                 del self._streams[peer]
 
-    def pods_of(self, ref: pb.ScaledObjectRef,
-                cfg: TriggerConfig) -> tuple[list[PodRecord], list[str]]:
-        """The workload's pods' records (podSelector, else the ScaledObject's scale
-        target's selector, from the watches) and the roster's gaps. Raises
-        WorkloadUnavailable."""
-        selector = cfg.selector
-        if selector is None:
-            if self._workloads is None:  # _config refuses these; the tools may still ask
-                raise ConfigError("podSelector: required (resolving scaleTargetRef through "
-                                  "the API is not enabled in this scaler)")
-            resolved = self._workloads.resolve(ref.namespace, ref.name)
-            if isinstance(resolved, str):
-                raise WorkloadUnavailable(f"scale target: {resolved}")
-            selector = resolved
-        records = self.fleet.select(ref.namespace, selector)
-        gaps = ([] if self._roster is None else
-                self._roster.problems(ref.namespace, selector, records))
-        return records, gaps
-
-    def value(self, ref: pb.ScaledObjectRef, cfg: TriggerConfig, target: Target) -> float:
-        if target.signal == PLANNED and cfg.planner is not None:
-            def sample() -> Observation:
-                return observe(self.fleet, *self.pods_of(ref, cfg))
-            plan = self.plans.plan((ref.namespace, ref.name, cfg), (ref.namespace, ref.name),
-                                   cfg.planner, sample, self.fleet.now())
-            return plan.replicas * target.target
-        records, gaps = self.pods_of(ref, cfg)
-        return evaluate(self.fleet, records, target, cfg.value_mode, gaps).value
-
-    async def plan_loop(self, period: float | None = None, chunk: int = PLAN_CHUNK) -> None:
-        """Observe every planned workload each ``period`` (default: one planner second,
-        1 s) until the service stops, a ``chunk`` of workloads at a time, so answers to
-        KEDA wait for one chunk at most."""
-        period = self.plans.period if period is None else period
-        while not self.stopping.is_set():
-            keys = self.plans.keys()
-            for i in range(0, len(keys), chunk):
-                self.plans.tick(self.fleet.now(), keys[i:i + chunk])
-                await asyncio.sleep(0)
-            with suppress(TimeoutError):
-                await asyncio.wait_for(self.stopping.wait(), period)
-
-    def _active(self, ref: pb.ScaledObjectRef, cfg: TriggerConfig) -> bool:
-        """Active when any target's value is strictly above its activation threshold, or
-        the demand source shows pending work. Depends on this trigger's own configuration
-        only. When the pods say inactive and the demand source cannot tell (unreachable,
-        stale, a reply that is not a number), the answer is UNAVAILABLE, not "inactive": a
-        workload at zero replicas has no pods to show its load. Raises DataUnavailable."""
-        if cfg.planner is not None:  # one target, answered from the plan
-            active = any(self.value(ref, cfg, t) > t.activation for t in cfg.targets)
-        else:  # the pods selected once for every target (evaluated until one is active)
-            records, gaps = self.pods_of(ref, cfg)
-            active = any(evaluate(self.fleet, records, t, cfg.value_mode, gaps).value
-                         > t.activation for t in cfg.targets)
-        if active:
-            return True
-        if cfg.demand_source and self._demand is not None:
-            return self._demand(cfg.demand_source)
-        return False
+    def _active(self, workload: Workload) -> bool:
+        """IsActive (scaler.answers). Raises DataUnavailable."""
+        got = self.answers.active(workload)
+        if isinstance(got, Unavailable):
+            raise got.error()
+        return got
 
     def _spec(self, cfg: TriggerConfig) -> pb.GetMetricSpecResponse:
         return pb.GetMetricSpecResponse(metricSpecs=[
@@ -231,13 +154,16 @@ class ScalerService(pb_grpc.ExternalScalerServicer):
                           targetSizeFloat=t.target) for t in cfg.targets])
 
     def _metrics(self, request: pb.GetMetricsRequest) -> pb.GetMetricsResponse:
-        ref = request.scaledObjectRef
-        cfg = self._config(ref)
+        workload = self._workload(request.scaledObjectRef)
+        cfg = workload.trigger
         target = cfg.target_for(request.metricName)
         if target is None:
             raise ConfigError(f"metricName: {request.metricName[:100]!r} is not one of "
                               f"{', '.join(cfg.metric_name(t) for t in cfg.targets)}")
-        value = min(self.value(ref, cfg, target), MAX_VALUE)  # beyond: maxReplicas anyway
+        got = self.answers.value(workload, target)
+        if isinstance(got, Unavailable):
+            raise got.error()
+        value = min(got.value, MAX_VALUE)  # beyond: maxReplicas anyway
         return pb.GetMetricsResponse(metricValues=[pb.MetricValue(
             metricName=request.metricName, metricValue=round(value),
             metricValueFloat=value)])
@@ -261,7 +187,7 @@ class ScalerService(pb_grpc.ExternalScalerServicer):
     async def IsActive(self, request: pb.ScaledObjectRef,
                        context: Context) -> pb.IsActiveResponse:
         return await self._unary("IsActive", context, request, lambda: pb.IsActiveResponse(
-            result=self._active(request, self._config(request))))
+            result=self._active(self._workload(request))))
 
     async def StreamIsActive(self, request: pb.ScaledObjectRef,
                              context: Context) -> AsyncIterator[pb.IsActiveResponse]:
@@ -271,19 +197,17 @@ class ScalerService(pb_grpc.ExternalScalerServicer):
         the last pushed answer does not stand for a state nobody knows (KEDA reopens the
         stream with backoff; its polling path meanwhile gets UNAVAILABLE too)."""
         try:
-            cfg = self._config(request)
+            workload = self._workload(request)
             with self._stream_slot(context):
-                async for answer in self._active_stream(request, cfg):
+                async for answer in self._active_stream(workload):
                     yield answer
         except GpuscaleError as exc:
             await abort(context, exc, request)
 
-    async def _active_stream(self, request: pb.ScaledObjectRef,
-                             cfg: TriggerConfig) -> AsyncIterator[pb.IsActiveResponse]:
+    async def _active_stream(self, workload: Workload) -> AsyncIterator[pb.IsActiveResponse]:
         """Decided by the push loop (scaler.push), which wakes this stream only when it
         has something to send."""
-        sub = self.pushes.open((request.namespace, request.name, cfg),
-                               lambda: self._active(request, cfg))
+        sub = self.pushes.open(workload, lambda: self._active(workload))
         try:
             while (active := await sub.next()) is not None:
                 yield pb.IsActiveResponse(result=active)
@@ -293,14 +217,14 @@ class ScalerService(pb_grpc.ExternalScalerServicer):
     async def GetMetricSpec(self, request: pb.ScaledObjectRef,
                             context: Context) -> pb.GetMetricSpecResponse:
         return await self._unary("GetMetricSpec", context, request,
-                                 lambda: self._spec(self._config(request)))
+                                 lambda: self._spec(self._workload(request).trigger))
 
     async def StreamMetricSpec(self, request: pb.ScaledObjectRef,
                                context: Context) -> AsyncIterator[pb.GetMetricSpecResponse]:
         """The spec now; it depends only on the metadata, so the stream then stays open
         (nothing to re-send) until the scaler shuts down."""
         try:
-            spec = self._spec(self._config(request))
+            spec = self._spec(self._workload(request).trigger)
             with self._stream_slot(context):
                 yield spec
                 await self.stopping.wait()

@@ -13,6 +13,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from gpuscale.common.errors import Unavailable
 from gpuscale.kube.api import Collection, KubeApi, ObjectRef
 from gpuscale.kube.errors import ApiError
 from gpuscale.kube.listwatch import BACKOFF_S
@@ -63,34 +64,37 @@ class WorkloadResolver:
         self._targets: dict[tuple[str, str], TargetRef] = {}  # (ns, so) -> target
         self._specs: dict[tuple[str, str], Mapping[str, Any]] = {}  # (ns, so) -> its spec
         self._replicas: dict[tuple[str, str, str], int] = {}  # (ns, kind, name) -> spec.replicas
-        self._selectors: dict[tuple[str, str, str, str], Selector | str] = {}  # (ns, av, k, n)
-        self._scales: dict[tuple[str, str, str, str], Selector | str] = {}
+        # (ns, apiVersion, kind, name) -> the target's selector, or why it has none
+        self._selectors: dict[tuple[str, str, str, str], Selector | Unavailable] = {}
+        self._scales: dict[tuple[str, str, str, str], Selector | Unavailable] = {}
 
-    def resolve(self, namespace: str, name: str) -> Selector | str:
+    def resolve(self, namespace: str, name: str) -> Selector | Unavailable:
         """The pod selector of ScaledObject ``namespace/name``'s target, or why not."""
         if self._so.synced_at is None:
-            return f"ScaledObjects not listed yet ({self._so.state()[1]})"
+            return Unavailable(f"ScaledObjects not listed yet ({self._so.state()[1]})")
         target = self._targets.get((namespace, name))
         if target is None:
-            return f"ScaledObject {namespace}/{name} not found"
+            return Unavailable(f"ScaledObject {namespace}/{name} not found")
         av, kind, tname = target
         key = (namespace, av, kind, tname)
         if (av, kind) in WATCHED:
             lw = self._deploy if kind == "Deployment" else self._sts
             if lw.synced_at is None:
-                return f"{kind}s not listed yet ({lw.state()[1]})"
-            return self._selectors.get(key, f"{kind} {namespace}/{tname} not found")
-        return self._scales.get(key, f"{kind} {namespace}/{tname}: /scale not read yet")
+                return Unavailable(f"{kind}s not listed yet ({lw.state()[1]})")
+            return self._selectors.get(
+                key, Unavailable(f"{kind} {namespace}/{tname} not found"))
+        return self._scales.get(
+            key, Unavailable(f"{kind} {namespace}/{tname}: /scale not read yet"))
 
-    def target(self, namespace: str, kind: str, name: str) -> Selector | str | None:
+    def target(self, namespace: str, kind: str, name: str) -> Selector | Unavailable | None:
         """The pod selector of Deployment or StatefulSet ``namespace/name`` (``kind``), from
         the watches; None when the watch has it not; or why it cannot be known (not listed
         yet, a selector that cannot be used)."""
         if ("apps/v1", kind) not in WATCHED:
-            return f"{kind} is not watched (Deployment and StatefulSet are)"
+            return Unavailable(f"{kind} is not watched (Deployment and StatefulSet are)")
         lw = self._deploy if kind == "Deployment" else self._sts
         if lw.synced_at is None:
-            return f"{kind}s not listed yet ({lw.state()[1]})"
+            return Unavailable(f"{kind}s not listed yet ({lw.state()[1]})")
         return self._selectors.get((namespace, "apps/v1", kind, name))
 
     def scaled_object(self, namespace: str, name: str) -> Mapping[str, Any] | None:
@@ -131,7 +135,7 @@ class WorkloadResolver:
         self._targets, self._specs = targets, specs
 
     async def _index_targets(self) -> None:
-        selectors: dict[tuple[str, str, str, str], Selector | str] = {}
+        selectors: dict[tuple[str, str, str, str], Selector | Unavailable] = {}
         replicas: dict[tuple[str, str, str], int] = {}
         for kind, lw in (("Deployment", self._deploy), ("StatefulSet", self._sts)):
             for obj in lw.items.values():
@@ -144,29 +148,29 @@ class WorkloadResolver:
                     selectors[key] = selector_from_label_selector(
                         obj_at(obj, "spec", "selector"))
                 except SelectorError as exc:
-                    selectors[key] = f"{kind} {key[0]}/{key[3]}: {exc}"
+                    selectors[key] = Unavailable(f"{kind} {key[0]}/{key[3]}: {exc}")
         self._selectors, self._replicas = selectors, replicas
 
     async def _refresh_scales(self) -> None:
         while True:
             wanted = {(ns, av, kind, name) for (ns, _), (av, kind, name) in
                       self._targets.items() if (av, kind) not in WATCHED}
-            scales: dict[tuple[str, str, str, str], Selector | str] = {}
+            scales: dict[tuple[str, str, str, str], Selector | Unavailable] = {}
             for key in wanted:
                 scales[key] = await self._read_scale(*key)
             self._scales = scales
             await asyncio.sleep(self._refresh_s)
 
     async def _read_scale(self, ns: str, api_version: str, kind: str,
-                          name: str) -> Selector | str:
+                          name: str) -> Selector | Unavailable:
         try:
             plural = await self._api.resource_of(api_version, kind)
             if plural is None:
-                return f"{api_version} has no kind {kind}"
+                return Unavailable(f"{api_version} has no kind {kind}")
             body = await self._api.get(ObjectRef(api_version, plural, ns, name, "scale"))
             text = str_at(body, "status", "selector")
             return parse_selector(text)
         except SelectorError as exc:
-            return f"{kind} {ns}/{name}: /scale selector: {exc}"
+            return Unavailable(f"{kind} {ns}/{name}: /scale selector: {exc}")
         except ApiError as exc:
-            return f"{kind} {ns}/{name}: /scale: {exc}"
+            return Unavailable(f"{kind} {ns}/{name}: /scale: {exc}")

@@ -28,7 +28,7 @@ MAX_NAMED = 5  # missing pods kept per moment
 
 
 @dataclass(frozen=True, slots=True)
-class Answer:
+class TargetAnswer:
     """What the scaler answers (or would) for one target of a trigger."""
 
     metric_name: str
@@ -43,9 +43,9 @@ class Answer:
 
 
 @dataclass(frozen=True, slots=True)
-class Moment:
+class RecordedAnswers:
     at: float  # wall seconds
-    answers: tuple[Answer, ...]
+    answers: tuple[TargetAnswer, ...]
     pods: int  # pods of the selection in the fleet view
     planned: int = -1  # the planner's replicas (-1: not planned, or no plan)
     terms: tuple[tuple[str, float], ...] = ()
@@ -54,19 +54,19 @@ class Moment:
 
 
 @dataclass(slots=True)
-class Seen:
+class AskedTrigger:
     """A ScaledObject KEDA asked about: its metadata as sent, when last asked."""
 
     metadata: Mapping[str, str]
     config: TriggerConfig
     asked_at: float  # monotonic
-    moments: deque[Moment] = field(default_factory=deque)
+    moments: deque[RecordedAnswers] = field(default_factory=deque)
 
 
 class TriggerHistory:
     def __init__(self, max_triggers: int = MAX_TRIGGERS, keep_s: float = KEEP_S,
                  step_s: float = STEP_S) -> None:
-        self._seen: OrderedDict[tuple[str, str], Seen] = OrderedDict()
+        self._seen: OrderedDict[tuple[str, str], AskedTrigger] = OrderedDict()
         self.max_triggers = max_triggers
         self.keep_s = keep_s
         self.step_s = step_s
@@ -80,7 +80,7 @@ class TriggerHistory:
         if seen is None:
             if len(self._seen) >= self.max_triggers:
                 self._seen.popitem(last=False)
-            self._seen[key] = Seen(dict(metadata), config, now,
+            self._seen[key] = AskedTrigger(dict(metadata), config, now,
                                    deque(maxlen=max(1, int(self.keep_s / self.step_s))))
             return
         if seen.config is not config:
@@ -88,18 +88,18 @@ class TriggerHistory:
         seen.asked_at = now
         self._seen.move_to_end(key)
 
-    def get(self, namespace: str, name: str) -> Seen | None:
+    def get(self, namespace: str, name: str) -> AskedTrigger | None:
         return self._seen.get((namespace, name))
 
-    def items(self) -> list[tuple[tuple[str, str], Seen]]:
+    def items(self) -> list[tuple[tuple[str, str], AskedTrigger]]:
         return list(self._seen.items())
 
-    def record(self, namespace: str, name: str, moment: Moment) -> None:
+    def record(self, namespace: str, name: str, moment: RecordedAnswers) -> None:
         seen = self._seen.get((namespace, name))
         if seen is not None:
             seen.moments.append(moment)
 
-    def at(self, namespace: str, name: str, when: float) -> tuple[Moment | None, str]:
+    def at(self, namespace: str, name: str, when: float) -> tuple[RecordedAnswers | None, str]:
         """The moment nearest ``when`` (wall seconds) within one step, or why none."""
         seen = self._seen.get((namespace, name))
         if seen is None or not seen.moments:
@@ -115,7 +115,7 @@ class TriggerHistory:
         return best, ""
 
     def before(self, namespace: str, name: str, when: float,
-               span: float) -> list[Moment]:
+               span: float) -> list[RecordedAnswers]:
         """The moments in (``when`` - ``span``, ``when``], oldest first."""
         seen = self._seen.get((namespace, name))
         if seen is None:

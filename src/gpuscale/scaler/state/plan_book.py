@@ -14,11 +14,13 @@ reason and, once its plan is older than its staleness bound, answers UNAVAILABLE
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Hashable, Iterable, Iterator
+from contextlib import suppress
 from dataclasses import dataclass
 
-from gpuscale.common.errors import DataUnavailable, Overloaded
+from gpuscale.common.errors import DataUnavailable, Overloaded, Unavailable
 from gpuscale.scaler.core.aggregate import evaluate
 from gpuscale.scaler.core.planner import Observation, Plan, Planner, PlannerConfig
 from gpuscale.scaler.core.profiles import Target, ValueMode
@@ -28,6 +30,7 @@ from gpuscale.stream.records import PodRecord
 log = logging.getLogger(__name__)
 
 IDLE_S = 900.0  # a planner nobody asked about for this long is dropped
+CHUNK = 50  # planned workloads observed between two turns of the event loop
 MAX_WORKLOADS = 1_000  # ~130 KiB of history each (tracemalloc): inside the scaler's 512 MiB
 
 #: The per-pod signals an observation sums (engines.signals names them).
@@ -118,6 +121,20 @@ class PlanBook:
                 continue
             self._observe(entry.planner, self._samplers[key], now * self.time_scale)
 
+    async def run(self, now: Callable[[], float], stopping: asyncio.Event,
+                  period: float | None = None, chunk: int = CHUNK) -> None:
+        """Observe every planned workload each ``period`` (default: one planner second)
+        until ``stopping`` is set, ``chunk`` workloads at a time, so answers to KEDA wait
+        for one chunk at most. ``now``: the fleet view's clock."""
+        period = self.period if period is None else period
+        while not stopping.is_set():
+            keys = self.keys()
+            for i in range(0, len(keys), chunk):
+                self.tick(now(), keys[i:i + chunk])
+                await asyncio.sleep(0)
+            with suppress(TimeoutError):
+                await asyncio.wait_for(stopping.wait(), period)
+
     @staticmethod
     def _observe(planner: Planner, sample: Sample, now: float) -> None:
         try:
@@ -135,16 +152,16 @@ class PlanBook:
         return {e.label: e.planner.problem for e in self._entries.values()
                 if e.planner.problem is not None}
 
-    def peek(self, now: float) -> dict[tuple[str, str], Plan | str]:
-        """(namespace, name) -> the plan KEDA would get now, or why it would get
-        UNAVAILABLE: ``plan``'s rules, read-only (no planner created, none kept alive)."""
-        out: dict[tuple[str, str], Plan | str] = {}
-        for entry in self._entries.values():
-            try:
-                out[entry.label] = entry.planner.current(now * self.time_scale)
-            except DataUnavailable as exc:
-                out[entry.label] = str(exc)
-        return out
+    def peek(self, key: Hashable, now: float) -> Plan | Unavailable | None:
+        """The plan ``plan`` would give now, or why it would be UNAVAILABLE; None when no
+        planner is kept under ``key``. Read-only: no planner created, none kept alive."""
+        entry = self._entries.get(key)
+        if entry is None:
+            return None
+        try:
+            return entry.planner.current(now * self.time_scale)
+        except DataUnavailable as exc:
+            return Unavailable(str(exc))
 
     def plans(self) -> Iterator[tuple[tuple[str, str], Plan]]:
         """(namespace, name) and the latest plan of every workload that has one."""

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from gpuscale.common.errors import Unavailable
 from gpuscale.models.serving import InFlightRequest, ServingModel, ServingParams, planner_metadata
-from gpuscale.sim.planner_policy import PlannerPolicy, planner_policy
+from gpuscale.scaler.core.planner import Plan
+from gpuscale.sim.scaler_adapter import PlannerPolicy, planner_policy
 from gpuscale.sim.simulate import run_policy
 from gpuscale.traffic.patterns import synthetic
 
@@ -20,8 +22,9 @@ def test_rates_come_from_the_replicas_counters() -> None:
     model.arrive([InFlightRequest(0.0, 2000, 400) for _ in range(40)])
     model.step(0.0, 1.0)
     policy.tick(model, 0.0)  # first scrape of each counter: no rate yet
-    with pytest.raises(Exception, match="no plan yet"):
-        policy.planner.current(0.0)
+    none = policy.plan(0.0)
+    assert isinstance(none, Unavailable)
+    assert "no plan yet" in none.reason
     before = [(r.prompt_tokens, r.generation_tokens) for r in model.replicas]
     model.step(1.0, 1.0)
     policy.tick(model, 1.0)
@@ -29,7 +32,8 @@ def test_rates_come_from_the_replicas_counters() -> None:
     prompt = sum(a[0] - b[0] for a, b in zip(after, before, strict=True))
     generated = sum(a[1] - b[1] for a, b in zip(after, before, strict=True))
     assert generated > 0
-    plan = policy.planner.current(1.0)
+    plan = policy.plan(1.0)
+    assert isinstance(plan, Plan)
     # Nothing waits, so the work that arrived is the work served in that second.
     assert plan.arrived == pytest.approx(prompt / PARAMS.prefill_tps
                                          + generated / PARAMS.decode_tps_max)
@@ -45,7 +49,9 @@ def test_the_value_is_the_plan_times_the_target_and_none_without_a_plan() -> Non
         model.step(float(t), 1.0)
         policy.tick(model, float(t))
     metric = policy(model, 2.0)[0]
-    assert metric.value == policy.planner.current(2.0).replicas * 10
+    plan = policy.plan(2.0)
+    assert isinstance(plan, Plan)
+    assert metric.value == plan.replicas * 10
     assert metric.target == 10
 
 

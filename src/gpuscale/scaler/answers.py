@@ -1,0 +1,225 @@
+"""The one place a workload's value is computed.
+
+KEDA's ExternalScaler (GetMetrics, IsActive, StreamIsActive), the custom metrics API, the
+history behind ``gpuscale explain`` and ``top``, and the simulator all ask here, so what a
+person is shown is what KEDA was given, and what the simulator measures is what ships.
+
+A ``Workload`` is what is asked about: a ScaledObject (or, for the metrics API, a
+Deployment or StatefulSet) with its parsed trigger, and the pods' selector when the caller
+knows it (else the trigger's ``podSelector``, else the ScaledObject's scale target through
+the resolver). ``Answers.value`` gives a ``Value`` with the pods and plan that made it, or
+``Unavailable`` with a reason a person can act on:
+
+- the pods are the fleet view's records of the selection; the roster names the running
+  pods (and agents) that have not reported; any gap, or a Ready pod whose reading is
+  absent, stale or implausible, makes the answer Unavailable (``core.aggregate``);
+- a planned trigger's value is its planner's replicas x target; the planner is created on
+  the first ask and observed every planner second by the plan book's loop. Readers that
+  must not keep a planner alive (the operator tools) peek instead of asking.
+
+Input that cannot be used (no selector where the scaler cannot resolve one, an unknown
+demand source) raises ConfigError; more planners than the scaler keeps raises Overloaded.
+Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+from enum import Enum
+from typing import Protocol
+
+from gpuscale.common.errors import ConfigError, DataUnavailable, Unavailable
+from gpuscale.scaler.core.aggregate import evaluate
+from gpuscale.scaler.core.planner import Observation, Plan
+from gpuscale.scaler.core.profiles import PLANNED, Target
+from gpuscale.scaler.core.selector import Selector
+from gpuscale.scaler.core.trigger import TriggerConfig
+from gpuscale.scaler.state.fleet import FleetView
+from gpuscale.scaler.state.plan_book import PlanBook, observe
+from gpuscale.stream.records import PodRecord
+
+KEDA = "keda"  # the plan book's keys of planners KEDA's triggers created
+
+# demand source name -> pending work? Raises DataUnavailable when the source cannot tell
+# now, ConfigError when no such source is declared.
+DemandCheck = Callable[[str], bool]
+
+
+class Roster(Protocol):
+    def problems(self, namespace: str, selector: Selector,
+                 records: Sequence[PodRecord]) -> list[str]:
+        """Why the workload's records may not be all of its pods ([] when they are)."""
+        ...
+
+
+class Resolver(Protocol):
+    def resolve(self, namespace: str, name: str) -> Selector | Unavailable:
+        """The pod selector of ScaledObject ``namespace/name``'s scale target."""
+        ...
+
+
+class Plans(Enum):
+    ASK = "ask"  # create the planner on the first ask and keep it alive (KEDA, the HPA)
+    PEEK = "peek"  # read the plan if a planner exists; create nothing (operator tools)
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    namespace: str
+    name: str  # the ScaledObject's (KEDA), or "Kind/name" (the metrics API's objects)
+    trigger: TriggerConfig
+    selector: Selector | None = None  # None: the trigger's podSelector, else resolved
+    source: str = KEDA  # who asks: planners of different askers are kept apart
+
+    @property
+    def plan_key(self) -> Hashable:
+        selector = self.selector or self.trigger.selector
+        return (self.source, self.namespace, self.name,
+                selector.text if selector is not None else "", self.trigger)
+
+
+@dataclass(frozen=True, slots=True)
+class Selection:
+    """The workload's pods as the fleet view has them, and the roster's gaps."""
+
+    pods: tuple[PodRecord, ...]
+    gaps: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Value:
+    """An OK answer: never smaller than what the workload's pods really use."""
+
+    value: float  # what KEDA (or the HPA) gets, in the target's unit
+    target: Target
+    pods: tuple[PodRecord, ...]  # the selection it was computed over
+    counted: int = 0  # pods whose reading was summed
+    starting: int = 0  # pods left out: not Ready and no data yet
+    ready: int = 0  # counted pods that are Ready
+    plan: Plan | None = None  # a planned trigger's plan (its terms)
+
+
+class Answers:
+    """The scaler's inputs, read from memory: the fleet view, the roster of pods that must
+    have reported, the ScaledObject resolver, the plan book and the demand sources."""
+
+    def __init__(self, fleet: FleetView, roster: Roster | None = None,
+                 resolver: Resolver | None = None, plans: PlanBook | None = None,
+                 demand: DemandCheck | None = None) -> None:
+        """``roster``: None only where the fleet view is complete by construction (fed in
+        the same process: the simulator, tests). ``resolver``: None where the scaler has
+        no Kubernetes API (a trigger must then name its podSelector)."""
+        self.fleet = fleet
+        self.roster = roster
+        self.resolver = resolver
+        self.plans = plans if plans is not None else PlanBook()
+        self.demand = demand
+
+    # -- the pods ------------------------------------------------------------------------
+
+    def selector(self, workload: Workload) -> Selector | Unavailable:
+        """Whose pods: the caller's, the trigger's podSelector, or the scale target's."""
+        selector = workload.selector or workload.trigger.selector
+        if selector is not None:
+            return selector
+        if self.resolver is None:
+            raise ConfigError("podSelector: required (label selector of the workload's pods, "
+                              "e.g. app=vllm); resolving scaleTargetRef through the API is "
+                              "not enabled in this scaler")
+        resolved = self.resolver.resolve(workload.namespace, workload.name)
+        if isinstance(resolved, Unavailable):
+            return Unavailable(f"scale target: {resolved.reason}")
+        return resolved
+
+    def selection(self, workload: Workload) -> Selection | Unavailable:
+        """The workload's pods' latest records, and the roster's gaps."""
+        selector = self.selector(workload)
+        if isinstance(selector, Unavailable):
+            return selector
+        records = self.fleet.select(workload.namespace, selector)
+        gaps = ([] if self.roster is None else
+                self.roster.problems(workload.namespace, selector, records))
+        return Selection(tuple(records), tuple(gaps))
+
+    # -- the value -----------------------------------------------------------------------
+
+    def value(self, workload: Workload, target: Target, plans: Plans = Plans.ASK,
+              selection: Selection | Unavailable | None = None) -> Value | Unavailable:
+        """What the workload's ``target`` gets now. ``selection``: the pods, when the
+        caller has them already (one selection for several targets, or a subset of it)."""
+        if target.signal == PLANNED and workload.trigger.planner is not None:
+            return self._planned(workload, target, plans, selection)
+        if selection is None:
+            selection = self.selection(workload)
+        if isinstance(selection, Unavailable):
+            return selection
+        try:
+            got = evaluate(self.fleet, list(selection.pods), target,
+                           workload.trigger.value_mode, selection.gaps)
+        except DataUnavailable as exc:
+            return Unavailable(str(exc))
+        return Value(got.value, target, selection.pods, got.pods, got.starting, got.ready)
+
+    def _planned(self, workload: Workload, target: Target, plans: Plans,
+                 selection: Selection | Unavailable | None) -> Value | Unavailable:
+        config = workload.trigger.planner
+        assert config is not None
+        now = self.fleet.now()
+        plan: Plan | Unavailable | None
+        if plans is Plans.PEEK:
+            plan = self.plans.peek(workload.plan_key, now)
+            if plan is None:
+                plan = Unavailable("the planner has no plan yet")
+        else:
+            def sample() -> Observation:
+                got = self.selection(workload)
+                if isinstance(got, Unavailable):
+                    raise got.error()
+                return observe(self.fleet, list(got.pods), list(got.gaps))
+            try:
+                plan = self.plans.plan(workload.plan_key, (workload.namespace, workload.name),
+                                       config, sample, now)
+            except DataUnavailable as exc:
+                plan = Unavailable(str(exc))
+        if isinstance(plan, Unavailable):
+            return plan
+        if selection is None and plans is Plans.PEEK:  # the pods, for the record
+            selection = self.selection(workload)
+        pods = () if selection is None or isinstance(selection, Unavailable) \
+            else selection.pods
+        return Value(plan.replicas * target.target, target, pods, len(pods), plan=plan)
+
+    # -- activity ------------------------------------------------------------------------
+
+    def active(self, workload: Workload, plans: Plans = Plans.ASK) -> bool | Unavailable:
+        """IsActive: any target's value strictly above its activation threshold, or the
+        demand source shows pending work. When the pods say inactive and the demand source
+        cannot tell, Unavailable, not "inactive": a workload at zero replicas has no pods
+        to show its load. The pods are selected once for every target, and the targets
+        are evaluated in order until one is active (an Unavailable one first ends it)."""
+        trigger = workload.trigger
+        selection = None if trigger.planner is not None else self.selection(workload)
+        for target in trigger.targets:
+            got = self.value(workload, target, plans, selection)
+            if isinstance(got, Unavailable):
+                return got
+            if got.value > target.activation:
+                return True
+        if trigger.demand_source and self.demand is not None:
+            try:
+                return self.demand(trigger.demand_source)
+            except DataUnavailable as exc:
+                return Unavailable(str(exc))
+        return False
+
+    def pending(self, workload: Workload) -> str:
+        """The demand source's word for the record: "pending", "none", why it cannot tell,
+        or "" when the trigger names none (or the scaler has no sources)."""
+        source = workload.trigger.demand_source
+        if not source or self.demand is None:
+            return ""
+        try:
+            return "pending" if self.demand(source) else "none"
+        except (DataUnavailable, ConfigError) as exc:
+            return f"cannot tell: {exc}"

@@ -1,0 +1,51 @@
+"""The scaler's configuration, typed and built once (by the command line, a demo or a test)
+before anything starts; ``scaler.root.Scaler`` is built from it."""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gpuscale.common.freshness import staleness_bound
+from gpuscale.scaler import DEFAULT_PORT
+from gpuscale.scaler.sources.demand import DemandConfig
+from gpuscale.scaler.state.history import STEP_S
+from gpuscale.stream.tls import TlsFiles
+
+DEFAULT_METRICS_PORT = 9402
+DEFAULT_AGENT_PORT = 9401
+
+
+@dataclass(frozen=True, slots=True)
+class ScalerConfig:
+    host: str = "0.0.0.0"
+    port: int = DEFAULT_PORT  # KEDA's gRPC port (ExternalScaler, Inspect, health)
+    metrics_port: int | None = DEFAULT_METRICS_PORT  # /metrics, /healthz, /readyz; None: off
+    tls: TlsFiles | None = None  # KEDA-facing mutual TLS; None: plaintext
+    # Where the fleet view comes from: static agent addresses, or the EndpointSlices of the
+    # agents' headless Service ("NAMESPACE/NAME"), or (in_process) the caller's own agents
+    # writing into the fleet view (a demo, a test: complete by construction, no roster).
+    agents: tuple[str, ...] = ()
+    agent_service: str = ""
+    agent_port: int = DEFAULT_AGENT_PORT  # when an EndpointSlice names none
+    in_process: bool = False
+    agent_tls: TlsFiles | None = None  # mutual TLS to the agents; None: plaintext
+    agent_tls_server_name: str = "gpuscale-agent"
+    name: str = field(default_factory=socket.gethostname)  # how agents see this subscriber
+    # The Kubernetes API: resolve ScaledObjects' scaleTargetRef (and the metrics API's
+    # Deployments and StatefulSets) through watches.
+    resolve_targets: bool = False
+    kubeconfig: Path | None = None  # None: in-cluster credentials
+    demand: DemandConfig = field(default_factory=DemandConfig)
+    history_step_s: float = STEP_S  # between the moments recorded for gpuscale explain
+    stale_after_s: float = staleness_bound(1.0)  # for records whose agent names no bound
+    time_scale: float = 1.0  # planner seconds per second (the fast-forwarded demo)
+
+    @property
+    def uses_api(self) -> bool:
+        """Whether the scaler needs Kubernetes credentials."""
+        return bool(self.agent_service) or self.resolve_targets
+
+    def agents_text(self) -> str:
+        return self.agent_service or ", ".join(self.agents) or "in process"

@@ -1,0 +1,99 @@
+"""The scaler's HTTP side: Prometheus ``/metrics`` (rendered on every scrape from what the
+scaler holds), ``/healthz`` and ``/readyz``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from gpuscale.scaler.state.fleet import FleetView
+from gpuscale.scaler.state.plan_book import PlanBook
+from gpuscale.stream.subscriber import AgentSubscriber
+
+Readiness = Callable[[], tuple[bool, str]]  # (ready, a line for a person)
+
+
+class AgentsCollector(Collector):
+    """Per-agent connection state and data age, and the fleet view's size."""
+
+    def __init__(self, subscriber: AgentSubscriber, fleet: FleetView) -> None:
+        self._sub = subscriber
+        self._fleet = fleet
+
+    def collect(self) -> Iterable[Metric]:
+        up = GaugeMetricFamily("gpuscale_scaler_agent_connected",
+                               "1 while the agent's stream delivers updates.",
+                               labels=["address", "node"])
+        age = GaugeMetricFamily("gpuscale_scaler_agent_data_age_seconds",
+                                "Seconds since the agent's last update arrived.",
+                                labels=["address", "node"])
+        reconnects = CounterMetricFamily("gpuscale_scaler_agent_reconnects",
+                                         "Stream reconnections per agent.", labels=["address"])
+        sources = self._fleet.nodes()  # keyed by the address each stream was dialled at
+        for s in self._sub.states():
+            up.add_metric([s.address, s.identity], 1.0 if s.connected else 0.0)
+            if s.address in sources:
+                age.add_metric([s.address, s.identity], sources[s.address])
+            reconnects.add_metric([s.address], float(s.reconnects))
+        pods = GaugeMetricFamily("gpuscale_scaler_fleet_pods", "Pods in the fleet view.")
+        pods.add_metric([], float(self._fleet.pod_count()))
+        return [up, age, reconnects, pods]
+
+
+class PlanCollector(Collector):
+    """Every planned workload's plan and the terms it came from (scaler.core.planner)."""
+
+    def __init__(self, plans: PlanBook) -> None:
+        self._plans = plans
+
+    def collect(self) -> Iterable[Metric]:
+        labels = ["namespace", "scaledobject"]
+        replicas = GaugeMetricFamily("gpuscale_plan_replicas", "The planner's replica count "
+                                     "(what KEDA's HPA is asked for).", labels=labels)
+        terms = GaugeMetricFamily(
+            "gpuscale_plan_term", "The planner's terms, in replicas (steady, burst, "
+            "concurrency, kv, backlog, required), replica-seconds (arrived: work that "
+            "arrived in the last second; request_work: of one request) or pods (ready, "
+            "starting).", labels=[*labels, "term"])
+        for (namespace, name), plan in self._plans.plans():
+            replicas.add_metric([namespace, name], float(plan.replicas))
+            for term, value in plan.terms().items():
+                terms.add_metric([namespace, name, term], value)
+        return [replicas, terms]
+
+
+class ScalerHttp:
+    """``/metrics`` from ``registry``, ``/healthz``, and ``/readyz`` from ``readiness``."""
+
+    def __init__(self, registry: CollectorRegistry, readiness: Readiness, host: str,
+                 port: int) -> None:
+        self._registry = registry
+        self._readiness = readiness
+        self._host, self._port = host, port
+        app = web.Application()
+        app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/healthz", self._healthz)
+        app.router.add_get("/readyz", self._readyz)
+        self._runner = web.AppRunner(app, access_log=None)
+
+    async def start(self) -> None:
+        await self._runner.setup()
+        await web.TCPSite(self._runner, self._host, self._port).start()
+
+    async def stop(self) -> None:
+        await self._runner.cleanup()
+
+    async def _metrics(self, _: web.Request) -> web.Response:
+        return web.Response(body=generate_latest(self._registry), content_type="text/plain")
+
+    async def _healthz(self, _: web.Request) -> web.Response:
+        return web.Response(text="ok\n")
+
+    async def _readyz(self, _: web.Request) -> web.Response:
+        ok, line = self._readiness()
+        return web.Response(text=f"{'ok' if ok else 'not ready'}: {line}\n",
+                            status=200 if ok else 503)

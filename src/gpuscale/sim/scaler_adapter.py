@@ -1,0 +1,162 @@
+"""The simulator through the scaler's own answer function (``scaler.answers``).
+
+Every simulated step the replicas' telemetry becomes PodRecords in a FleetView (one node,
+fed in process: complete by construction), and KEDA's and the HPA's models read what
+``Answers.value`` gives for the trigger - the very code that answers GetMetrics - so what
+``gpuscale simulate`` measures is what ships.
+
+The planner (profile vllm-planner): every simulated second, each Ready replica's engine
+counters (prompt and generated tokens, finished requests) become per-pod rates over the
+last second, as the agent computes them from vLLM's counters; with its running and waiting
+requests and KV-cache use they are the pods' signals, and the plan book observes them once
+a second as the scaler's plan loop does. KEDA and the HPA read ``planned x targetValue`` as
+an External AverageValue metric when they poll, and hold (UNAVAILABLE) when there is no
+plan.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from gpuscale.common.errors import Unavailable
+from gpuscale.models.hpa import SCALE_DOWN, Metric, MetricSource, TargetType
+from gpuscale.models.serving import ServingModel, ServingParams, planner_metadata
+from gpuscale.scaler.answers import Answers, Workload
+from gpuscale.scaler.core.planner import Plan
+from gpuscale.scaler.core.selector import Selector, parse_selector
+from gpuscale.scaler.core.trigger import parse_metadata
+from gpuscale.scaler.state.fleet import FleetView
+from gpuscale.scaler.state.plan_book import PlanBook
+from gpuscale.stream.records import PodRecord
+from gpuscale.telemetry.model import Reading
+
+_SELECTOR = parse_selector("app=llm")
+NAMESPACE, NAME, NODE = "sim", "llm", "node"
+
+
+class _OneNode:
+    """The simulation's roster: its one node is a gap until it has reported (as an agent
+    that has not reported is to the scaler), so an empty view never answers 0."""
+
+    reported = False
+
+    def problems(self, namespace: str, selector: Selector,
+                 records: Sequence[PodRecord]) -> list[str]:
+        return [] if self.reported else ["the simulated node has not reported yet"]
+
+
+class _SimScaler:
+    """A fleet view on the simulation's clock and the answer function over it."""
+
+    def __init__(self, metadata: Mapping[str, str]) -> None:
+        self.trigger = parse_metadata({"podSelector": _SELECTOR.text, **metadata})
+        self.now = 0.0
+        self.fleet = FleetView(monotonic=lambda: self.now)
+        self.roster = _OneNode()
+        # Asked at every HPA sync and KEDA poll: a planner is never idle long enough to go.
+        self.answers = Answers(self.fleet, self.roster, plans=PlanBook(idle_s=math.inf))
+        self.workload = Workload(NAMESPACE, NAME, self.trigger)
+
+    def report(self, now: float, signals: list[tuple[bool, dict[str, Reading]]]) -> None:
+        """This step's replicas: (Ready, signals) each."""
+        self.now = now
+        self.roster.reported = True
+        self.fleet.update_node(NODE, [
+            PodRecord(NAMESPACE, f"{NAME}-{i}", NODE, {"app": NAME}, None, ready, values, now)
+            for i, (ready, values) in enumerate(signals)])
+
+    def metrics(self, now: float) -> list[Metric]:
+        """Each target's value as KEDA would get it (None: UNAVAILABLE, the HPA holds)."""
+        self.now = now
+        out = []
+        for t in self.trigger.targets:
+            got = self.answers.value(self.workload, t)
+            value = None if isinstance(got, Unavailable) else got.value
+            out.append(Metric(MetricSource.EXTERNAL, TargetType.AVERAGE_VALUE, t.target,
+                              value))
+        return out
+
+
+def profile_signal(metadata: dict[str, str]) -> Callable[[ServingModel, float], list[Metric]]:
+    """A gpuscale profile as the HPA's signal: the replicas' signals, summed by the
+    scaler's answer function."""
+    sim = _SimScaler(metadata)
+
+    def signal(model: ServingModel, now: float) -> list[Metric]:
+        sim.report(now, [(s.ready, {"gpu-utilization": s.duty_cycle, "vllm-waiting": s.waiting,
+                                    "vllm-running": float(s.running),
+                                    "vllm-requests": s.running + s.waiting,
+                                    "vllm-kv-cache": s.kv_cache} if s.ready else {})
+                         for s in model.signals(now)])
+        return sim.metrics(now)
+    return signal
+
+
+class PlannerPolicy:
+    """A Signal (``__call__``) and a per-second observer (``tick``) for ``run_policy``."""
+
+    def __init__(self, metadata: Mapping[str, str]) -> None:
+        self._sim = _SimScaler({"profile": "vllm-planner", **metadata})
+        assert self._sim.trigger.planner is not None
+        self.target = self._sim.trigger.targets[0].target
+        # replica (by identity) -> (time, prompt tokens, generated tokens, finished)
+        self._counters: dict[int, tuple[float, float, float, float]] = {}
+
+    @property
+    def plans(self) -> PlanBook:
+        return self._sim.answers.plans
+
+    def plan(self, now: float) -> Plan | Unavailable:
+        """The plan KEDA would get now (read only)."""
+        got = self.plans.peek(self._sim.workload.plan_key, now)
+        return Unavailable("no planner yet") if got is None else got
+
+    def tick(self, model: ServingModel, now: float) -> None:
+        replicas: list[tuple[bool, dict[str, Reading]]] = []
+        seen: dict[int, tuple[float, float, float, float]] = {}
+        for rep, s in zip(model.replicas, model.signals(now), strict=True):
+            signals: dict[str, Reading] = {}
+            if s.ready:
+                counters = (now, s.prompt_tokens_total, s.generation_tokens_total,
+                            s.finished_total)
+                seen[id(rep)] = counters
+                before = self._counters.get(id(rep))
+                signals = {"vllm-waiting": s.waiting, "vllm-running": float(s.running),
+                           "vllm-kv-cache": s.kv_cache}
+                if before is not None and now > before[0]:
+                    # (the first scrape of a counter gives no rate: like the scaler, the
+                    # observation then fails and the planner keeps its last plan)
+                    dt = now - before[0]
+                    signals.update({
+                        "vllm-prompt-tps": (counters[1] - before[1]) / dt,
+                        "vllm-generation-tps": (counters[2] - before[2]) / dt,
+                        "vllm-finished-rate": (counters[3] - before[3]) / dt})
+            replicas.append((s.ready, signals))
+        self._counters = seen
+        sim = self._sim
+        sim.report(now, replicas)
+        if sim.workload.plan_key in self.plans:
+            self.plans.tick(now)  # the scaler's plan loop, once a planner second
+        else:
+            sim.metrics(now)  # the first ask creates the planner and observes at once
+
+    def __call__(self, model: ServingModel, now: float) -> list[Metric]:
+        return self._sim.metrics(now)
+
+
+def planner_policy(params: ServingParams, slo_s: float = 2.0,
+                   **metadata: str) -> dict[str, Any]:
+    """``run_policy`` keyword arguments for the planner as the README configures it: its
+    value as the HPA's signal, the per-second observation through the decider hook (which
+    never decides), and the HPA's scale-down stabilization at 0 s (the planner holds its
+    plan for a start-up itself; the HPA's 300 s on top only bills idle replicas)."""
+    policy = PlannerPolicy({**planner_metadata(params, slo_s), **metadata})
+
+    def tick(model: ServingModel, now: float, replicas: int) -> int | None:
+        policy.tick(model, now)
+        return None  # the HPA decides, on the planner's value
+    return {"signal": policy, "decider": tick,
+            "scale_down": replace(SCALE_DOWN, stabilization_s=0.0)}
