@@ -61,11 +61,12 @@ class Peers:
             if exc.code() is not grpc.StatusCode.UNAVAILABLE:
                 raise
             return exc.details() or ""
-        return got.metricValues[0].metricValueFloat
+        return float(got.metricValues[0].metricValueFloat)
 
     async def explained(self) -> ipb.ExplainReply:
-        return await self.inspect.Explain(ipb.ExplainRequest(namespace="llm", name="chat"),
-                                          timeout=5)
+        reply: ipb.ExplainReply = await self.inspect.Explain(
+            ipb.ExplainRequest(namespace="llm", name="chat"), timeout=5)
+        return reply
 
 
 @pytest.fixture
