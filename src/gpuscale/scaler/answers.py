@@ -25,6 +25,7 @@ Nothing here does I/O.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
+from contextlib import suppress
 from dataclasses import dataclass
 from enum import Enum
 from typing import Protocol
@@ -116,6 +117,20 @@ class Answers:
         self.plans = plans if plans is not None else PlanBook()
         self.demand = demand
 
+    def check(self, workload: Workload) -> None:
+        """Whether this scaler can answer the trigger at all (before any data): ConfigError
+        naming the key when it cannot (KEDA gets INVALID_ARGUMENT, not UNAVAILABLE)."""
+        trigger = workload.trigger
+        if workload.selector is None and trigger.selector is None and self.resolver is None:
+            raise ConfigError("podSelector: required (label selector of the workload's pods, "
+                              "e.g. app=vllm); resolving scaleTargetRef through the API is "
+                              "not enabled in this scaler")
+        if trigger.demand_source:
+            if self.demand is None:
+                raise ConfigError("demandSource: this scaler has no demand sources configured")
+            with suppress(DataUnavailable):  # declared; it just cannot tell now
+                self.demand(trigger.demand_source)
+
     # -- the pods ------------------------------------------------------------------------
 
     def selector(self, workload: Workload) -> Selector | Unavailable:
@@ -123,10 +138,8 @@ class Answers:
         selector = workload.selector or workload.trigger.selector
         if selector is not None:
             return selector
-        if self.resolver is None:
-            raise ConfigError("podSelector: required (label selector of the workload's pods, "
-                              "e.g. app=vllm); resolving scaleTargetRef through the API is "
-                              "not enabled in this scaler")
+        self.check(workload)  # no resolver: ConfigError
+        assert self.resolver is not None
         resolved = self.resolver.resolve(workload.namespace, workload.name)
         if isinstance(resolved, Unavailable):
             return Unavailable(f"scale target: {resolved.reason}")

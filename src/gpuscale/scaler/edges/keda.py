@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import grpc
@@ -105,19 +105,11 @@ class ScalerService(pb_grpc.ExternalScalerServicer):
     def _workload(self, ref: pb.ScaledObjectRef) -> Workload:
         check_object_name(ref.namespace, ref.name)
         cfg = parse_metadata(ref.scalerMetadata)  # MetadataError
-        answers = self.answers
-        if cfg.selector is None and answers.resolver is None:
-            raise ConfigError("podSelector: required (label selector of the workload's pods, "
-                              "e.g. app=vllm); resolving scaleTargetRef through the API is "
-                              "not enabled in this scaler")
-        if cfg.demand_source:
-            if answers.demand is None:
-                raise ConfigError("demandSource: this scaler has no demand sources configured")
-            with suppress(DataUnavailable):  # declared; it just cannot tell now
-                answers.demand(cfg.demand_source)
+        workload = Workload(ref.namespace, ref.name, cfg)
+        self.answers.check(workload)  # ConfigError
         # A trigger this scaler accepts: remembered for the operator tools (O(1)).
         self.history.note(ref.namespace, ref.name, ref.scalerMetadata, cfg, self.fleet.now())
-        return Workload(ref.namespace, ref.name, cfg)
+        return workload
 
     @contextmanager
     def _stream_slot(self, context: Context) -> Iterator[None]:
