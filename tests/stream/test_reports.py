@@ -67,11 +67,11 @@ class Sink:
     def __init__(self) -> None:
         self.calls: list[tuple[str, list[PodRecord], Sequence[DeviceRecord] | None]] = []
 
-    def update_node(self, node: str, records: Iterable[PodRecord],
+    def update_node(self, source: str, records: Iterable[PodRecord],
                     devices: Sequence[DeviceRecord] | None = None) -> None:
-        self.calls.append((node, list(records), devices))
+        self.calls.append((source, list(records), devices))
 
-    def remove_node(self, node: str) -> None:
+    def remove_node(self, source: str) -> None:
         raise AssertionError("not called here")
 
 

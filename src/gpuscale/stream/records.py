@@ -102,16 +102,18 @@ class NodeReport:
 
 
 class NodeSink(Protocol):
-    """Takes a node's whole state per tick (full updates: skipping one loses nothing)."""
+    """Takes a node's whole state per tick (full updates: skipping one loses nothing),
+    keyed by its source: the address of the stream that reported it, or the node's name
+    when the agent runs in the same process."""
 
-    def update_node(self, node: str, records: Iterable[PodRecord],
+    def update_node(self, source: str, records: Iterable[PodRecord],
                     devices: Sequence[DeviceRecord] | None = None) -> None:
-        """Replace ``node``'s pods with ``records`` (and its devices with ``devices``;
-        None: keep the last ones)."""
+        """Replace what ``source`` reported with ``records`` (and its devices with
+        ``devices``; None: keep the last ones)."""
         ...
 
-    def remove_node(self, node: str) -> None:
-        """Forget ``node`` and its pods."""
+    def remove_node(self, source: str) -> None:
+        """Forget ``source`` and its pods."""
         ...
 
 
