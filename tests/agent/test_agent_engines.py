@@ -83,11 +83,11 @@ class Records:
     def __init__(self) -> None:
         self.latest: dict[str, PodRecord] = {}
 
-    def update_node(self, node: str, records: Iterable[PodRecord],
+    def update_node(self, source: str, records: Iterable[PodRecord],
                     devices: Sequence[DeviceRecord] | None = None) -> None:
         self.latest = {r.name: r for r in records}
 
-    def remove_node(self, node: str) -> None:
+    def remove_node(self, source: str) -> None:
         self.latest = {}
 
 

@@ -10,6 +10,7 @@ the group; open streams end, servers stop with bounded timeouts, the backend clo
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import socket
@@ -22,19 +23,19 @@ from prometheus_client import CollectorRegistry, disable_created_metrics
 
 from gpuscale.agent.exporter import SnapshotCollector
 from gpuscale.agent.http import make_app, start_http
-from gpuscale.agent.records import EngineSignals, node_devices, pod_records
+from gpuscale.agent.report import tick
 from gpuscale.agent.sampler import Sampler
-from gpuscale.attribution.model import AttributionState, NodeAttribution
+from gpuscale.attribution.model import NodeAttribution
 from gpuscale.attribution.sources import AttributionSources, attribute_tick
 from gpuscale.common.grpc_bind import bind
 from gpuscale.common.shutdown import cancel_on_signals
 from gpuscale.engines.scrape import MAX_BODY_BYTES, EngineScraper
 from gpuscale.proto import telemetry_pb2_grpc as pb_grpc
 from gpuscale.stream.publisher import TelemetryPublisher
-from gpuscale.stream.records import DeviceRecord, NodeSink, PodRecord
+from gpuscale.stream.records import NodeSink, deliver
 from gpuscale.stream.tls import TlsFiles, server_credentials
 from gpuscale.telemetry.backend import GpuBackend
-from gpuscale.telemetry.model import Absent, BackendState, NodeSnapshot
+from gpuscale.telemetry.model import NodeSnapshot
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +57,11 @@ class AgentConfig:
 
 
 class Agent:
-    """Everything one agent process runs, for the CLI and for in-process tests."""
+    """Everything one agent process runs, for the CLI and for in-process tests.
+
+    Each tick the sampler's snapshot and attribution, with the engines' latest readings,
+    become one ``NodeReport`` (agent.report.tick), handed to the telemetry stream and to
+    every sink added."""
 
     def __init__(self, backend: GpuBackend, config: AgentConfig,
                  sources: AttributionSources | None = None) -> None:
@@ -65,30 +70,24 @@ class Agent:
         self.sources = sources
         disable_created_metrics()  # type: ignore[no-untyped-call]  # *_created: noise here
         self.registry = CollectorRegistry(auto_describe=False)
-        attributor = None
-        if sources is not None:
-            async def attributor(snap: NodeSnapshot) -> NodeAttribution:
-                return await attribute_tick(sources, snap)
         self.sampler = Sampler(backend, config.interval, self.registry,
-                               attributor=attributor)
+                               attributor=(functools.partial(attribute_tick, sources)
+                                           if sources is not None else None))
         # Engines are scraped only for the pods the attribution says hold GPUs here.
         self.engines = (EngineScraper(sources.pod_infos, lambda: self.sampler.attribution,
                                       config.interval, max_body=config.engine_max_body)
                         if sources is not None else None)
         # In Kubernetes the downward API sets NODE_NAME; dcgm-exporter labels by node too.
-        hostname = config.hostname or os.environ.get("NODE_NAME") or socket.gethostname()
-        self.registry.register(SnapshotCollector(lambda: self.sampler.latest, hostname,
+        self.hostname = (config.hostname or os.environ.get("NODE_NAME")
+                         or socket.gethostname())
+        self.registry.register(SnapshotCollector(lambda: self.sampler.latest, self.hostname,
                                                  attribution=lambda: self.sampler.attribution))
         self.port: int | None = None
-        self.publisher: TelemetryPublisher | None = None
         self.stream_port: int | None = None
-        if config.stream_port is not None:
-            self.publisher = TelemetryPublisher(hostname, config.interval)
-            publisher = self.publisher
-            self.sampler.add_listener(
-                lambda snap, att: publisher.publish(self.pod_records(snap, att),
-                                                    snap.node or hostname,
-                                                    self.devices(snap, att)))
+        self.publisher = (TelemetryPublisher(self.hostname, config.interval)
+                          if config.stream_port is not None else None)
+        self._sinks: list[NodeSink] = []
+        self.sampler.add_listener(self._on_tick)
 
     async def run(self, on_listening: Callable[[int], None] | None = None) -> None:
         """Run until cancelled. ``on_listening(port)`` is called once the port is bound."""
@@ -127,65 +126,24 @@ class Agent:
             self.backend.close()
 
     def add_sink(self, sink: NodeSink) -> None:
-        """After each tick, hand the node's pod records to ``sink`` (a fleet view in the same
-        process: the demo, single-node use). A tick without usable GPU readings or
-        attribution hands nothing: the sink keeps the previous records, which age, and the
-        workloads on this node turn UNAVAILABLE past the staleness bound - never a smaller
-        sum."""
+        """After each tick, hand the node's report to ``sink`` (a fleet view in the same
+        process: the demo, single-node use) as the subscriber hands a stream's
+        (stream.records.deliver), keyed by the node's name: a complete report replaces the
+        node's pods and devices; an incomplete one hands nothing, so the sink keeps the
+        previous records, which age, and the workloads on this node turn UNAVAILABLE past
+        the staleness bound - never a smaller sum."""
+        self._sinks.append(sink)
 
-        def on_tick(snap: NodeSnapshot, att: NodeAttribution | None) -> None:
-            records = self.pod_records(snap, att)
-            if not isinstance(records, str):
-                sink.update_node(snap.node, records, self.devices(snap, att))
-
-        self.sampler.add_listener(on_tick)
-
-    def pod_records(self, snap: NodeSnapshot,
-                    att: NodeAttribution | None) -> list[PodRecord] | str:
-        """This tick's per-pod signals, or why there are none to trust: the GPU backend or
-        attribution unavailable, or a pod holding GPUs whose metadata (labels, readiness,
-        owner) is not known yet - before the pod cache has synced, or a pod the watch has
-        not delivered. Published without labels, such a pod would match no workload and
-        drop out of its sum; consumers keep the last complete records instead, which age."""
-        if snap.state is not BackendState.OK:
-            return f"GPU backend {snap.state.value}"
-        if att is None:
-            return "no attribution yet"
-        if att.state is AttributionState.UNAVAILABLE:
-            return "; ".join(att.reasons)[:200] or "attribution unavailable"
-        unknown = sorted({f"{u.namespace}/{u.pod}" for u in att.pods if u.pod_info is None})
-        if unknown:
-            more = f" and {len(unknown) - 3} more" if len(unknown) > 3 else ""
-            return (f"pod metadata not known yet for {', '.join(unknown[:3])}{more} "
-                    f"({'; '.join(att.reasons)[:120]})")
-        return pod_records(snap, att, sampled_at=snap.monotonic,
-                           engines=self.engine_signals())
-
-    @staticmethod
-    def devices(snap: NodeSnapshot, att: NodeAttribution | None) -> list[DeviceRecord]:
-        """The node's devices and who holds them (none while attribution is unknown)."""
-        if att is None or att.state is AttributionState.UNAVAILABLE:
-            return []
-        return node_devices(snap, att)
-
-    def engine_signals(self) -> dict[tuple[str, str], EngineSignals]:
-        """Per-pod engine signals, and why the unusable ones are: the scrape's reason, or
-        "stale" when the last good scrape is older than the staleness bound."""
-        if self.engines is None:
-            return {}
-        now = time.monotonic()
-        out: dict[tuple[str, str], EngineSignals] = {}
-        for key, r in self.engines.readings().items():
-            age = now - r.scraped_at
-            if age > self.sampler.stale_after:
-                why = f"last engine scrape {age:.1f}s ago ({r.error or 'no answer since'})"
-                out[key] = EngineSignals(dict.fromkeys(r.signals, Absent.UNAVAILABLE),
-                                         dict.fromkeys(r.signals, why))
-                continue
-            reasons = {name: r.error for name, value in r.signals.items()
-                       if isinstance(value, Absent) and r.error}
-            out[key] = EngineSignals(r.signals, reasons)
-        return out
+    def _on_tick(self, snap: NodeSnapshot, att: NodeAttribution | None) -> None:
+        if self.publisher is None and not self._sinks:
+            return
+        readings = self.engines.readings() if self.engines is not None else {}
+        report = tick(snap, att, readings, time.monotonic(), interval=self.config.interval,
+                      node=self.hostname)
+        if self.publisher is not None:
+            self.publisher.publish_report(report)
+        for sink in self._sinks:
+            deliver(report, sink, report.node)
 
 
 async def run_until_signalled(agent: Agent, on_listening: Callable[[int], None]) -> None:

@@ -1,4 +1,4 @@
-"""PodRecord <-> telemetry.proto messages (pure)."""
+"""NodeReport <-> telemetry.proto messages (pure)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 from gpuscale.attribution.model import OwnerRef
 from gpuscale.common.errors import PeerError
 from gpuscale.proto import telemetry_pb2 as pb
-from gpuscale.stream.records import DeviceRecord, PodRecord
+from gpuscale.stream.records import DeviceRecord, NodeReport, NotYetKnown, PodRecord
 from gpuscale.telemetry.model import Absent, Reading
 
 MAX_PODS_PER_NODE = 2048
@@ -19,19 +19,19 @@ MAX_NAME = 320  # a "namespace/name" is at most 63 + 1 + 253
 _ABSENT = {a.value: a for a in Absent}
 
 
-def encode(node: str, agent_id: str, seq: int, sampled_at: float, interval: float,
-           records: Iterable[PodRecord] | str,
-           devices: Sequence[DeviceRecord] | None = None) -> pb.NodeUpdate:
-    """One update: the node's pods and devices, or, when there are none to trust this
-    tick, why not (``attribution_ok=False``; the subscriber keeps what it had, which
-    ages)."""
-    complete = not isinstance(records, str)
-    msg = pb.NodeUpdate(node=node, agent_id=agent_id, seq=seq, sampled_at=sampled_at,
-                        interval=interval, attribution_ok=complete,
-                        attribution_detail="" if complete else str(records)[:MAX_DETAIL])
-    if isinstance(records, str):
+def encode_report(report: NodeReport, agent_id: str, wall_time: float) -> pb.NodeUpdate:
+    """One update from one tick's report: the node's pods and devices, or, when its pods
+    are not known, why not (``attribution_ok=False``, no pods, no devices: the subscriber
+    keeps what it had, which ages). ``wall_time`` (seconds since the epoch) goes in the
+    update's ``sampled_at``, from which receivers measure the stream's delay: the report's
+    own ``sampled_at`` is on the agent's monotonic clock, which means nothing elsewhere."""
+    msg = pb.NodeUpdate(node=report.node, agent_id=agent_id, seq=report.seq,
+                        sampled_at=wall_time, interval=report.interval,
+                        attribution_ok=report.complete,
+                        attribution_detail=report.reason[:MAX_DETAIL])
+    if isinstance(report.pods, NotYetKnown):
         return msg
-    for r in records:
+    for r in report.pods:
         pod = msg.pods.add(namespace=r.namespace, name=r.name, ready=r.ready,
                            owner_kind=r.owner.kind if r.owner else "",
                            owner_name=r.owner.name if r.owner else "")
@@ -40,11 +40,32 @@ def encode(node: str, agent_id: str, seq: int, sampled_at: float, interval: floa
             put_reading(pod.signals[name], value)
             if isinstance(value, Absent):
                 pod.signals[name].detail = r.reasons.get(name, "")[:MAX_DETAIL]
-    if devices is not None:
+    if report.devices is not None:
         msg.has_devices = True
-        for d in devices:
+        for d in report.devices:
             put_device(msg.devices.add(), d)
     return msg
+
+
+def encode(node: str, agent_id: str, seq: int, sampled_at: float, interval: float,
+           records: Iterable[PodRecord] | str,
+           devices: Sequence[DeviceRecord] | None = None) -> pb.NodeUpdate:
+    """``encode_report`` from loose fields, ``records`` a reason when the pods are not
+    known (its devices are then not sent), ``sampled_at`` the wall time: the form benches
+    and older tests call."""
+    return encode_report(loose_report(node, seq, sampled_at, interval, records, devices),
+                         agent_id, sampled_at)
+
+
+def loose_report(node: str, seq: int, sampled_at: float, interval: float,
+                 records: Iterable[PodRecord] | str,
+                 devices: Sequence[DeviceRecord] | None = None) -> NodeReport:
+    """A report from loose fields (``records``: the pods, or why they are not known)."""
+    if isinstance(records, str):
+        return NodeReport(node, seq, sampled_at, interval,
+                          NotYetKnown(records or "attribution unavailable"))
+    return NodeReport(node, seq, sampled_at, interval, tuple(records),
+                      tuple(devices) if devices is not None else None)
 
 
 def put_device(msg: pb.Device, d: DeviceRecord) -> None:
@@ -93,6 +114,21 @@ def decode(msg: pb.NodeUpdate, received_at: float, stale_after: float,
         out.append(PodRecord(p.namespace, p.name, node, dict(p.labels), owner, p.ready,
                              signals, received_at, stale_after, reasons))
     return out
+
+
+def decode_report(msg: pb.NodeUpdate, received_at: float, stale_after: float,
+                  node: str = "") -> NodeReport:
+    """An update as the report it was made from, on the receiver's clock (``received_at``,
+    monotonic) and placed on ``node`` (see ``decode``). An update that says its pods are
+    not known decodes to ``NotYetKnown`` with its reason, its pods left unread."""
+    node = node or msg.node
+    if not msg.attribution_ok:
+        why = NotYetKnown(msg.attribution_detail[:MAX_DETAIL] or "attribution unavailable")
+        return NodeReport(node, msg.seq, received_at, msg.interval, why)
+    pods = tuple(decode(msg, received_at, stale_after, node))
+    devices = decode_devices(msg)
+    return NodeReport(node, msg.seq, received_at, msg.interval, pods,
+                      tuple(devices) if devices is not None else None)
 
 
 def decode_devices(msg: pb.NodeUpdate) -> list[DeviceRecord] | None:

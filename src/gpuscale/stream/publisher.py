@@ -8,6 +8,7 @@ or frozen scaler costs the agent one message of memory, never a backlog. Updates
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 import uuid
@@ -18,8 +19,8 @@ import grpc
 
 from gpuscale.proto import telemetry_pb2 as pb
 from gpuscale.proto import telemetry_pb2_grpc as pb_grpc
-from gpuscale.stream.codec import encode
-from gpuscale.stream.records import DeviceRecord, PodRecord
+from gpuscale.stream.codec import encode_report, loose_report
+from gpuscale.stream.records import DeviceRecord, NodeReport, PodRecord
 
 log = logging.getLogger(__name__)
 
@@ -63,24 +64,33 @@ class TelemetryPublisher(pb_grpc.AgentTelemetryServicer):
     def subscribers(self) -> int:
         return len(self._boxes)
 
-    def publish(self, records: list[PodRecord] | str, node: str = "",
-                devices: Sequence[DeviceRecord] | None = None) -> None:
-        """Called once per tick with the node's pods, or why there are none to trust this
-        tick (a reason string). ``node``: the node the readings are from (the backend's;
-        default: the name this publisher was given). A subscriber that connects later gets
-        this latest update - an incomplete one too, never an older complete one that would
-        look fresh on arrival."""
-        self._seq += 1
-        if devices is not None:  # device news every DEVICES_EVERY_S, and the first tick
-            if self._seq - self._devices_seq < self._devices_every:
-                devices = None
-            else:
-                self._devices_seq = self._seq
-        update = encode(node or self.node, self.agent_id, self._seq, time.time(),
-                        self.interval, records, devices)
+    def publish_report(self, report: NodeReport) -> None:
+        """Send one tick's report to every subscriber. A subscriber that connects later
+        gets this latest update - an incomplete one too, never an older complete one that
+        would look fresh on arrival. Device news is due on the first update, at once to a
+        new subscriber, and then every DEVICES_EVERY_S; the report's devices ride only on
+        a due update, and a due update whose pods are not known spends the turn (it
+        carries none: the news waits for the next due update)."""
+        self._seq = report.seq
+        due = self._seq - self._devices_seq >= self._devices_every
+        if due and (report.devices is not None or not report.complete):
+            self._devices_seq = self._seq
+        elif report.devices is not None:
+            report = dataclasses.replace(report, devices=None)
+        update = encode_report(report, self.agent_id, time.time())
         self._latest = update
         for box in self._boxes:
             box.put(update)
+
+    def publish(self, records: Sequence[PodRecord] | str, node: str = "",
+                devices: Sequence[DeviceRecord] | None = None) -> None:
+        """``publish_report`` from loose fields, with the next seq: ``records`` the
+        node's pods or why they are not known this tick, ``node`` the node the readings
+        are from (default: the name this publisher was given). The form benches and older
+        tests call."""
+        self.publish_report(loose_report(node or self.node, self._seq + 1,
+                                         time.monotonic(), self.interval, records,
+                                         devices))
 
     async def Subscribe(self, request: pb.SubscribeRequest,
                         context: Context) -> AsyncIterator[pb.NodeUpdate]:

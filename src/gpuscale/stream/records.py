@@ -1,9 +1,12 @@
 """The records that cross the agent -> scaler boundary, and what consumes them.
 
-An agent turns each tick into one ``PodRecord`` per pod that holds GPUs (agent.records),
-hands the node's list to every ``NodeSink`` it was given (its telemetry stream, or a fleet
-view in the same process), and the scaler's subscriber hands the decoded list to its own
-sink. Both ends import these types from here, below both of them.
+An agent turns each tick into one ``NodeReport`` (agent.report.tick): one ``PodRecord`` per
+pod that holds GPUs and the node's ``DeviceRecord``s, or why its pods are not yet known.
+The report goes to its telemetry stream (stream.publisher, encoded by stream.codec) and to
+any ``NodeSink`` in the same process (a fleet view: the demo); the scaler's subscriber
+decodes each update back into a report for its own sink. Both kinds of sink get reports
+the same way, through ``deliver``: an incomplete report changes nothing. Both ends import
+these types from here, below both of them.
 """
 
 from __future__ import annotations
@@ -49,15 +52,76 @@ class DeviceRecord:
     pods: tuple[str, ...] = ()  # "namespace/name" of each pod allocated it
 
 
+@dataclass(frozen=True, slots=True)
+class NotYetKnown:
+    """Why a tick's pods are not known: the GPU backend or attribution is unavailable, or
+    a pod holding GPUs has no metadata (labels, readiness, owner) yet. Published as they
+    are, such pods would match no workload and drop out of its sum; a consumer keeps the
+    last complete pods instead, which age past the staleness bound (their workloads then
+    answer UNAVAILABLE) - never an empty or smaller view."""
+
+    reason: str  # for a person: what is missing, and from where
+
+    def __post_init__(self) -> None:
+        if not self.reason:
+            raise ValueError("a report whose pods are not known says why")
+
+
+@dataclass(frozen=True, slots=True)
+class NodeReport:
+    """What one agent tick produced for one node.
+
+    ``pods``: one record per pod that holds GPUs (a complete report; an empty tuple is a
+    node with no GPU pods), or ``NotYetKnown`` (incomplete: never to be read as "no pods").
+    ``devices``: the node's GPUs and MIG instances and who holds them, or None when this
+    report carries no device news (the last ones stand); an incomplete report carries
+    none. ``seq`` increases by one per tick of the same agent process. ``sampled_at`` is
+    on the clock of whoever holds the report, like its pods': the agent's monotonic clock
+    at the sample, or a subscriber's at receipt. ``interval``: the agent's tick, seconds.
+    """
+
+    node: str
+    seq: int
+    sampled_at: float
+    interval: float
+    pods: tuple[PodRecord, ...] | NotYetKnown
+    devices: tuple[DeviceRecord, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.pods, NotYetKnown) and self.devices is not None:
+            raise ValueError("a report whose pods are not known carries no devices")
+
+    @property
+    def complete(self) -> bool:
+        return not isinstance(self.pods, NotYetKnown)
+
+    @property
+    def reason(self) -> str:
+        """Why the pods are not known ("" when the report is complete)."""
+        return self.pods.reason if isinstance(self.pods, NotYetKnown) else ""
+
+
 class NodeSink(Protocol):
-    """Takes a node's whole state per tick (full updates: skipping one loses nothing)."""
+    """Takes a node's whole state per tick (full updates: skipping one loses nothing),
+    keyed by its source: the address of the stream that reported it, or the node's name
+    when the agent runs in the same process."""
 
-    def update_node(self, node: str, records: Iterable[PodRecord],
+    def update_node(self, source: str, records: Iterable[PodRecord],
                     devices: Sequence[DeviceRecord] | None = None) -> None:
-        """Replace ``node``'s pods with ``records`` (and its devices with ``devices``;
-        None: keep the last ones)."""
+        """Replace what ``source`` reported with ``records`` (and its devices with
+        ``devices``; None: keep the last ones)."""
         ...
 
-    def remove_node(self, node: str) -> None:
-        """Forget ``node`` and its pods."""
+    def remove_node(self, source: str) -> None:
+        """Forget ``source`` and its pods."""
         ...
+
+
+def deliver(report: NodeReport, sink: NodeSink, source: str) -> bool:
+    """Hand a complete ``report`` to ``sink`` as ``source``'s update; True when handed. An
+    incomplete one hands nothing: the sink keeps ``source``'s last complete pods, which
+    age (see ``NotYetKnown``)."""
+    if isinstance(report.pods, NotYetKnown):
+        return False
+    sink.update_node(source, report.pods, report.devices)
+    return True

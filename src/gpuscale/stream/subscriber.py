@@ -1,13 +1,15 @@
 """The scaler's side of the stream: one link per agent, kept current as agents come and go.
 
 A link subscribes, hands each update to its sink (the scaler's fleet view), timestamped with
-its receipt time so agent clock skew does not matter, and on any failure reconnects with jittered
-backoff. A restarted agent (new agent_id) starts a new sequence; an old or repeated seq of
-the same agent is ignored. A silent stream (frozen agent, cut network) is abandoned after
-an inactivity timeout; meanwhile its pods' data ages past the staleness bound and their
-workloads answer UNAVAILABLE, never a smaller sum. A node whose agent has left discovery
-is forgotten only after ``forget_after`` seconds (its pods have gone too, or they will
-show up with their new node).
+its receipt time so agent clock skew does not matter, and on any failure reconnects with
+jittered backoff. An update whose pods are not known changes nothing in the sink
+(records.deliver, as for an agent in the scaler's own process). A restarted agent (new
+agent_id) starts a new sequence; an old or repeated seq of the same agent is ignored. A
+silent stream (frozen agent, cut network) is abandoned after an inactivity timeout;
+meanwhile its pods' data ages past the staleness bound and their workloads answer
+UNAVAILABLE, never a smaller sum. A node whose agent has left discovery is forgotten only
+after ``forget_after`` seconds (its pods have gone too, or they will show up with their new
+node).
 
 Identity: a stream is keyed in the sink by the address it was dialled at, and its pods are
 placed on the node that discovery says the endpoint runs on (the EndpointSlice endpoint's
@@ -32,8 +34,8 @@ import grpc
 from gpuscale.common.freshness import staleness_bound
 from gpuscale.proto import telemetry_pb2 as pb
 from gpuscale.proto import telemetry_pb2_grpc as pb_grpc
-from gpuscale.stream.codec import DecodeError, decode, decode_devices
-from gpuscale.stream.records import NodeSink
+from gpuscale.stream.codec import DecodeError, decode_report
+from gpuscale.stream.records import NodeSink, deliver
 from gpuscale.stream.tls import DEFAULT_SERVER_NAME
 
 log = logging.getLogger(__name__)
@@ -170,13 +172,11 @@ class AgentLink:
         s.updates += 1
         if self._on_delay is not None:
             self._on_delay(max(0.0, time.time() - msg.sampled_at))
-        if msg.attribution_ok:
-            records = decode(msg, now, staleness_bound(msg.interval), node=s.identity)
-            devices = decode_devices(msg)
-            s.reported, s.incomplete = True, ""
-            self._sink.update_node(s.address, records, devices)
-        else:
-            s.incomplete = msg.attribution_detail[:200] or "attribution unavailable"
+        report = decode_report(msg, now, staleness_bound(msg.interval), node=s.identity)
+        if report.complete:
+            s.reported = True
+        s.incomplete = report.reason
+        deliver(report, self._sink, s.address)
 
 
 class AgentSubscriber:

@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-from gpuscale.agent.records import pod_records
+from gpuscale.agent.report import pod_records
 from gpuscale.attribution.sources import attribute_tick, cluster_sources
 from gpuscale.cli.gpus import format_gpus, snapshot_to_json
 from gpuscale.telemetry.model import Absent

@@ -47,13 +47,15 @@ class FleetView:
 
     # -- writers -------------------------------------------------------------------------
 
-    def update_node(self, node: str, records: Iterable[PodRecord],
+    def update_node(self, source: str, records: Iterable[PodRecord],
                     devices: Sequence[DeviceRecord] | None = None) -> None:
-        """Replace ``node``'s pods (and devices, kept for the operator tools). O(pods on
-        the node); selections of a namespace are recomputed only when that namespace's pods
-        come, go or change labels."""
+        """Replace the pods (and devices, kept for the operator tools) that ``source``
+        reported: the address of the agent's stream, or the node's name for an agent in
+        this process (stream.records.NodeSink). O(pods on the node); selections of a
+        namespace are recomputed only when that namespace's pods come, go or change
+        labels."""
         new = {(r.namespace, r.name): r for r in records}
-        entry = self._nodes.setdefault(node, _Node())
+        entry = self._nodes.setdefault(source, _Node())
         old = entry.pods
         for key in old.keys() - new.keys():
             if self._pods.get(key) is old[key]:  # not since reported by another node

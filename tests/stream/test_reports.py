@@ -1,0 +1,132 @@
+"""Node reports across the stream and into a sink: the codec both ways, the publisher's
+cadence, and the one rule both kinds of sink follow - an incomplete report changes
+nothing, so a fleet view never sees it as an empty node."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from gpuscale.attribution.model import OwnerRef
+from gpuscale.proto import telemetry_pb2 as pb
+from gpuscale.scaler.core.selector import parse_selector
+from gpuscale.scaler.state.fleet import FleetView
+from gpuscale.stream.codec import MAX_PODS_PER_NODE, decode_report, encode_report
+from gpuscale.stream.publisher import DEVICES_EVERY_S, TelemetryPublisher
+from gpuscale.stream.records import DeviceRecord, NodeReport, NotYetKnown, PodRecord, deliver
+from gpuscale.telemetry.model import Absent
+from tests.conftest import Clock
+
+GPU = "GPU-00000000-0000-0000-0000-000000000000"
+
+
+def pod(name: str, util: float | Absent, at: float = 500.0) -> PodRecord:
+    return PodRecord("llm", name, "node-a", {"app": "vllm"}, OwnerRef("Deployment", "vllm"),
+                     True, {"gpu-utilization": util}, at,
+                     reasons={"gpu-utilization": "shared"} if util is Absent.SHARED else {})
+
+
+def complete(seq: int, *pods: PodRecord) -> NodeReport:
+    return NodeReport("node-a", seq, 500.0, 1.0, pods,
+                      (DeviceRecord(GPU, 0, "NVIDIA L4", pods=("llm/v-0",)),))
+
+
+def incomplete(seq: int, why: str = "pod metadata not known yet for llm/v-1") -> NodeReport:
+    return NodeReport("node-a", seq, 500.0, 1.0, NotYetKnown(why))
+
+
+def test_a_report_crosses_the_stream_on_the_receiver_s_clock() -> None:
+    pods = (pod("v-0", 60.0), pod("v-1", Absent.SHARED))
+    msg = encode_report(complete(3, *pods), "agent-1", wall_time=1.7e9)
+    assert (msg.node, msg.agent_id, msg.seq, msg.sampled_at, msg.interval) == (
+        "node-a", "agent-1", 3, 1.7e9, 1.0)
+    got = decode_report(msg, received_at=20.0, stale_after=3.0, node="node-b")
+    assert got == NodeReport("node-b", 3, 20.0, 1.0, tuple(
+        PodRecord(r.namespace, r.name, "node-b", r.labels, r.owner, r.ready, r.signals, 20.0,
+                  3.0, r.reasons) for r in pods), complete(3).devices)
+    no_news = encode_report(NodeReport("node-a", 4, 500.0, 1.0, ()), "agent-1", 0.0)
+    assert decode_report(no_news, 21.0, 3.0).devices is None
+
+
+def test_an_incomplete_report_crosses_as_its_reason_only() -> None:
+    msg = encode_report(incomplete(5, "x" * 500), "agent-1", wall_time=0.0)
+    assert not msg.attribution_ok
+    assert msg.attribution_detail == "x" * 200
+    assert not msg.pods
+    assert not msg.has_devices
+    assert decode_report(msg, 20.0, 3.0) == NodeReport("node-a", 5, 20.0, 1.0,
+                                                       NotYetKnown("x" * 200))
+    # What such an update carries besides is not read (not even to refuse it).
+    hostile = pb.NodeUpdate(node="n", agent_id="a", seq=1, interval=1.0)
+    for i in range(MAX_PODS_PER_NODE + 1):
+        hostile.pods.add(namespace="llm", name=f"p{i}")
+    assert decode_report(hostile, 1.0, 3.0).pods == NotYetKnown("attribution unavailable")
+
+
+class Sink:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, list[PodRecord], Sequence[DeviceRecord] | None]] = []
+
+    def update_node(self, source: str, records: Iterable[PodRecord],
+                    devices: Sequence[DeviceRecord] | None = None) -> None:
+        self.calls.append((source, list(records), devices))
+
+    def remove_node(self, source: str) -> None:
+        raise AssertionError("not called here")
+
+
+def test_an_incomplete_report_never_reaches_a_sink() -> None:
+    sink = Sink()
+    assert not deliver(incomplete(1), sink, "10.0.0.1:9401")
+    assert sink.calls == []  # not an empty update: no update
+    assert deliver(complete(2, pod("v-0", 60.0)), sink, "10.0.0.1:9401")
+    assert deliver(NodeReport("node-a", 3, 500.0, 1.0, ()), sink, "10.0.0.1:9401")
+    assert sink.calls == [("10.0.0.1:9401", [pod("v-0", 60.0)], complete(2).devices),
+                          ("10.0.0.1:9401", [], None)]
+
+
+def test_a_fleet_view_keeps_the_last_complete_pods_through_incomplete_reports(
+        clock: Clock) -> None:
+    """The safety promise: not known is not zero. The view keeps the node's last pods,
+    which age (their workloads turn UNAVAILABLE past the staleness bound), and the node
+    itself is not refreshed."""
+    fleet = FleetView(stale_after=3.0, monotonic=clock)
+    deliver(incomplete(1), fleet, "node-a")
+    assert fleet.nodes() == {}
+    assert fleet.pod_count() == 0
+    deliver(complete(2, pod("v-0", 60.0, at=clock.now)), fleet, "node-a")
+    clock.now += 5.0
+    deliver(incomplete(3), fleet, "node-a")
+    assert fleet.nodes() == {"node-a": 5.0}
+    [kept] = fleet.select("llm", parse_selector("app=vllm"))
+    assert kept == pod("v-0", 60.0, at=1000.0)
+    assert fleet.age(kept) == 5.0
+    assert fleet.devices()["node-a"] == complete(2).devices
+
+
+class Context:
+    def peer(self) -> str:
+        return "ipv4:127.0.0.1:5555"
+
+
+async def test_publisher_sends_device_news_every_few_seconds_and_at_once_to_a_newcomer(
+        ) -> None:
+    pub = TelemetryPublisher("node-a", 1.0)
+    carried = []
+    for seq in range(1, int(2 * DEVICES_EVERY_S) + 1):
+        pub.publish_report(complete(seq, pod("v-0", 1.0)))
+        assert pub._latest is not None
+        assert pub._latest.seq == seq
+        carried.append(pub._latest.has_devices)
+    assert carried == [True, *[False] * (int(DEVICES_EVERY_S) - 1)] * 2
+    last = len(carried)
+    pub.publish_report(incomplete(last + 1))
+    context: Any = Context()  # what Subscribe asks of its gRPC context
+    stream: Any = pub.Subscribe(pb.SubscribeRequest(subscriber="test"), context)
+    first = await anext(stream)  # the latest update, incomplete: not an older complete one
+    assert (first.seq, first.attribution_ok, len(first.pods)) == (last + 1, False, 0)
+    pub.publish_report(complete(last + 2, pod("v-0", 1.0)))
+    second = await anext(stream)  # the newcomer gets the devices at once
+    assert (second.seq, second.has_devices, len(second.pods)) == (last + 2, True, 1)
+    pub.stopping.set()
+    await stream.aclose()
