@@ -37,7 +37,7 @@ from gpuscale.proto import externalscaler_pb2 as pb  # noqa: E402
 from gpuscale.proto import externalscaler_pb2_grpc as pb_grpc  # noqa: E402
 from gpuscale.proto import telemetry_pb2_grpc as tpb_grpc  # noqa: E402
 from gpuscale.stream.publisher import TelemetryPublisher  # noqa: E402
-from gpuscale.stream.records import DeviceRecord, PodRecord  # noqa: E402
+from gpuscale.stream.records import DeviceRecord, NodeReport, PodRecord  # noqa: E402
 
 PODS = 8
 WORKLOADS = 1000
@@ -90,7 +90,9 @@ async def generate(first: int, count: int, port_base: int, control: int) -> None
         start = time.monotonic()
         for k, (node, pub, _) in enumerate(pubs):
             recs = records(node, boosts.get(node, 0.0))
-            pub.publish(recs, "", devices(node, recs) if WITH_DEVICES else ())
+            pub.publish_report(NodeReport(
+                pub.node, pub.seq + 1, time.monotonic(), 1.0, tuple(recs),
+                tuple(devices(node, recs)) if WITH_DEVICES else ()))
             if k % 25 == 24:  # spread the agents' ticks over the second
                 await asyncio.sleep(max(0.0, start + (k + 1) / len(pubs) - time.monotonic()))
         await asyncio.sleep(max(0.0, start + 1.0 - time.monotonic()))
@@ -242,9 +244,10 @@ async def main() -> None:
         print(f"  GetMetrics while probing: p50 {latencies[len(latencies) // 2] * 1e3:.2f} ms, "
               f"p99 {latencies[int(len(latencies) * 0.99) - 1] * 1e3:.2f} ms "
               f"({len(latencies)} calls)")
-        from gpuscale.stream.codec import encode
+        from gpuscale.stream.codec import encode_report
 
-        full = encode("node-1", "x" * 32, 1, time.time(), 1.0, records(1)).ByteSize()
+        full = encode_report(NodeReport("node-1", 1, 0.0, 1.0, tuple(records(1))), "x" * 32,
+                             time.time()).ByteSize()
         signals_only = sum(len(json.dumps(r.signals)) for r in records(1))
         print(f"  one full update: {full} bytes for {PODS} pods; signals alone (what a delta "
               f"would still carry, every signal moves every tick) ~{signals_only} bytes "

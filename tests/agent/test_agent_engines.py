@@ -16,8 +16,8 @@ from gpuscale.attribution.devices import parse_device_id
 from gpuscale.attribution.model import Allocation, PodInfo, PodPhase
 from gpuscale.attribution.sources import Inputs
 from gpuscale.cli import main
-from gpuscale.stream.codec import decode, encode
-from gpuscale.stream.records import DeviceRecord, PodRecord
+from gpuscale.stream.codec import decode, encode_report
+from gpuscale.stream.records import DeviceRecord, NodeReport, PodRecord
 from gpuscale.telemetry.model import Absent, NodeSnapshot
 from gpuscale.telemetry.scenario import gpu_uuid, load_scenario
 from gpuscale.telemetry.simulated_gpus import SimulatedBackend
@@ -159,7 +159,8 @@ async def test_agent_scrapes_only_its_gpu_pods_within_the_body_limit(
     assert generated > 0
     assert finished / generated == pytest.approx(0.03)
     assert {large[s] for s in RATES} == {Absent.UNAVAILABLE}
-    update = encode("n", "id", 1, 0.0, 1.0, list(records.latest.values()))
+    update = encode_report(NodeReport("n", 1, 0.0, 1.0, tuple(records.latest.values())),
+                           "id", 0.0)
     back = {r.name: r for r in decode(update, 5.0, 3.0)}
     assert back["large"].reasons == {k: v[:200] for k, v in
                                      records.latest["large"].reasons.items()}

@@ -13,6 +13,7 @@ from gpuscale.proto import externalscaler_pb2 as kpb
 from gpuscale.proto import externalscaler_pb2_grpc as kpb_grpc
 from gpuscale.proto import inspect_pb2 as pb
 from gpuscale.proto import inspect_pb2_grpc as pb_grpc
+from gpuscale.proto import telemetry_pb2 as tpb
 from gpuscale.scaler.answers import Answers
 from gpuscale.scaler.core.trigger import parse_metadata
 from gpuscale.scaler.edges.inspect import SERVICE, Inspector, add_to_server
@@ -25,8 +26,13 @@ from gpuscale.scaler.state.history import (
     TargetAnswer,
     TriggerHistory,
 )
-from gpuscale.stream.codec import MAX_DEVICES_PER_NODE, MAX_HOLDERS, decode_devices, encode
-from gpuscale.stream.records import DeviceRecord, PodRecord
+from gpuscale.stream.codec import (
+    MAX_DEVICES_PER_NODE,
+    MAX_HOLDERS,
+    decode_devices,
+    encode_report,
+)
+from gpuscale.stream.records import DeviceRecord, NodeReport, NotYetKnown, PodRecord
 from gpuscale.telemetry.model import Absent, Reading
 from tests.conftest import Clock
 
@@ -182,18 +188,23 @@ def test_devices_cross_the_stream_and_hostile_lists_are_cut() -> None:
     """Devices are for operators: a hostile list is cut to the bounds, never an error that
     would end the stream carrying the node's pods (KEDA's answers). An update without
     device news says so (None: keep the last), distinct from a node with no devices."""
-    msg = encode("node-a", "id", 1, 0.0, 1.0, [rec("v-0", 1.0)], devices("llm/v-0"))
+    def update(pods: tuple[PodRecord, ...] | NotYetKnown,
+               devs: list[DeviceRecord] | None = None) -> tpb.NodeUpdate:
+        return encode_report(NodeReport("n", 1, 0.0, 1.0, pods,
+                                        tuple(devs) if devs is not None else None), "id", 0.0)
+
+    msg = update((rec("v-0", 1.0),), devices("llm/v-0"))
     assert decode_devices(msg) == devices("llm/v-0")
-    assert decode_devices(encode("n", "id", 1, 0.0, 1.0, [rec("v-0", 1.0)])) is None
-    assert decode_devices(encode("n", "id", 1, 0.0, 1.0, [], [])) == []
-    assert decode_devices(encode("n", "id", 1, 0.0, 1.0, "no attribution")) is None
-    many = encode("n", "id", 1, 0.0, 1.0, [], [DeviceRecord(f"GPU-{i}", i, "x")
-                                              for i in range(MAX_DEVICES_PER_NODE + 1)])
+    assert decode_devices(update((rec("v-0", 1.0),))) is None
+    assert decode_devices(update((), [])) == []
+    assert decode_devices(update(NotYetKnown("no attribution"))) is None
+    many = update((), [DeviceRecord(f"GPU-{i}", i, "x")
+                       for i in range(MAX_DEVICES_PER_NODE + 1)])
     assert len(decode_devices(many) or ()) == MAX_DEVICES_PER_NODE
-    crowded = encode("n", "id", 1, 0.0, 1.0, [], [DeviceRecord(
-        GPU, 0, "x", pods=tuple(f"ns/p{i}" for i in range(1000)))])
+    crowded = update((), [DeviceRecord(GPU, 0, "x",
+                                       pods=tuple(f"ns/p{i}" for i in range(1000)))])
     assert len((decode_devices(crowded) or [])[0].pods) == MAX_HOLDERS
-    long = decode_devices(encode("n", "id", 1, 0.0, 1.0, [], [DeviceRecord(
+    long = decode_devices(update((), [DeviceRecord(
         "G" * 5000, 0, "m" * 5000, pods=("p" * 5000,))])) or []
     assert max(len(long[0].uuid), len(long[0].model), len(long[0].pods[0])) <= 320
 
@@ -205,14 +216,19 @@ def test_device_news_every_few_seconds_and_the_view_keeps_the_last(fleet: FleetV
 
     pub = TelemetryPublisher("node-a", 1.0)
     carried = []
-    for _ in range(int(3 * DEVICES_EVERY_S)):
-        pub.publish([rec("v-0", 1.0)], "node-a", devices("llm/v-0"))
+
+    def publish(seq: int) -> None:
+        pub.publish_report(NodeReport("node-a", seq, 0.0, 1.0, (rec("v-0", 1.0),),
+                                      tuple(devices("llm/v-0"))))
+
+    for seq in range(1, int(3 * DEVICES_EVERY_S) + 1):
+        publish(seq)
         assert pub._latest is not None
         carried.append(pub._latest.has_devices)
     assert carried[0]
     assert sum(carried) == 3
     pub._devices_seq = pub._seq  # as if it had just sent them
-    pub.publish([rec("v-0", 1.0)], "node-a", devices("llm/v-0"))
+    publish(pub._seq + 1)
     assert pub._latest is not None
     assert not pub._latest.has_devices
     fleet.update_node("node-a", [rec("v-0", 1.0)], devices("llm/v-0"))

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-
 from gpuscale.attribution.model import OwnerRef
 from gpuscale.common.errors import PeerError
 from gpuscale.proto import telemetry_pb2 as pb
@@ -45,27 +43,6 @@ def encode_report(report: NodeReport, agent_id: str, wall_time: float) -> pb.Nod
         for d in report.devices:
             put_device(msg.devices.add(), d)
     return msg
-
-
-def encode(node: str, agent_id: str, seq: int, sampled_at: float, interval: float,
-           records: Iterable[PodRecord] | str,
-           devices: Sequence[DeviceRecord] | None = None) -> pb.NodeUpdate:
-    """``encode_report`` from loose fields, ``records`` a reason when the pods are not
-    known (its devices are then not sent), ``sampled_at`` the wall time: the form benches
-    and older tests call."""
-    return encode_report(loose_report(node, seq, sampled_at, interval, records, devices),
-                         agent_id, sampled_at)
-
-
-def loose_report(node: str, seq: int, sampled_at: float, interval: float,
-                 records: Iterable[PodRecord] | str,
-                 devices: Sequence[DeviceRecord] | None = None) -> NodeReport:
-    """A report from loose fields (``records``: the pods, or why they are not known)."""
-    if isinstance(records, str):
-        return NodeReport(node, seq, sampled_at, interval,
-                          NotYetKnown(records or "attribution unavailable"))
-    return NodeReport(node, seq, sampled_at, interval, tuple(records),
-                      tuple(devices) if devices is not None else None)
 
 
 def put_device(msg: pb.Device, d: DeviceRecord) -> None:

@@ -12,15 +12,15 @@ import dataclasses
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
 
 from gpuscale.proto import telemetry_pb2 as pb
 from gpuscale.proto import telemetry_pb2_grpc as pb_grpc
-from gpuscale.stream.codec import encode_report, loose_report
-from gpuscale.stream.records import DeviceRecord, NodeReport, PodRecord
+from gpuscale.stream.codec import encode_report
+from gpuscale.stream.records import NodeReport
 
 log = logging.getLogger(__name__)
 
@@ -82,15 +82,10 @@ class TelemetryPublisher(pb_grpc.AgentTelemetryServicer):
         for box in self._boxes:
             box.put(update)
 
-    def publish(self, records: Sequence[PodRecord] | str, node: str = "",
-                devices: Sequence[DeviceRecord] | None = None) -> None:
-        """``publish_report`` from loose fields, with the next seq: ``records`` the
-        node's pods or why they are not known this tick, ``node`` the node the readings
-        are from (default: the name this publisher was given). The form benches and older
-        tests call."""
-        self.publish_report(loose_report(node or self.node, self._seq + 1,
-                                         time.monotonic(), self.interval, records,
-                                         devices))
+    @property
+    def seq(self) -> int:
+        """The seq of the last report published (0: none yet)."""
+        return self._seq
 
     async def Subscribe(self, request: pb.SubscribeRequest,
                         context: Context) -> AsyncIterator[pb.NodeUpdate]:
