@@ -3,11 +3,12 @@ and the memory each costs to import: a comparison for choosing the scraper's cli
 
 Each client GETs a body from a local server in another process over one reused keep-alive
 connection, configured as the agent's scraper would use it (httpx2: engines/scrape.py's
-session and ``stream`` + ``gather_bounded``; aiohttp: one-connection connector, no cookie
-jar, no redirects, ``read_bounded``), under ``asyncio.timeout`` as a scrape is. The figure
-is the client process's CPU (all threads) per GET over ``--gets`` sequential GETs after
-200 of warm-up; the server's CPU is not counted. Rounds alternate the clients; the median
-round is reported. Memory: VmHWM of a fresh interpreter after importing each client.
+session and ``stream`` + ``read_bounded``; aiohttp: one-connection connector, no cookie
+jar, no redirects, the same bounded loop over its chunks), under ``asyncio.timeout`` as a
+scrape is. The figure is the client process's CPU (all threads) per GET over ``--gets``
+sequential GETs after 200 of warm-up; the server's CPU is not counted. Rounds alternate
+the clients; the median round is reported. Memory: VmHWM of a fresh interpreter after
+importing each client.
 
 Usage: PYTHONPATH=src:. .venv/bin/python bench/bench_http_clients.py [--gets 3000]
        [--rounds 3] [--bytes N]  (default body: bench/vllm_body.py's, ~70 KiB)
@@ -74,8 +75,8 @@ async def _per_get_ms(get: Callable[[], Awaitable[bytes]], gets: int, size: int)
 async def httpx2_ms(url: str, gets: int, size: int) -> float:
     import httpx2
 
-    from gpuscale.common.bounded import CHUNK, gather_bounded
-    from gpuscale.engines.scrape import _NO_TLS, _declared_length
+    from gpuscale.common.bounded import read_bounded
+    from gpuscale.engines.scrape import _NO_TLS
 
     async with httpx2.AsyncClient(
             trust_env=False, follow_redirects=False, verify=_NO_TLS,
@@ -87,15 +88,14 @@ async def httpx2_ms(url: str, gets: int, size: int) -> float:
         async def get() -> bytes:
             async with client.stream("GET", url) as resp:
                 assert resp.status_code == 200
-                return await gather_bounded(resp.aiter_bytes(CHUNK), LIMIT,
-                                            _declared_length(resp))
+                return await read_bounded(resp, LIMIT)
         return await _per_get_ms(get, gets, size)
 
 
 async def aiohttp_ms(url: str, gets: int, size: int) -> float:
     import aiohttp
 
-    from gpuscale.common.bounded import read_bounded
+    from gpuscale.common.bounded import CHUNK, gather_bounded
 
     async with aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=1),
@@ -105,7 +105,8 @@ async def aiohttp_ms(url: str, gets: int, size: int) -> float:
         async def get() -> bytes:
             async with session.get(url, allow_redirects=False) as resp:
                 assert resp.status == 200
-                return await read_bounded(resp, LIMIT)
+                return await gather_bounded(resp.content.iter_chunked(CHUNK), LIMIT,
+                                            resp.content_length)
         return await _per_get_ms(get, gets, size)
 
 

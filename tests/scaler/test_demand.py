@@ -7,7 +7,6 @@ import math
 from collections.abc import AsyncIterator
 from typing import Any
 
-import aiohttp
 import grpc
 import pytest
 from aiohttp import web
@@ -19,9 +18,10 @@ from gpuscale.proto import externalscaler_pb2 as pb
 from gpuscale.proto import externalscaler_pb2_grpc as pb_grpc
 from gpuscale.scaler.answers import Answers
 from gpuscale.scaler.edges.keda import ScalerServer, ScalerService
+from gpuscale.scaler.sources import demand
 from gpuscale.scaler.sources.demand import DemandSources, parse_config, query_result
 from gpuscale.scaler.state.fleet import FleetView
-from tests.conftest import until
+from tests.conftest import free_port, until
 
 
 class Gateway:
@@ -129,7 +129,7 @@ async def test_failing_source_is_unavailable_and_says_why(gateway: tuple[Gateway
     sources = DemandSources(parse_config(config(port)))
     with pytest.raises(DataUnavailable, match="gateway: no answer yet"):
         sources.pending("gateway")
-    async with aiohttp.ClientSession() as http:
+    async with sources.session() as http:
         for s in sources.config.demand_sources:
             await sources._poll(http, s)
     with pytest.raises(DataUnavailable, match="HTTP 503"):
@@ -138,6 +138,42 @@ async def test_failing_source_is_unavailable_and_says_why(gateway: tuple[Gateway
     assert "no series" in sources.state()["queue"]
     with pytest.raises(ConfigError, match="not declared"):
         sources.pending("nope")
+
+
+async def test_failed_requests_are_reasons_that_make_the_source_unavailable(
+        gateway: tuple[Gateway, int], monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the HTTP client raises stays in the adapter: each failure is the source's
+    reading, in words, and the source cannot tell (UNAVAILABLE, never "no work")."""
+    gw, port = gateway
+    gw.pending = 5
+
+    async def silent(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        await asyncio.sleep(10)
+        w.close()
+
+    quiet = await asyncio.start_server(silent, "127.0.0.1", 0)
+    monkeypatch.setattr(demand, "MAX_BODY", 100)  # the gateway's body is ~150 bytes
+    urls = {"refused": f"http://127.0.0.1:{free_port()}/metrics",
+            "bad-port": "http://127.0.0.1:99999/metrics",
+            "silent": f"http://127.0.0.1:{quiet.sockets[0].getsockname()[1]}/metrics",
+            "too-large": f"http://127.0.0.1:{port}/metrics"}
+    sources = DemandSources(parse_config({"timeout_s": 0.3, "demandSources": [
+        {"name": name, "url": url, "metric": "gateway_pending_requests"}
+        for name, url in urls.items()]}))
+    try:
+        async with sources.session() as http:
+            await asyncio.gather(*(sources._poll(http, s)
+                                   for s in sources.config.demand_sources))
+    finally:
+        quiet.close()
+    assert sources.state() == {
+        "refused": "PeerError: connection refused",
+        "bad-port": "ValueError: Port out of range 0-65535",
+        "silent": "PeerError: no complete answer in 0.3 s",
+        "too-large": "BodyTooLarge: body over 100 bytes"}
+    for name in urls:
+        with pytest.raises(DataUnavailable, match=f"demand source {name}: "):
+            sources.pending(name)
 
 
 HOSTILE = [b"null", b"[]", b"{}", b'"success"', b"7", b'{"status": "success"}',

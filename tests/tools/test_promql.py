@@ -9,7 +9,6 @@ import sys
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-import aiohttp
 import pytest
 from aiohttp import web
 
@@ -57,7 +56,7 @@ async def peer() -> AsyncIterator[Peer]:
 
 
 async def _range(prom: Prometheus) -> Any:
-    async with aiohttp.ClientSession() as s:
+    async with prom.session() as s:
         return await prom.range(s, "up", 0.0, 60.0, 60.0)
 
 
@@ -109,6 +108,12 @@ async def test_a_silent_server_times_out(peer: Peer) -> None:
 async def test_nothing_listening() -> None:
     with pytest.raises(ToolError, match="could not be reached"):
         await _range(Prometheus(f"http://127.0.0.1:{free_port()}"))
+
+
+async def test_a_port_out_of_range_is_a_tool_error() -> None:
+    """Not the bare ExceptionGroup httpx2 would raise from its connect."""
+    with pytest.raises(ToolError, match=r"could not be reached \(Port out of range"):
+        await _range(Prometheus("http://127.0.0.1:99999"))
 
 
 def test_urls_and_steps() -> None:

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 import httpx2
 
 from gpuscale.attribution.model import AttributionState, NodeAttribution, PodInfo
-from gpuscale.common.bounded import CHUNK, BodyTooLarge, gather_bounded
+from gpuscale.common.bounded import BodyTooLarge, read_bounded
 from gpuscale.engines.signals import (
     ENGINES,
     EngineParseError,
@@ -330,8 +330,7 @@ class EngineScraper:
                             why += " (redirects are not followed)"
                         return self._fail(key, t, why)
                     in_body = True
-                    body = await gather_bounded(resp.aiter_bytes(CHUNK), self._max_body,
-                                                _declared_length(resp))
+                    body = await read_bounded(resp, self._max_body)
             except BodyTooLarge as exc:
                 return self._fail(key, t, f"{exc} (the limit is --engine-max-body-bytes)")
             except (TimeoutError, httpx2.TimeoutException):
@@ -369,13 +368,6 @@ class EngineScraper:
         if self._logged.get(key) != shape:
             self._logged[key] = shape
             log.warning("%s/%s: cannot use engine metrics from %s: %s", *key, t.url, why)
-
-
-def _declared_length(resp: httpx2.Response) -> int | None:
-    try:
-        return int(resp.headers["content-length"])
-    except (KeyError, ValueError):
-        return None
 
 
 def _parse(engine: str, body: bytes, scraped_at: float, triton: TritonWindow | None,

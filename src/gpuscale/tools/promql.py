@@ -1,7 +1,8 @@
 """Reading the agents' series from Prometheus's query API (``/api/v1/query_range`` and
 ``/api/v1/query``) for ``gpuscale idle``: the one seam to Prometheus. Replies are bounded
 in size and time; an unreachable server, an error reply, or a body that is not the query
-API's JSON becomes a ToolError that says which and what to do.
+API's JSON becomes a ToolError that says which and what to do (the HTTP client's own errors
+never leave this module).
 
 Which series mean what (see agent/exporter.py): a device held by a pod has its dcgm series
 labelled with the pod (``pod, namespace``; ``exported_pod, exported_namespace`` where the
@@ -15,16 +16,20 @@ instances, a ratio) how busy it is. ``kube_pod_owner`` and ``kube_replicaset_own
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import math
+import ssl
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
+from http.cookiejar import CookieJar, DefaultCookiePolicy
 from typing import Any
 
-import aiohttp
+import httpx2
 
 from gpuscale.common.bounded import BodyTooLarge, read_bounded
 from gpuscale.common.errors import ConfigError
+from gpuscale.engines.scrape import describe
 from gpuscale.tools.client import ToolError
 from gpuscale.tools.idle import Device, Series, devices_from_matrices
 
@@ -61,33 +66,51 @@ class Prometheus:
         self._timeout = timeout_s
         self._max_body = max_body
 
-    async def range(self, session: aiohttp.ClientSession, expr: str, start: float,
+    @contextlib.asynccontextmanager
+    async def session(self) -> AsyncIterator[httpx2.AsyncClient]:
+        """The HTTP client for this server's queries: nothing from the environment (no
+        proxies, no netrc), no redirects, no cookies; https verified against the system's
+        CAs as ``ssl.create_default_context`` finds them (``SSL_CERT_FILE`` included)."""
+        tls = await asyncio.to_thread(ssl.create_default_context)
+        async with httpx2.AsyncClient(
+                trust_env=False, follow_redirects=False, verify=tls,
+                timeout=httpx2.Timeout(self._timeout),
+                cookies=CookieJar(DefaultCookiePolicy(allowed_domains=[]))) as client:
+            yield client
+
+    async def range(self, session: httpx2.AsyncClient, expr: str, start: float,
                     end: float, step: float) -> list[Series]:
         data = await self._get(session, "query_range", {
             "query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"})
         return _result(data, "matrix", expr)
 
-    async def instant(self, session: aiohttp.ClientSession, expr: str,
+    async def instant(self, session: httpx2.AsyncClient, expr: str,
                       at: float) -> list[Series]:
         data = await self._get(session, "query", {"query": expr, "time": f"{at:.3f}"})
         return _result(data, "vector", expr)
 
-    async def _get(self, session: aiohttp.ClientSession, api: str,
+    async def _get(self, session: httpx2.AsyncClient, api: str,
                    params: Mapping[str, str]) -> Mapping[str, Any]:
         where = f"Prometheus at {self.url}"
+        in_body = False
         try:
-            async with asyncio.timeout(self._timeout):
-                async with session.get(f"{self.url}/api/v1/{api}", params=params,
-                                       allow_redirects=False) as resp:
-                    body = await read_bounded(resp, self._max_body)
-                    status, ctype = resp.status, resp.headers.get("Content-Type", "")
+            # A port out of range: ValueError here (httpx2 would let it escape as a bare
+            # ExceptionGroup from its connect).
+            urllib.parse.urlsplit(self.url).port  # noqa: B018
+            async with asyncio.timeout(self._timeout), session.stream(
+                    "GET", f"{self.url}/api/v1/{api}", params=params) as resp:
+                in_body = True
+                body = await read_bounded(resp, self._max_body)
+                status, ctype = resp.status_code, resp.headers.get("Content-Type", "")
         except BodyTooLarge:
             raise ToolError(f"{where}: the reply is over {self._max_body} bytes; "
                             f"narrow it with --namespace or a shorter --window") from None
-        except TimeoutError:
+        except (TimeoutError, httpx2.TimeoutException):
             raise ToolError(f"{where} did not answer within {self._timeout:g} s") from None
-        except (aiohttp.ClientError, OSError, ValueError) as exc:
-            raise ToolError(f"{where} could not be reached ({str(exc)[:200] or type(exc)}): "
+        except (httpx2.HTTPError, httpx2.InvalidURL, OSError, ValueError) as exc:
+            why = (describe(exc, in_body) if isinstance(exc, httpx2.HTTPError)
+                   else str(exc)[:200] or type(exc).__name__)
+            raise ToolError(f"{where} could not be reached ({why}): "
                             f"check --prometheus (in a cluster: kubectl port-forward to "
                             f"it), or leave it out to read the scaler") from None
         try:
@@ -156,7 +179,7 @@ async def read_devices(prom: Prometheus, now: float, window_s: float) -> list[De
     start = math.floor((now - window_s) / step) * step + step
     r = f"{step:g}s"
     whole = f"{max(window_s, step):.0f}s"
-    async with aiohttp.ClientSession() as session:
+    async with prom.session() as session:
         held, util, memory, pod_owner, rs_owner = await asyncio.gather(
             prom.range(session, HELD.format(r=r), start, end, step),
             prom.range(session, UTILIZATION.format(r=r), start, end, step),

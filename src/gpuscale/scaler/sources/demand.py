@@ -24,31 +24,41 @@ answered for three intervals cannot tell: a workload that depends on it and whos
 no load then answers UNAVAILABLE naming the source (KEDA's fallback holds its replicas)
 rather than "inactive", which would leave it at zero while work waits. The failure is
 logged and shown in ``state()``; other sources and workloads are untouched.
+
+A poll - connect, headers and body - must end within ``timeout_s``; a body over
+``MAX_BODY`` bytes is refused as soon as it is seen; redirects are not followed, and
+nothing is taken from the environment (no proxies, no netrc). The HTTP client's errors stop
+here: a poll that fails is a reading that says why.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import math
 import re
+import ssl
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
+from http.cookiejar import CookieJar, DefaultCookiePolicy
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
-import aiohttp
+import httpx2
 import yaml
 
 from gpuscale.common.bounded import read_bounded
 from gpuscale.common.errors import ConfigError, DataUnavailable, PeerError
+from gpuscale.engines.scrape import describe
 
 log = logging.getLogger(__name__)
 
 MAX_BODY = 4 * 1024 * 1024
+MAX_SOURCES = 100
 _NAME = re.compile(r"[A-Za-z0-9_-]{1,63}")
 
 
@@ -89,8 +99,8 @@ def parse_config(data: object) -> DemandConfig:
     interval = _positive(data.get("interval_s", 2.0), "interval_s")
     timeout = _positive(data.get("timeout_s", 1.0), "timeout_s")
     raw = data.get("demandSources", [])
-    if not isinstance(raw, list) or len(raw) > 100:
-        raise ConfigError("demandSources: expected a list of at most 100 sources")
+    if not isinstance(raw, list) or len(raw) > MAX_SOURCES:
+        raise ConfigError(f"demandSources: expected a list of at most {MAX_SOURCES} sources")
     sources = [_source(s, f"demandSources[{i}]") for i, s in enumerate(raw)]
     names = [s.name for s in sources]
     if len(set(names)) != len(names):
@@ -175,19 +185,32 @@ class DemandSources:
     async def run(self) -> None:
         if not self._by_name:
             await asyncio.Event().wait()
-        timeout = aiohttp.ClientTimeout(total=self.config.timeout_s)
-        async with aiohttp.ClientSession(timeout=timeout, trust_env=False) as http:
+        async with self.session() as http:
             while True:
                 await asyncio.gather(*(self._poll(http, s) for s in self._by_name.values()))
                 await asyncio.sleep(self.config.interval_s)
 
-    async def _poll(self, http: aiohttp.ClientSession, s: DemandSource) -> None:
+    @contextlib.asynccontextmanager
+    async def session(self) -> AsyncIterator[httpx2.AsyncClient]:
+        """The HTTP client every source is polled on: a keep-alive connection for each
+        source at most, no proxies or other settings from the environment, no redirects,
+        no cookies (a poll carries no session). https is verified against the system's
+        CAs, as ``ssl.create_default_context`` finds them (``SSL_CERT_FILE`` included)."""
+        tls = await asyncio.to_thread(ssl.create_default_context)
+        async with httpx2.AsyncClient(
+                trust_env=False, follow_redirects=False, verify=tls,
+                limits=httpx2.Limits(max_connections=MAX_SOURCES,
+                                     max_keepalive_connections=MAX_SOURCES),
+                timeout=httpx2.Timeout(self.config.timeout_s),
+                cookies=CookieJar(DefaultCookiePolicy(allowed_domains=[]))) as client:
+            yield client
+
+    async def _poll(self, http: httpx2.AsyncClient, s: DemandSource) -> None:
         try:
             value = await (self._metrics(http, s) if s.kind == "metrics"
                            else self._prometheus(http, s))
             error = ""
-        except (aiohttp.ClientError, TimeoutError, PeerError, ValueError,
-                UnicodeDecodeError) as exc:
+        except (PeerError, ValueError) as exc:  # UnicodeDecodeError, JSONDecodeError too
             value, error = None, f"{type(exc).__name__}: {str(exc)[:160]}"
         previous = self._readings.get(s.name)
         if error and (previous is None or previous.error != error):
@@ -196,13 +219,32 @@ class DemandSources:
             log.info("demand source %s: readable again", s.name)
         self._readings[s.name] = _Reading(value, self._monotonic(), error)
 
-    async def _metrics(self, http: aiohttp.ClientSession, s: DemandSource) -> float:
+    async def _get(self, http: httpx2.AsyncClient, url: str, only_200: bool) -> bytes:
+        """The body of a GET of ``url``. ValueError("HTTP <status>") for another status
+        when ``only_200`` (its body unread), BodyTooLarge past MAX_BODY, PeerError when the
+        request fails or does not end within the timeout."""
+        in_body = False
+        try:
+            # A port out of range: ValueError here (httpx2 would let it escape as a bare
+            # ExceptionGroup from its connect).
+            urlsplit(url).port  # noqa: B018
+            async with asyncio.timeout(self.config.timeout_s), \
+                    http.stream("GET", url) as resp:
+                if only_200 and resp.status_code != 200:
+                    raise ValueError(f"HTTP {resp.status_code}")
+                in_body = True
+                return await read_bounded(resp, MAX_BODY)
+        except (TimeoutError, httpx2.TimeoutException):
+            raise PeerError(f"no complete answer in {self.config.timeout_s:g} s") from None
+        except httpx2.HTTPError as exc:
+            raise PeerError(describe(exc, in_body)) from exc
+        except httpx2.InvalidURL as exc:
+            raise PeerError(f"the URL cannot be used: {exc}") from exc
+
+    async def _metrics(self, http: httpx2.AsyncClient, s: DemandSource) -> float:
         from prometheus_client.parser import text_string_to_metric_families
 
-        async with http.get(s.url, allow_redirects=False) as resp:
-            if resp.status != 200:
-                raise ValueError(f"HTTP {resp.status}")
-            text = (await read_bounded(resp, MAX_BODY)).decode()
+        text = (await self._get(http, s.url, only_200=True)).decode()
         want = dict(s.labels)
         total, seen = 0.0, False
         try:
@@ -218,10 +260,9 @@ class DemandSources:
             raise ValueError(f"no sample of {s.metric} matching {want}")
         return count(total, s.metric)
 
-    async def _prometheus(self, http: aiohttp.ClientSession, s: DemandSource) -> float:
+    async def _prometheus(self, http: httpx2.AsyncClient, s: DemandSource) -> float:
         url = s.url.rstrip("/") + "/api/v1/query?" + urlencode({"query": s.query})
-        async with http.get(url, allow_redirects=False) as resp:
-            body: Any = json.loads(await read_bounded(resp, MAX_BODY))
+        body: Any = json.loads(await self._get(http, url, only_200=False))
         return query_result(body)
 
 
