@@ -31,8 +31,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
-import http.cookiejar
 import ipaddress
 import logging
 import re
@@ -46,6 +44,7 @@ import httpx2
 
 from gpuscale.attribution.model import AttributionState, NodeAttribution, PodInfo
 from gpuscale.common.bounded import BodyTooLarge, read_bounded
+from gpuscale.common.http_client import describe, new_client
 from gpuscale.engines.signals import (
     ENGINES,
     EngineParseError,
@@ -120,40 +119,6 @@ def target_for(pod: PodInfo) -> Target | str | None:
     return Target(pod.namespace, pod.name, engine, f"http://{host}:{port}{path}")
 
 
-def describe(exc: httpx2.HTTPError, in_body: bool) -> str:
-    """A failed request in words (not a class name) for the pod's reading; ``in_body``: it
-    failed after the status line and headers had arrived."""
-    if isinstance(exc, httpx2.ConnectError):
-        os_error = _os_error(exc)
-        if os_error is not None and os_error.errno == errno.ECONNREFUSED:
-            return "connection refused"
-        why = (os_error.strerror if os_error is not None else None) or exc
-        return f"cannot connect: {why}"[:160]
-    if isinstance(exc, httpx2.DecodingError):
-        return f"body cannot be decoded: {exc}"[:160]
-    if in_body:
-        return f"body cut short: {exc}"[:160]
-    if isinstance(exc, (httpx2.RemoteProtocolError, httpx2.ReadError)):
-        return f"no HTTP answer: {exc}"[:160]
-    return f"{type(exc).__name__}: {exc}"[:160]
-
-
-def _os_error(exc: BaseException) -> OSError | None:
-    """The operating system's error under the client's (which wraps it, and for a connect
-    attempt wraps it once more in an OSError without an errno)."""
-    todo: list[BaseException] = [exc]
-    for _ in range(16):  # a chain is a few links deep; never follow a cycle for ever
-        if not todo:
-            break
-        e = todo.pop()
-        if isinstance(e, OSError) and e.errno is not None:
-            return e
-        todo += [c for c in (e.__cause__, e.__context__) if c is not None]
-        if isinstance(e, BaseExceptionGroup):
-            todo += e.exceptions
-    return None
-
-
 class EngineScraper:
     """Scrapes the opted-in GPU pods of this node, each on its own cadence;
     ``readings()`` never blocks.
@@ -225,15 +190,8 @@ class EngineScraper:
         gzip body is inflated in memory anyway, and inflating costs CPU); one sent
         compressed all the same is inflated, and the body limit counts the inflated
         bytes."""
-        async with httpx2.AsyncClient(
-                trust_env=False, follow_redirects=False, verify=_NO_TLS,
-                limits=httpx2.Limits(max_connections=1, max_keepalive_connections=1),
-                timeout=httpx2.Timeout(self._timeout),
-                # Engines' Set-Cookie headers are dropped (no domain is allowed): a jar
-                # would keep whatever an engine sends, and scrapes carry no session.
-                cookies=http.cookiejar.CookieJar(
-                    http.cookiejar.DefaultCookiePolicy(allowed_domains=[])),
-                headers={"Accept": "text/plain", "Accept-Encoding": "identity"}) as client:
+        async with new_client(self._timeout, _NO_TLS, connections=1, headers={
+                "Accept": "text/plain", "Accept-Encoding": "identity"}) as client:
             yield client
 
     def reconcile(self, start: Callable[[PodKey, Target], asyncio.Task[None]]) -> None:

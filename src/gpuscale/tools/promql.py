@@ -19,17 +19,15 @@ import asyncio
 import contextlib
 import json
 import math
-import ssl
 import urllib.parse
 from collections.abc import AsyncIterator, Mapping
-from http.cookiejar import CookieJar, DefaultCookiePolicy
 from typing import Any
 
 import httpx2
 
 from gpuscale.common.bounded import BodyTooLarge, read_bounded
 from gpuscale.common.errors import ConfigError
-from gpuscale.engines.scrape import describe
+from gpuscale.common.http_client import check_port, describe, new_client, system_tls
 from gpuscale.tools.client import ToolError
 from gpuscale.tools.idle import Device, Series, devices_from_matrices
 
@@ -71,11 +69,7 @@ class Prometheus:
         """The HTTP client for this server's queries: nothing from the environment (no
         proxies, no netrc), no redirects, no cookies; https verified against the system's
         CAs as ``ssl.create_default_context`` finds them (``SSL_CERT_FILE`` included)."""
-        tls = await asyncio.to_thread(ssl.create_default_context)
-        async with httpx2.AsyncClient(
-                trust_env=False, follow_redirects=False, verify=tls,
-                timeout=httpx2.Timeout(self._timeout),
-                cookies=CookieJar(DefaultCookiePolicy(allowed_domains=[]))) as client:
+        async with new_client(self._timeout, await system_tls()) as client:
             yield client
 
     async def range(self, session: httpx2.AsyncClient, expr: str, start: float,
@@ -94,9 +88,7 @@ class Prometheus:
         where = f"Prometheus at {self.url}"
         in_body = False
         try:
-            # A port out of range: ValueError here (httpx2 would let it escape as a bare
-            # ExceptionGroup from its connect).
-            urllib.parse.urlsplit(self.url).port  # noqa: B018
+            check_port(self.url)
             async with asyncio.timeout(self._timeout), session.stream(
                     "GET", f"{self.url}/api/v1/{api}", params=params) as resp:
                 in_body = True

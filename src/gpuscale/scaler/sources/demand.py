@@ -39,11 +39,9 @@ import json
 import logging
 import math
 import re
-import ssl
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
-from http.cookiejar import CookieJar, DefaultCookiePolicy
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode, urlsplit
@@ -53,7 +51,7 @@ import yaml
 
 from gpuscale.common.bounded import read_bounded
 from gpuscale.common.errors import ConfigError, DataUnavailable, PeerError
-from gpuscale.engines.scrape import describe
+from gpuscale.common.http_client import check_port, describe, new_client, system_tls
 
 log = logging.getLogger(__name__)
 
@@ -196,13 +194,8 @@ class DemandSources:
         source at most, no proxies or other settings from the environment, no redirects,
         no cookies (a poll carries no session). https is verified against the system's
         CAs, as ``ssl.create_default_context`` finds them (``SSL_CERT_FILE`` included)."""
-        tls = await asyncio.to_thread(ssl.create_default_context)
-        async with httpx2.AsyncClient(
-                trust_env=False, follow_redirects=False, verify=tls,
-                limits=httpx2.Limits(max_connections=MAX_SOURCES,
-                                     max_keepalive_connections=MAX_SOURCES),
-                timeout=httpx2.Timeout(self.config.timeout_s),
-                cookies=CookieJar(DefaultCookiePolicy(allowed_domains=[]))) as client:
+        async with new_client(self.config.timeout_s, await system_tls(),
+                              connections=MAX_SOURCES) as client:
             yield client
 
     async def _poll(self, http: httpx2.AsyncClient, s: DemandSource) -> None:
@@ -225,9 +218,7 @@ class DemandSources:
         request fails or does not end within the timeout."""
         in_body = False
         try:
-            # A port out of range: ValueError here (httpx2 would let it escape as a bare
-            # ExceptionGroup from its connect).
-            urlsplit(url).port  # noqa: B018
+            check_port(url)
             async with asyncio.timeout(self.config.timeout_s), \
                     http.stream("GET", url) as resp:
                 if only_200 and resp.status_code != 200:
