@@ -72,8 +72,9 @@ class FleetView:
         entry.updated_at = self._monotonic()
         self._notify()
 
-    def remove_node(self, node: str) -> None:
-        entry = self._nodes.pop(node, None)
+    def remove_node(self, source: str) -> None:
+        """Forget what ``source`` reported (an agent link that was dropped)."""
+        entry = self._nodes.pop(source, None)
         if entry is not None:
             for key, record in entry.pods.items():
                 if self._pods.get(key) is record:
@@ -122,12 +123,13 @@ class FleetView:
         return self._monotonic() - record.sampled_at
 
     def nodes(self) -> dict[str, float]:
-        """Node -> seconds since its last update."""
+        """Source (the stream address, or the node an in-process agent named) -> seconds
+        since its last update."""
         now = self._monotonic()
         return {n: now - e.updated_at for n, e in self._nodes.items()}
 
     def devices(self) -> dict[str, tuple[DeviceRecord, ...]]:
-        """Node -> its devices as last reported."""
+        """Source (as in ``nodes``) -> its devices as last reported."""
         return {n: e.devices for n, e in self._nodes.items()}
 
     def pods(self) -> list[PodRecord]:
