@@ -130,3 +130,18 @@ async def test_publisher_sends_device_news_every_few_seconds_and_at_once_to_a_ne
     assert (second.seq, second.has_devices, len(second.pods)) == (last + 2, True, 1)
     pub.stopping.set()
     await stream.aclose()
+
+
+def test_device_news_due_on_an_incomplete_update_goes_on_the_next_complete_one() -> None:
+    """An agent whose pods are not known yet (start-up, an attribution outage) sends no
+    devices; the news it owes goes with its first complete update, not 5 s later."""
+    pub = TelemetryPublisher("node-a", 1.0)
+
+    def carried(report: NodeReport) -> bool:
+        pub.publish_report(report)
+        assert pub._latest is not None
+        return pub._latest.has_devices
+
+    assert not carried(incomplete(1))  # due (the first update), but nothing to carry
+    assert carried(complete(2, pod("v-0", 1.0)))
+    assert not carried(complete(3, pod("v-0", 1.0)))  # and then every DEVICES_EVERY_S

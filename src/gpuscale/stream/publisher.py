@@ -69,11 +69,11 @@ class TelemetryPublisher(pb_grpc.AgentTelemetryServicer):
         gets this latest update - an incomplete one too, never an older complete one that
         would look fresh on arrival. Device news is due on the first update, at once to a
         new subscriber, and then every DEVICES_EVERY_S; the report's devices ride only on
-        a due update, and a due update whose pods are not known spends the turn (it
-        carries none: the news waits for the next due update)."""
+        a due update. An update that carries none (its pods are not known) leaves the news
+        due, for the next update that has it."""
         self._seq = report.seq
         due = self._seq - self._devices_seq >= self._devices_every
-        if due and (report.devices is not None or not report.complete):
+        if due and report.devices is not None:
             self._devices_seq = self._seq
         elif report.devices is not None:
             report = dataclasses.replace(report, devices=None)
