@@ -20,7 +20,7 @@ from gpuscale.proto import externalscaler_pb2_grpc as pb_grpc
 from gpuscale.scaler.edges.keda import ScalerServer, ScalerService
 from gpuscale.scaler.sources.demand import DemandSources, parse_config, query_result
 from gpuscale.scaler.state.fleet import FleetView
-from tests.conftest import until
+from tests.support.polling import until
 
 
 class Gateway:

@@ -21,7 +21,7 @@ from gpuscale.scaler.state.history import Answer, DeviceHistory, Moment, Trigger
 from gpuscale.stream.codec import MAX_DEVICES_PER_NODE, MAX_HOLDERS, decode_devices, encode
 from gpuscale.stream.records import DeviceRecord, PodRecord
 from gpuscale.telemetry.model import Absent, Reading
-from tests.conftest import Clock
+from tests.support.clock import Clock
 
 GPU = "GPU-00000000-0000-0000-0000-000000000000"
 MIG = "MIG-11111111-1111-1111-1111-111111111111"
@@ -246,7 +246,8 @@ async def test_agents_stream_their_devices_to_the_scaler() -> None:
     the pods holding it; a time-sliced GPU names each of its pods."""
     from gpuscale.stream.subscriber import AgentSubscriber
     from gpuscale.telemetry.scenario import load_scenario
-    from tests.conftest import running_agents, until
+    from tests.support.agents import running_agents
+    from tests.support.polling import until
 
     nodes = [*load_scenario("mig-node").nodes, *load_scenario("timesliced-node").nodes]
     fleet = FleetView()

@@ -19,7 +19,7 @@ from gpuscale.tools.idle_format import CSV_COLUMNS, table, to_csv, to_json
 from gpuscale.tools.idle_options import parse_duration, parse_prices, prices_from_mapping
 from gpuscale.tools.idle_sources import Series, devices_from_matrices
 from gpuscale.tools.promql import _result, owners
-from tests.conftest import json_values
+from tests.support.strategies import json_values
 
 T0 = 1_800_000_000.0  # a multiple of 60
 H100 = "NVIDIA H100 80GB HBM3"

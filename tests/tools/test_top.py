@@ -24,7 +24,9 @@ from gpuscale.proto import telemetry_pb2 as tpb
 from gpuscale.tools import top, top_render
 from gpuscale.tools.client import Target
 from gpuscale.tools.top_app import TopApp
-from tests.conftest import Served, free_port, inspect_fleet, until
+from tests.support.polling import until
+from tests.support.ports import free_port
+from tests.support.processes import Served, inspect_fleet
 
 MIG_PODS = {"llm/triton-embed-0", "llm/triton-embed-1", "llm/tgi-small-0",
             "batch/ocr-worker-0", "batch/ocr-worker-1", "batch/ocr-worker-2"}
