@@ -194,9 +194,9 @@ async def deployed(seconds: float, warmup: float = 10.0, profile: str = "",
     from gpuscale.stream.subscriber import AgentSubscriber
     from gpuscale.telemetry.model import Absent
     from gpuscale.telemetry.scenario import load_scenario, mig_uuid
-    from tests.conftest import write_kubeconfig
     from tests.peers.kubeapi import KubeApiPeer, make_pod
     from tests.peers.kubelet import KubeletPeer, pod
+    from tests.support.kubeconfig import write_kubeconfig
 
     tmp = Path(tempfile.mkdtemp(prefix="gpuscale-bench-"))
     scenario_file = tmp / "scenario.yaml"

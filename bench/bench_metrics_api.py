@@ -59,8 +59,8 @@ from gpuscale.stream.records import PodRecord  # noqa: E402
 from gpuscale.stream.subscriber import AgentSubscriber  # noqa: E402
 from gpuscale.telemetry.scenario import parse_scenario  # noqa: E402
 from gpuscale.telemetry.simulated_gpus import SimulatedBackend  # noqa: E402
-from tests.conftest import issue, make_ca, pem  # noqa: E402
 from tests.peers.kubeapi import KubeApiPeer, api_client, make_pod  # noqa: E402
+from tests.support.pki import issue, make_ca, pem  # noqa: E402
 
 NODES, PODS_PER_NODE, WORKLOADS, NAMESPACES = 1000, 8, 1000, 10
 V1B2 = "/apis/custom.metrics.k8s.io/v1beta2"

@@ -20,7 +20,7 @@ from gpuscale.agent.sampler import Sampler
 from gpuscale.telemetry.model import BackendState, NodeSnapshot
 from gpuscale.telemetry.scenario import load_scenario
 from gpuscale.telemetry.simulated_gpus import SimulatedBackend
-from tests.conftest import until
+from tests.support.polling import until
 
 
 class ScriptedBackend:

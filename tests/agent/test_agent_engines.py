@@ -21,7 +21,7 @@ from gpuscale.stream.records import DeviceRecord, NodeReport, PodRecord
 from gpuscale.telemetry.model import Absent, NodeSnapshot
 from gpuscale.telemetry.scenario import gpu_uuid, load_scenario
 from gpuscale.telemetry.simulated_gpus import SimulatedBackend
-from tests.conftest import until
+from tests.support.polling import until
 
 VLLM = (Path(__file__).parents[1] / "engines" / "data" / "vllm_metrics.txt").read_bytes()
 RATES = ("vllm-prompt-tps", "vllm-generation-tps", "vllm-finished-rate")

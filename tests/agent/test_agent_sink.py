@@ -19,7 +19,7 @@ from gpuscale.scaler.state.fleet import FleetView
 from gpuscale.telemetry.model import Absent, NodeSnapshot
 from gpuscale.telemetry.scenario import gpu_uuid, load_scenario
 from gpuscale.telemetry.simulated_gpus import SimulatedBackend
-from tests.conftest import until
+from tests.support.polling import until
 
 NODE = load_scenario("h100-vllm").nodes[0]
 V0 = PodInfo("llm", "v-0", "uid-v-0", labels=(("app", "vllm"),), phase=PodPhase.RUNNING,

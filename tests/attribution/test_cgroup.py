@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from gpuscale.attribution.cgroup import PidResolver, parse_cgroup
 from gpuscale.attribution.model import ProcessOwner
 from gpuscale.telemetry.model import Absent
-from tests.conftest import until_sync
+from tests.support.polling import until_sync
 
 UID = "1f2e3d4c-5b6a-4789-8abc-def012345678"
 U_ = UID.replace("-", "_")

@@ -10,8 +10,9 @@ from hypothesis import given
 from gpuscale.attribution.model import OwnerRef, PodInfo, PodPhase
 from gpuscale.attribution.pods import NodePodCache, pod_info
 from gpuscale.telemetry.model import Absent
-from tests.conftest import json_values, until
 from tests.peers.kubeapi import KubeApiPeer, api_client, make_pod
+from tests.support.polling import until
+from tests.support.strategies import json_values
 
 
 class Running:

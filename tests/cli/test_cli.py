@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import free_port, until, until_sync
+from tests.support.polling import until, until_sync
+from tests.support.ports import free_port
 
 GPUSCALE = [sys.executable, "-m", "gpuscale.cli"]
 

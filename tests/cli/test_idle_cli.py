@@ -13,7 +13,9 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import HistoryDemo, Proc, free_port, until_sync
+from tests.support.polling import until_sync
+from tests.support.ports import free_port
+from tests.support.processes import HistoryDemo, Proc
 
 GPUSCALE = [sys.executable, "-m", "gpuscale.cli"]
 H100 = "NVIDIA H100 80GB HBM3"

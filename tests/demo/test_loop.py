@@ -19,7 +19,8 @@ from gpuscale.proto import externalscaler_pb2 as pb
 from gpuscale.proto import externalscaler_pb2_grpc as pb_grpc
 from gpuscale.telemetry.model import Absent
 from gpuscale.traffic.patterns import synthetic
-from tests.conftest import free_port, until
+from tests.support.polling import until
+from tests.support.ports import free_port
 
 DEMO = [sys.executable, "-m", "gpuscale.cli", "demo"]
 DECISION = re.compile(r"^(\d\d:\d\d:\d\d) replicas (\d+) -> (\d+): (KEDA|HPA): ")

@@ -19,7 +19,7 @@ import yaml
 
 from gpuscale.kube import access
 from gpuscale.scaler.core.trigger import parse_metadata
-from tests.conftest import SCHEMAS, validate
+from tests.support.schemas import SCHEMAS, validate
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"

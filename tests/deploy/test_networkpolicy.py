@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import validate
 from tests.deploy.test_deploy import DEPLOY, by_kind, helm_render, render
+from tests.support.schemas import validate
 
 Peer = dict[str, Any]
 

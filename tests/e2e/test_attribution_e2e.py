@@ -28,10 +28,10 @@ from gpuscale.stream.subscriber import AgentSubscriber
 from gpuscale.telemetry.model import Absent
 from gpuscale.telemetry.scenario import gpu_uuid, load_scenario
 from gpuscale.telemetry.simulated_gpus import SimulatedBackend
-from tests.conftest import until
 from tests.peers.fakenvml import DRIVER, build, gpu_line, mig_line, proc_line
 from tests.peers.kubeapi import KubeApiPeer, api_client, make_pod
 from tests.peers.kubelet import KubeletPeer, pod
+from tests.support.polling import until
 
 NODE = load_scenario("timesliced-node").nodes[0]  # GPU 0: 4 pods time-slicing
 

@@ -15,7 +15,9 @@ import pytest
 
 from gpuscale.proto import externalscaler_pb2 as pb
 from gpuscale.proto import externalscaler_pb2_grpc as pb_grpc
-from tests.conftest import Proc, free_port, until_sync
+from tests.support.polling import until_sync
+from tests.support.ports import free_port
+from tests.support.processes import Proc
 
 pytestmark = pytest.mark.slow
 

@@ -18,8 +18,10 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import HistoryDemo, free_port, until_sync
 from tests.e2e.test_prometheus import _binary
+from tests.support.polling import until_sync
+from tests.support.ports import free_port
+from tests.support.processes import HistoryDemo
 
 pytestmark = pytest.mark.slow
 

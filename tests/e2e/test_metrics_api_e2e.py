@@ -13,17 +13,12 @@ from typing import Any
 import pytest
 
 from gpuscale.metrics_api.quantity import parse_quantity
-from tests.conftest import (
-    HPA_USER,
-    Proc,
-    free_port,
-    issue,
-    make_ca,
-    pem,
-    until,
-    write_kubeconfig,
-)
 from tests.peers.kubeapi import DEPLOYMENTS, KubeApiPeer, make_pod, make_workload
+from tests.support.kubeconfig import write_kubeconfig
+from tests.support.pki import HPA_USER, issue, make_ca, pem
+from tests.support.polling import until
+from tests.support.ports import free_port
+from tests.support.processes import Proc
 
 pytestmark = pytest.mark.slow
 

@@ -19,8 +19,9 @@ from gpuscale.scaler.core.profiles import Target, ValueMode
 from gpuscale.scaler.core.selector import parse_selector
 from gpuscale.scaler.state.fleet import FleetView
 from gpuscale.stream.subscriber import AgentSubscriber
-from tests.conftest import free_port, until
 from tests.peers.netcut import NetPath
+from tests.support.polling import until
+from tests.support.ports import free_port
 
 pytestmark = pytest.mark.slow
 

@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import free_port, until_sync
+from tests.support.polling import until_sync
+from tests.support.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 RULES = REPO / "deploy" / "prometheus" / "gpuscale-rules.yaml"

@@ -17,7 +17,8 @@ from aiohttp import web
 from gpuscale.attribution.model import AttributionState, NodeAttribution, PodInfo, PodUsage
 from gpuscale.engines.scrape import EngineReading, EngineScraper, Target, target_for
 from gpuscale.telemetry.model import Absent
-from tests.conftest import free_port, until
+from tests.support.polling import until
+from tests.support.ports import free_port
 
 DATA = Path(__file__).parent / "data"
 VLLM = (DATA / "vllm_metrics.txt").read_bytes()

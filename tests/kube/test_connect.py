@@ -16,8 +16,8 @@ from gpuscale.common.errors import ConfigError
 from gpuscale.kube.api import KubeApi, ObjectRef
 from gpuscale.kube.connect import connect
 from gpuscale.kube.errors import ApiError
-from tests.conftest import write_kubeconfig
 from tests.peers.kubeapi import KubeApiPeer
+from tests.support.kubeconfig import write_kubeconfig
 
 GV = "example.com/v1"
 

@@ -14,8 +14,8 @@ from aiohttp import web
 
 from gpuscale.kube.api import Collection, KubeApi
 from gpuscale.kube.listwatch import INACTIVITY_S, LIST_RESTARTS, ListWatch
-from tests.conftest import until
 from tests.peers.kubeapi import KubeApiPeer, api_client, make_pod, status
+from tests.support.polling import until
 
 PODS = Collection("v1", "pods")
 

@@ -21,7 +21,7 @@ from gpuscale.kube.replies import (
     parse_status,
     parse_watch_line,
 )
-from tests.conftest import json_values
+from tests.support.strategies import json_values
 
 POD = {"metadata": {"uid": "u1", "name": "p", "resourceVersion": "7"}}
 

@@ -20,7 +20,7 @@ from gpuscale.metrics_api.authz import Attributes, Authorizer, decision_of
 from gpuscale.metrics_api.paths import BadPath, Discovery, MetricPath, parse_path
 from gpuscale.metrics_api.quantity import parse_quantity, quantity
 from gpuscale.scaler.answers import Answers
-from tests.conftest import issue, make_ca, pem
+from tests.support.pki import issue, make_ca, pem
 
 # -- quantities ----------------------------------------------------------------------------
 

@@ -33,7 +33,6 @@ from gpuscale.scaler.state.fleet import FleetView
 from gpuscale.scaler.state.plan_book import PlanBook
 from gpuscale.stream.records import PodRecord
 from gpuscale.stream.subscriber import AgentSubscriber
-from tests.conftest import HPA_USER, issue, make_ca, pem, until, write_kubeconfig
 from tests.peers.kubeapi import (
     DEPLOYMENTS,
     STATEFULSETS,
@@ -42,6 +41,9 @@ from tests.peers.kubeapi import (
     make_pod,
     make_workload,
 )
+from tests.support.kubeconfig import write_kubeconfig
+from tests.support.pki import HPA_USER, issue, make_ca, pem
+from tests.support.polling import until
 
 V1B1 = "/apis/custom.metrics.k8s.io/v1beta1"
 V1B2 = "/apis/custom.metrics.k8s.io/v1beta2"

@@ -10,8 +10,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests.conftest import until
 from tests.peers.kubeapi import PODS, KubeApiPeer, decode_continue, make_pod
+from tests.support.polling import until
 
 
 @pytest.fixture

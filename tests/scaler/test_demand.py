@@ -21,7 +21,8 @@ from gpuscale.scaler.edges.keda import ScalerServer, ScalerService
 from gpuscale.scaler.sources import demand
 from gpuscale.scaler.sources.demand import DemandSources, parse_config, query_result
 from gpuscale.scaler.state.fleet import FleetView
-from tests.conftest import free_port, until
+from tests.support.polling import until
+from tests.support.ports import free_port
 
 
 class Gateway:

@@ -9,7 +9,7 @@ from gpuscale.scaler.recorder import Recorder
 from gpuscale.scaler.state.fleet import FleetView
 from gpuscale.stream.records import DeviceRecord
 from gpuscale.stream.subscriber import LinkState
-from tests.conftest import Clock
+from tests.support.clock import Clock
 
 
 def test_a_silent_agents_last_readings_are_not_recorded(clock: Clock,

@@ -34,7 +34,7 @@ from gpuscale.stream.codec import (
 )
 from gpuscale.stream.records import DeviceRecord, NodeReport, NotYetKnown, PodRecord
 from gpuscale.telemetry.model import Absent, Reading
-from tests.conftest import Clock
+from tests.support.clock import Clock
 
 GPU = "GPU-00000000-0000-0000-0000-000000000000"
 MIG = "MIG-11111111-1111-1111-1111-111111111111"
@@ -271,7 +271,8 @@ async def test_agents_stream_their_devices_to_the_scaler() -> None:
     the pods holding it; a time-sliced GPU names each of its pods."""
     from gpuscale.stream.subscriber import AgentSubscriber
     from gpuscale.telemetry.scenario import load_scenario
-    from tests.conftest import running_agents, until
+    from tests.support.agents import running_agents
+    from tests.support.polling import until
 
     nodes = [*load_scenario("mig-node").nodes, *load_scenario("timesliced-node").nodes]
     fleet = FleetView()

@@ -20,8 +20,8 @@ from gpuscale.scaler.edges.keda import ScalerServer, ScalerService
 from gpuscale.scaler.state.fleet import FleetView
 from gpuscale.stream.records import PodRecord
 from gpuscale.telemetry.model import Absent
-from tests.conftest import Clock
 from tests.scaler.test_keda_service import rec
+from tests.support.clock import Clock
 
 REF = pb.ScaledObjectRef(name="so", namespace="llm", scalerMetadata={
     "podSelector": "app=vllm", "profile": "vllm-inference"})

@@ -20,7 +20,7 @@ from gpuscale.scaler.edges.keda import ScalerServer, ScalerService
 from gpuscale.scaler.state.fleet import FleetView
 from gpuscale.stream.records import PodRecord
 from gpuscale.telemetry.model import Absent, Reading
-from tests.conftest import Clock
+from tests.support.clock import Clock
 
 
 def rec(name: str, util: Reading | None = None, *, ns: str = "llm", app: str = "vllm",

@@ -16,7 +16,8 @@ from gpuscale.scaler.edges.keda import ScalerServer, ScalerService
 from gpuscale.scaler.state.fleet import FleetView
 from gpuscale.stream.records import PodRecord
 from gpuscale.telemetry.model import Absent, Reading
-from tests.conftest import Clock, until
+from tests.support.clock import Clock
+from tests.support.polling import until
 
 Served = tuple[ScalerService, pb_grpc.ExternalScalerStub]
 METADATA = {"podSelector": "app=vllm", "profile": "vllm-planner", "targetValue": "10",

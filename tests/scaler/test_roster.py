@@ -19,8 +19,10 @@ from gpuscale.scaler.sources.roster import AgentRoster, PodRoster
 from gpuscale.scaler.state.fleet import FleetView
 from gpuscale.stream.subscriber import AgentSubscriber
 from gpuscale.telemetry.scenario import NodeSpec, parse_scenario
-from tests.conftest import free_port, running_agents, until
 from tests.peers.kubeapi import KubeApiPeer, api_client, make_pod
+from tests.support.agents import running_agents
+from tests.support.polling import until
+from tests.support.ports import free_port
 
 
 def node(name: str, pod: str, load: float) -> NodeSpec:

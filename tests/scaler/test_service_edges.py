@@ -19,8 +19,8 @@ from gpuscale.scaler.edges.keda import ScalerServer, ScalerService
 from gpuscale.scaler.state.fleet import FleetView
 from gpuscale.stream.records import PodRecord
 from gpuscale.telemetry.model import Absent
-from tests.conftest import until
 from tests.scaler.test_keda_service import code_of, metrics, rec, ref
+from tests.support.polling import until
 
 
 def engine_rec(name: str, signal: str, value: float) -> PodRecord:

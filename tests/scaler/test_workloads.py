@@ -19,7 +19,6 @@ from gpuscale.scaler.recorder import Recorder
 from gpuscale.scaler.sources.workloads import WorkloadResolver, selector_from_label_selector
 from gpuscale.scaler.state.fleet import FleetView
 from gpuscale.stream.records import PodRecord
-from tests.conftest import json_values, until
 from tests.peers.kubeapi import (
     DEPLOYMENTS,
     SCALEDOBJECTS,
@@ -29,6 +28,8 @@ from tests.peers.kubeapi import (
     make_scaledobject,
     make_workload,
 )
+from tests.support.polling import until
+from tests.support.strategies import json_values
 
 
 @pytest.fixture

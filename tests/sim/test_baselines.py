@@ -6,18 +6,11 @@ import pytest
 
 from gpuscale.models.hpa import Metric, MetricSource, TargetType
 from gpuscale.models.serving import InFlightRequest, ServingModel, ServingParams
-from gpuscale.sim.baselines import (
-    Apa,
-    ApaSpec,
-    Delayed,
-    Kpa,
-    KpaSpec,
-    QueueModel,
-    apa_replicas,
-    baselines,
-    mm1_replicas,
-)
+from gpuscale.sim.baselines import baselines
+from gpuscale.sim.prometheus_hpa import Delayed
+from gpuscale.sim.queue_model import QueueModel, mm1_replicas
 from gpuscale.sim.simulate import run_policy
+from gpuscale.sim.window_autoscalers import Apa, ApaSpec, Kpa, KpaSpec, apa_replicas
 from gpuscale.traffic.patterns import synthetic
 
 

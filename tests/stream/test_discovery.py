@@ -17,8 +17,9 @@ from gpuscale.stream.discovery import EndpointSliceDiscovery, addresses
 from gpuscale.stream.subscriber import AgentSubscriber
 from gpuscale.telemetry.scenario import parse_scenario
 from gpuscale.telemetry.simulated_gpus import SimulatedBackend
-from tests.conftest import json_values, until
 from tests.peers.kubeapi import ENDPOINTSLICES, KubeApiPeer, api_client, make_endpointslice
+from tests.support.polling import until
+from tests.support.strategies import json_values
 
 DOC = {"nodes": [{"name": f"n{i}", "gpus": [{"model": "L4"}], "processes": [
     {"gpu": 0, "memory_mib": 100, "load": {"constant": 10 * (i + 1)},

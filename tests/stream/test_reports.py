@@ -15,7 +15,7 @@ from gpuscale.stream.codec import MAX_PODS_PER_NODE, decode_report, encode_repor
 from gpuscale.stream.publisher import DEVICES_EVERY_S, TelemetryPublisher
 from gpuscale.stream.records import DeviceRecord, NodeReport, NotYetKnown, PodRecord, deliver
 from gpuscale.telemetry.model import Absent
-from tests.conftest import Clock
+from tests.support.clock import Clock
 
 GPU = "GPU-00000000-0000-0000-0000-000000000000"
 

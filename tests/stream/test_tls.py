@@ -19,7 +19,8 @@ from gpuscale.stream.subscriber import AgentSubscriber
 from gpuscale.stream.tls import TlsFiles, channel_credentials
 from gpuscale.telemetry.scenario import load_scenario
 from gpuscale.telemetry.simulated_gpus import SimulatedBackend
-from tests.conftest import Key, issue, make_ca, until
+from tests.support.pki import Key, issue, make_ca
+from tests.support.polling import until
 
 
 def write(d: Path, name: str, ca: tuple[x509.Certificate, Key],

@@ -6,7 +6,7 @@ import pytest
 
 from gpuscale.telemetry.catalog import MIB
 from gpuscale.telemetry.model import Absent, SharingMode
-from gpuscale.telemetry.nvml_device import mig_memory_gb
+from gpuscale.telemetry.nvml_mig import mig_memory_gb
 from gpuscale.telemetry.scenario import load_scenario, parse_scenario
 from gpuscale.telemetry.simulated_gpus import SimulatedBackend
 

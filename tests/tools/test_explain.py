@@ -20,7 +20,10 @@ from gpuscale.proto import externalscaler_pb2_grpc as kpb_grpc
 from gpuscale.proto import inspect_pb2 as pb
 from gpuscale.telemetry.scenario import builtin_scenarios
 from gpuscale.tools.explain import decide, parse_behavior, parse_time, render
-from tests.conftest import Proc, free_port, json_values, until_sync
+from tests.support.polling import until_sync
+from tests.support.ports import free_port
+from tests.support.processes import Proc
+from tests.support.strategies import json_values
 
 NOW = 1_800_000_000.0
 

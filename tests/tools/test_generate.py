@@ -17,8 +17,10 @@ from hypothesis import given, settings
 from gpuscale.common.errors import ConfigError
 from gpuscale.scaler.core.trigger import parse_metadata
 from gpuscale.tools.generate import Options, behavior, detect_engine, generate, workload_from
-from tests.conftest import json_values, validate, write_kubeconfig
 from tests.peers.kubeapi import DEPLOYMENTS, KubeApiPeer
+from tests.support.kubeconfig import write_kubeconfig
+from tests.support.schemas import validate
+from tests.support.strategies import json_values
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "deploy" / "examples"
 

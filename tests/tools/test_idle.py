@@ -14,22 +14,12 @@ from hypothesis import strategies as st
 
 from gpuscale.common.errors import ConfigError
 from gpuscale.tools.client import ToolError
-from gpuscale.tools.idle import (
-    Bucket,
-    Device,
-    Options,
-    Series,
-    build_report,
-    devices_from_matrices,
-    idle_now,
-    parse_duration,
-    parse_prices,
-    price_of,
-    prices_from_mapping,
-)
+from gpuscale.tools.idle import Bucket, Device, Options, build_report, idle_now, price_of
 from gpuscale.tools.idle_format import CSV_COLUMNS, table, to_csv, to_json
+from gpuscale.tools.idle_options import parse_duration, parse_prices, prices_from_mapping
+from gpuscale.tools.idle_sources import Series, devices_from_matrices
 from gpuscale.tools.promql import _result, owners
-from tests.conftest import json_values
+from tests.support.strategies import json_values
 
 T0 = 1_800_000_000.0  # a multiple of 60
 H100 = "NVIDIA H100 80GB HBM3"

@@ -15,7 +15,7 @@ from aiohttp import web
 from gpuscale.common.errors import ConfigError
 from gpuscale.tools.client import ToolError
 from gpuscale.tools.promql import Prometheus, check_url, read_devices, step_for
-from tests.conftest import free_port
+from tests.support.ports import free_port
 
 Answer = Callable[[web.Request], Any]
 

@@ -21,10 +21,12 @@ from gpuscale.proto import externalscaler_pb2 as keda_pb
 from gpuscale.proto import externalscaler_pb2_grpc as keda_grpc
 from gpuscale.proto import inspect_pb2 as pb
 from gpuscale.proto import telemetry_pb2 as tpb
-from gpuscale.tools import top
+from gpuscale.tools import top, top_render
 from gpuscale.tools.client import Target
 from gpuscale.tools.top_app import TopApp
-from tests.conftest import Served, free_port, inspect_fleet, until
+from tests.support.polling import until
+from tests.support.ports import free_port
+from tests.support.processes import Served, inspect_fleet
 
 MIG_PODS = {"llm/triton-embed-0", "llm/triton-embed-1", "llm/tgi-small-0",
             "batch/ocr-worker-0", "batch/ocr-worker-1", "batch/ocr-worker-2"}
@@ -284,8 +286,8 @@ def test_short_model(name: str, short: str) -> None:
 @pytest.mark.parametrize("width", [60, 80, 120, 200])
 def test_columns_fit_the_width(width: int) -> None:
     for columns in (top.DEVICE_COLUMNS, top.POD_COLUMNS, top.WORKLOAD_COLUMNS):
-        got = top.widths(columns, width)
-        assert sum(got) + top.PAD * len(columns) <= width
+        got = top_render.widths(columns, width)
+        assert sum(got) + top_render.PAD * len(columns) <= width
         assert all(w >= 3 for w in got)
         if width >= 80:
             assert all(w >= c.width for w, c in zip(got, columns, strict=True))

@@ -46,7 +46,8 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from gpuscale.common.errors import ConfigError, GpuscaleError
-    from gpuscale.tools.idle import Options, parse_duration
+    from gpuscale.tools.idle import Options
+    from gpuscale.tools.idle_options import parse_duration
 
     try:
         window = parse_duration(args.window, "--window")
@@ -73,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _prices(args: argparse.Namespace) -> dict[str, float]:
     from gpuscale.common.errors import ConfigError
-    from gpuscale.tools.idle import parse_prices, prices_from_mapping
+    from gpuscale.tools.idle_options import parse_prices, prices_from_mapping
 
     if args.price is not None:
         return parse_prices(args.price)
@@ -97,7 +98,8 @@ def _from_scaler(args: argparse.Namespace, options: Any) -> tuple[Any, str]:
     from dataclasses import replace
 
     from gpuscale.tools.client import InspectClient
-    from gpuscale.tools.idle import build_report, devices_from_usage
+    from gpuscale.tools.idle import build_report
+    from gpuscale.tools.idle_sources import devices_from_usage
 
     target = scaler_target(args)
     with InspectClient(target) as client:

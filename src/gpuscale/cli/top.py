@@ -62,7 +62,8 @@ def run(args: argparse.Namespace) -> int:
     if not live:
         from rich.console import Console
 
-        from gpuscale.tools.top import build, rich_tables
+        from gpuscale.tools.top import build
+        from gpuscale.tools.top_render import rich_tables
 
         console = Console(highlight=False)
         view = build(reply, args.sort, args.namespace, args.node)

@@ -40,14 +40,9 @@ from gpuscale.telemetry.nvml_calls import (
     error_code,
     error_name,
 )
-from gpuscale.telemetry.nvml_device import (
-    MIG_REFRESH_S,
-    DeviceState,
-    pointer_value,
-    read_device,
-    release,
-    text,
-)
+from gpuscale.telemetry.nvml_device import pointer_value, read_device
+from gpuscale.telemetry.nvml_mig import MIG_REFRESH_S, release
+from gpuscale.telemetry.nvml_state import DeviceState, text
 
 log = logging.getLogger("gpuscale.telemetry.nvml")
 

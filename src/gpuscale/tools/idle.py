@@ -1,7 +1,8 @@
-"""``gpuscale idle``'s arithmetic: from each device's time buckets (who held it, its mean
-utilization) to GPU-hours allocated and used per namespace and workload, the devices idle
-now, and what they cost. No I/O: the buckets come from the scaler's Usage reply
-(``devices_from_usage``) or from Prometheus matrices (``devices_from_matrices``).
+"""``gpuscale idle``'s report and its arithmetic: from each device's time buckets (who held
+it, its mean utilization) to GPU-hours allocated and used per namespace and workload, the
+devices idle now, and what they cost. No I/O: the buckets come from the scaler's Usage
+reply or from Prometheus matrices (idle_sources); price tables and durations are parsed
+in idle_options.
 
 Conventions, the same for both sources:
 
@@ -18,22 +19,12 @@ Conventions, the same for both sources:
 
 from __future__ import annotations
 
-import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from gpuscale.common.errors import ConfigError
-from gpuscale.proto import inspect_pb2 as pb
-
-MAX_PRICES = 500
-MAX_MODEL = 128
-MAX_PRICE = 1_000_000.0
-MAX_PRICE_TEXT = 20_000
 # A MIG profile at the end of a model: "... 3g.40gb", "... 1g.10gb+me", "... 1c.3g.40gb".
-_MIG_PROFILE = re.compile(r"^(?P<gpu>.+) (?:\d+c\.)?(?P<slices>\d+)g\.\d+gb(?:\+[a-z]+)?$")
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)?\s*$")
-_UNIT_S = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+MIG_PROFILE = re.compile(r"^(?P<gpu>.+) (?:\d+c\.)?(?P<slices>\d+)g\.\d+gb(?:\+[a-z]+)?$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,116 +240,7 @@ def _padded(owners: tuple[str, ...], n: int) -> tuple[str, ...]:
     return (owners + ("",) * n)[:n]
 
 
-# -- the sources ----------------------------------------------------------------------------
-
-
-def devices_from_usage(reply: pb.UsageReply) -> list[Device]:
-    """The scaler's per-minute history as devices (utilization -1 or no samples: no
-    reading)."""
-    out = []
-    for d in reply.devices:
-        fraction = d.fraction if 0 < d.fraction <= 1 else 1.0
-        out.append(Device(d.node, d.uuid, d.model, fraction, tuple(
-            Bucket(m.start, reply.minute or 60.0, tuple(m.pods), tuple(m.owners),
-                   m.utilization if m.samples > 0 and m.utilization >= 0 else None)
-            for m in d.minutes)))
-    return out
-
-
-@dataclass(frozen=True, slots=True)
-class Series:
-    """One series of a Prometheus matrix: its labels and (time, value) points."""
-
-    labels: Mapping[str, str]
-    points: tuple[tuple[float, float], ...]
-
-
-def holder(labels: Mapping[str, str]) -> str:
-    """"namespace/pod" of the pod a device series is attributed to ("" none). A scrape
-    that kept its own target labels renamed ours to exported_*: those win."""
-    pod = labels.get("exported_pod") or labels.get("pod") or ""
-    ns = labels.get("exported_namespace") or labels.get("namespace") or ""
-    return f"{ns}/{pod}" if pod and ns else ""
-
-
-def device_key(labels: Mapping[str, str]) -> tuple[str, str]:
-    """(node, device) of a dcgm-style series: a MIG instance is its GPU's UUID and
-    GPU_I_ID (its own UUID is not a label)."""
-    gi = labels.get("GPU_I_ID", "")
-    uuid = labels.get("UUID", "")
-    return labels.get("Hostname", ""), f"{uuid}/{gi}" if gi else uuid
-
-
-def devices_from_matrices(held: Sequence[Series], utilization: Sequence[Series],
-                          memory: Sequence[Series], step: float,
-                          owners: Mapping[str, str]) -> list[Device]:
-    """Devices from range queries evaluated at the end of each ``step``-second bucket:
-    ``held`` (any per-device series; a point with a holder's labels means that pod held the
-    device in that bucket), ``utilization`` (percent, per device and holder), ``memory``
-    (the MIG instances' and GPUs' memory totals, for a MIG instance's fraction); ``owners``
-    maps "namespace/pod" to its workload "Kind/name"."""
-    pods: dict[tuple[str, str], dict[float, set[str]]] = {}
-    utils: dict[tuple[str, str], dict[float, list[float]]] = {}
-    models: dict[tuple[str, str], str] = {}
-    for s in (*held, *utilization):
-        key = device_key(s.labels)
-        if not key[1]:
-            continue
-        profile = s.labels.get("GPU_I_PROFILE", "")
-        models.setdefault(key, f"{s.labels.get('modelName', '')} {profile}".strip())
-        who = holder(s.labels)
-        times = pods.setdefault(key, {})
-        for t, _ in s.points:
-            times.setdefault(t, set())
-            if who:
-                times[t].add(who)
-    for s in utilization:
-        key = device_key(s.labels)
-        for t, v in s.points:
-            if math.isfinite(v):
-                utils.setdefault(key, {}).setdefault(t, []).append(v)
-    fractions = _mig_fractions(memory)
-    out = []
-    for key, times in sorted(pods.items()):
-        fraction = fractions.get(key) or _profile_fraction(models[key], key)
-        buckets = []
-        for t in sorted(times):
-            held_by = tuple(sorted(times[t]))
-            values = utils.get(key, {}).get(t)
-            buckets.append(Bucket(t - step, step, held_by,
-                                  tuple(owners.get(p, "") for p in held_by),
-                                  sum(values) / len(values) if values else None))
-        out.append(Device(key[0], key[1], models[key], fraction, tuple(buckets)))
-    return out
-
-
-def _mig_fractions(memory: Sequence[Series]) -> dict[tuple[str, str], float]:
-    """(node, "<UUID>/<GI>") -> the instance's memory over its GPU's."""
-    whole: dict[tuple[str, str], float] = {}
-    parts: dict[tuple[str, str], float] = {}
-    for s in memory:
-        if not s.points:
-            continue
-        value = s.points[-1][1]
-        key = device_key(s.labels)
-        (parts if "/" in key[1] else whole)[key] = value
-    out = {}
-    for (node, dev), mine in parts.items():
-        gpu = whole.get((node, dev.split("/")[0]))
-        if gpu and math.isfinite(mine) and math.isfinite(gpu) and gpu > 0 and mine > 0:
-            out[(node, dev)] = min(1.0, mine / gpu)
-    return out
-
-
-def _profile_fraction(model: str, key: tuple[str, str]) -> float:
-    """A MIG instance without memory totals: its compute slices of 7; a GPU: 1."""
-    m = _MIG_PROFILE.match(model)
-    if "/" not in key[1] or m is None:
-        return 1.0
-    return min(1.0, int(m.group("slices")) / 7)
-
-
-# -- prices and durations -------------------------------------------------------------------
+# -- prices ---------------------------------------------------------------------------------
 
 
 def price_of(model: str, fraction: float, prices: Mapping[str, float]) -> float | None:
@@ -366,7 +248,7 @@ def price_of(model: str, fraction: float, prices: Mapping[str, float]) -> float 
     own model's price per instance-hour over its fraction, else its GPU's price."""
     if not prices:
         return None
-    m = _MIG_PROFILE.match(model)
+    m = MIG_PROFILE.match(model)
     if m is None:
         return _lookup(model, prices)
     own = _lookup(model, prices)
@@ -380,65 +262,3 @@ def _lookup(model: str, prices: Mapping[str, float]) -> float | None:
         return prices[model]
     folded = model.casefold()
     return next((v for k, v in prices.items() if k.casefold() == folded), None)
-
-
-def parse_prices(text: str, what: str = "--price") -> dict[str, float]:
-    """``"MODEL=PRICE,MODEL=PRICE"`` (price per GPU-hour; a model may contain "=" but not
-    ","): the table, or ConfigError naming the item and what would be accepted."""
-    if len(text) > MAX_PRICE_TEXT:
-        raise ConfigError(f"{what}: longer than {MAX_PRICE_TEXT} characters; use --prices FILE")
-    out: dict[str, float] = {}
-    for i, item in enumerate(text.split(","), 1):
-        if not item.strip():
-            raise ConfigError(f"{what}: item {i} is empty (expected MODEL=PRICE, comma "
-                              f"separated)")
-        model, eq, price = item.rpartition("=")
-        if not eq:
-            raise ConfigError(f"{what}: item {i} {item[:40]!r} is not MODEL=PRICE")
-        _add(out, model.strip(), price.strip(), f"{what}: item {i}")
-    return out
-
-
-def prices_from_mapping(data: object, what: str) -> dict[str, float]:
-    """A price table read from YAML (a mapping of GPU model to price per GPU-hour)."""
-    if not isinstance(data, Mapping):
-        raise ConfigError(f"{what}: expected a mapping of GPU model to price per GPU-hour, "
-                          f"e.g. 'NVIDIA H100 80GB HBM3: 2.50'")
-    out: dict[str, float] = {}
-    for model, price in data.items():
-        if isinstance(price, bool) or not isinstance(price, int | float | str):
-            raise ConfigError(f"{what}: {str(model)[:40]!r}: the price is not a number")
-        _add(out, str(model).strip() if isinstance(model, str) else "", str(price).strip(),
-             f"{what}: {str(model)[:40]!r}")
-    return out
-
-
-def _add(out: dict[str, float], model: str, price: str, where: str) -> None:
-    if not model:
-        raise ConfigError(f"{where}: no GPU model before the price")
-    if len(model) > MAX_MODEL or not model.isprintable():
-        raise ConfigError(f"{where}: the model is not a GPU name (printable, at most "
-                          f"{MAX_MODEL} characters)")
-    try:
-        value = float(price)
-    except ValueError:
-        raise ConfigError(f"{where}: {price[:20]!r} is not a price (a number per "
-                          f"GPU-hour)") from None
-    if not (math.isfinite(value) and 0 <= value <= MAX_PRICE):
-        raise ConfigError(f"{where}: the price must be 0 to {MAX_PRICE:g} per GPU-hour")
-    if model in out:
-        raise ConfigError(f"{where}: {model[:40]!r} is priced twice")
-    if len(out) >= MAX_PRICES:
-        raise ConfigError(f"{where}: more than {MAX_PRICES} prices")
-    out[model] = value
-
-
-def parse_duration(text: str, what: str) -> float:
-    """"90", "90s", "10m", "1.5h", "2d" -> seconds (> 0), or ConfigError."""
-    m = _DURATION.match(text[:40])
-    if m is None or len(text) > 40:
-        raise ConfigError(f"{what}: {text[:40]!r} is not a duration (e.g. 90s, 10m, 1h, 2d)")
-    value = float(m.group(1)) * _UNIT_S[m.group(2) or "s"]
-    if not 0 < value <= 400 * 86400:
-        raise ConfigError(f"{what}: {text[:40]!r} must be above 0 and at most 400 days")
-    return value

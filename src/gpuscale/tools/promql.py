@@ -29,7 +29,8 @@ from gpuscale.common.bounded import BodyTooLarge, read_bounded
 from gpuscale.common.errors import ConfigError
 from gpuscale.common.http_client import check_port, describe, new_client, system_tls
 from gpuscale.tools.client import ToolError
-from gpuscale.tools.idle import Device, Series, devices_from_matrices
+from gpuscale.tools.idle import Device
+from gpuscale.tools.idle_sources import Series, devices_from_matrices
 
 TIMEOUT_S = 30.0
 MAX_BODY = 64 * 1024 * 1024

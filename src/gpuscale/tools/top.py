@@ -1,27 +1,24 @@
 """What ``gpuscale top`` shows: a Fleet reply (inspect.proto) as three tables of short
-cells (devices, pods, workloads), sorted and filtered, laid out for a given width.
+cells (devices, pods, workloads), sorted and filtered.
 
-Pure: no I/O and no terminal. The Textual app (top_app.py) and ``--once`` (``rich_tables``)
-draw the same rows. A reading that is absent is the cell ``-`` with the reason in its
-note, never 0; a pod or node whose data is older than its staleness bound shows ``-`` too.
+Pure: no I/O and no terminal. The Textual app (top_app.py) and ``--once``
+(``top_render.rich_tables``) lay out and draw the same rows. A reading that is absent is
+the cell ``-`` with the reason in its note, never 0; a pod or node whose data is older
+than its staleness bound shows ``-`` too.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-
-from rich.table import Table as RichTable
-from rich.text import Text
 
 from gpuscale.proto import inspect_pb2 as pb
 from gpuscale.proto import telemetry_pb2 as tpb
 from gpuscale.scaler.core.profiles import SIGNALS
 
 SORTS = ("util", "memory", "queue", "name")
-PAD = 2  # columns between two cells (one space each side in Textual, one gap in rich)
 QUEUE_LEGEND = "queue: w waiting, r running (vLLM); p pending (Triton); q queued, b batch (TGI)"
 
 
@@ -131,10 +128,6 @@ def _fmt(v: float) -> str:
     if v == 0 or 0.01 <= abs(v) < 1e6:
         return f"{v:.3g}" if abs(v) < 100 else f"{v:.0f}"
     return f"{v:.2e}"
-
-
-def _clip(text: str, width: int) -> str:
-    return text if len(text) <= width else text[:max(0, width - 1)] + "…"
 
 
 # -- the three tables ----------------------------------------------------------------------
@@ -335,63 +328,7 @@ def build(reply: pb.FleetReply, sort: str = "util", namespace: str = "",
         tuple(sorted(n.name for n in reply.nodes)))
 
 
-# -- layout --------------------------------------------------------------------------------
-
-
-def widths(columns: Sequence[Column], width: int) -> tuple[int, ...]:
-    """Each column's width so that the cells and PAD between each two fit ``width``
-    (flex columns share what is left; below the minimum, flex columns shrink first)."""
-    out = [c.width for c in columns]
-    spare = width - sum(out) - PAD * len(columns)
-    flexes = sum(c.flex for c in columns)
-    if spare > 0 and flexes:
-        for i, c in enumerate(columns):
-            out[i] += spare * c.flex // flexes
-    elif spare < 0:
-        for i in sorted(range(len(columns)), key=lambda i: -columns[i].flex):
-            take = min(-spare, out[i] - 3)
-            out[i] -= take
-            spare += take
-    return tuple(out)
-
-
-def fitted(row: Row, cols: Sequence[int]) -> tuple[Cell, ...]:
-    """The row's cells cut to ``cols``; a cut cell keeps its whole text in its note."""
-    return tuple(c if len(c.text) <= w else Cell(_clip(c.text, w), c.note or c.text, c.style)
-                 for c, w in zip(row.cells, cols, strict=True))
-
-
-def text(cell: Cell, right: bool = False) -> Text:
-    return Text(cell.text, style=cell.style, no_wrap=True, overflow="ellipsis",
-                justify="right" if right else "left")
-
-
-def rich_tables(view: View, width: int) -> list[RichTable | Text]:
-    """The view for printing once: each table laid out for ``width`` columns, then what
-    each ``-`` means (distinct reasons, with how many cells)."""
-    out: list[RichTable | Text] = [Text(view.summary, style="bold")]
-    notes: dict[str, int] = {}
-    for table in view.tables:
-        cols = widths(table.columns, width)
-        t = RichTable(title=table.title, title_justify="left", box=None, padding=(0, 1),
-                      pad_edge=False, show_edge=False, expand=False, collapse_padding=True)
-        for col, w in zip(table.columns, cols, strict=True):
-            t.add_column(col.title, width=w, no_wrap=True, overflow="ellipsis",
-                         justify="right" if col.right else "left")
-        for row in table.rows:
-            t.add_row(*(text(c) for c in fitted(row, cols)))
-            for cell in row.cells:
-                if cell.text == "-" and cell.note:
-                    reason = cell.note.split(": ", 1)[-1]
-                    notes[reason] = notes.get(reason, 0) + 1
-        if not table.rows:
-            t.add_row(Text("(none)", style="dim"), *(Text("") for _ in cols[1:]))
-        out.append(t)
-    if notes:
-        out.append(Text("- means: " + "; ".join(f"{why} ({n})" for why, n in notes.items()),
-                        style="dim"))
-    out.append(Text(QUEUE_LEGEND, style="dim"))
-    return out
+# -- for the live screen -------------------------------------------------------------------
 
 
 def explain_row(row: Row | None) -> str:

@@ -20,7 +20,7 @@ from textual.widgets import DataTable, Footer, Static
 from textual.widgets.data_table import CellDoesNotExist
 
 from gpuscale.proto import inspect_pb2 as pb
-from gpuscale.tools import top
+from gpuscale.tools import top, top_render
 from gpuscale.tools.client import ToolError
 
 Fetch = Callable[[], pb.FleetReply]
@@ -152,7 +152,7 @@ class TopApp(App[None]):
         self._explain()
 
     def _fill(self, widget: DataTable[object], table: top.Table, width: int) -> None:
-        cols = top.widths(table.columns, width)
+        cols = top_render.widths(table.columns, width)
         keep = None
         with contextlib.suppress(CellDoesNotExist):  # an empty table has no cursor row
             keep = widget.coordinate_to_cell_key(widget.cursor_coordinate).row_key.value
@@ -161,8 +161,8 @@ class TopApp(App[None]):
             for c, w in zip(table.columns, cols, strict=True):
                 widget.add_column(c.title, width=w)
         for row in table.rows:
-            cells = top.fitted(row, cols)
-            widget.add_row(*(top.text(c, col.right) for c, col
+            cells = top_render.fitted(row, cols)
+            widget.add_row(*(top_render.text(c, col.right) for c, col
                              in zip(cells, table.columns, strict=True)), key=row.key)
         if keep is not None and keep in {r.key for r in table.rows}:
             widget.move_cursor(row=widget.get_row_index(keep), animate=False)
