@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gpuscale.agent.app import Agent, AgentConfig
 from gpuscale.attribution.model import PodInfo
-from gpuscale.attribution.sources import SIM_ENGINE_PORT, Inputs, ScenarioSources
+from gpuscale.attribution.sources import SIM_ENGINE_PORT, AttributionInputs, ScenarioSources
 from gpuscale.proto import externalscaler_pb2 as pb
 from gpuscale.proto import externalscaler_pb2_grpc as pb_grpc
 from gpuscale.scaler.answers import Answers
@@ -87,11 +87,11 @@ class HiddenPods(ScenarioSources):
         super().__init__(node, ip_base="127.1.9")
         self.synced = False
 
-    async def gather(self, snapshot: NodeSnapshot) -> Inputs:
+    async def gather(self, snapshot: NodeSnapshot) -> AttributionInputs:
         inputs = await super().gather(snapshot)
         if self.synced:
             return inputs
-        return Inputs(inputs.allocations, inputs.allocated_at, Absent.UNAVAILABLE,
+        return AttributionInputs(inputs.allocations, inputs.allocated_at, Absent.UNAVAILABLE,
                       inputs.owners, ("pod watch: not listed yet",))
 
     def pod_infos(self) -> Mapping[tuple[str, str], PodInfo] | Absent:

@@ -14,7 +14,7 @@ from aiohttp import web
 from gpuscale.agent.app import Agent, AgentConfig
 from gpuscale.attribution.devices import parse_device_id
 from gpuscale.attribution.model import Allocation, PodInfo, PodPhase
-from gpuscale.attribution.sources import Inputs
+from gpuscale.attribution.sources import AttributionInputs
 from gpuscale.cli import main
 from gpuscale.stream.codec import decode, encode_report
 from gpuscale.stream.records import DeviceRecord, NodeReport, PodRecord
@@ -66,8 +66,8 @@ class FixedSources:
                        (parse_device_id(gpu_uuid(node, i)),))
             for i, name in enumerate(gpu_pods))
 
-    async def gather(self, snapshot: NodeSnapshot) -> Inputs:
-        return Inputs(self._allocations, time.time(), self._pods, {}, ())
+    async def gather(self, snapshot: NodeSnapshot) -> AttributionInputs:
+        return AttributionInputs(self._allocations, time.time(), self._pods, {}, ())
 
     async def run(self) -> None:
         await asyncio.Event().wait()

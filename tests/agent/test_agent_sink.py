@@ -13,7 +13,7 @@ import pytest
 from gpuscale.agent.app import Agent, AgentConfig
 from gpuscale.attribution.devices import parse_device_id
 from gpuscale.attribution.model import Allocation, PodInfo, PodPhase
-from gpuscale.attribution.sources import Inputs
+from gpuscale.attribution.sources import AttributionInputs
 from gpuscale.scaler.core.selector import parse_selector
 from gpuscale.scaler.state.fleet import FleetView
 from gpuscale.telemetry.model import Absent, NodeSnapshot
@@ -34,8 +34,8 @@ class Sources:
         self._allocations = (Allocation("llm", "v-0", "engine", "nvidia.com/gpu",
                                         (parse_device_id(gpu_uuid(NODE.name, 0)),)),)
 
-    async def gather(self, snapshot: NodeSnapshot) -> Inputs:
-        return Inputs(self._allocations, time.time(), self.pod_infos(), {}, ())
+    async def gather(self, snapshot: NodeSnapshot) -> AttributionInputs:
+        return AttributionInputs(self._allocations, time.time(), self.pod_infos(), {}, ())
 
     async def run(self) -> None:
         await asyncio.Event().wait()

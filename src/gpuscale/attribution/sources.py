@@ -44,7 +44,7 @@ KUBELET_GRACE_S = 10.0  # serve the last good List this long while the kubelet i
 
 
 @dataclass(frozen=True, slots=True)
-class Inputs:
+class AttributionInputs:
     allocations: Sequence[Allocation] | Absent
     allocated_at: float
     pods: Mapping[tuple[str, str], PodInfo] | Absent
@@ -53,7 +53,7 @@ class Inputs:
 
 
 class AttributionSources(Protocol):
-    async def gather(self, snapshot: NodeSnapshot) -> Inputs: ...
+    async def gather(self, snapshot: NodeSnapshot) -> AttributionInputs: ...
 
     async def run(self) -> None:
         """Background work (watches) for as long as the agent runs."""
@@ -107,7 +107,7 @@ class ClusterSources:
         if self._api is not None:
             await self._api.close()
 
-    async def gather(self, snapshot: NodeSnapshot) -> Inputs:
+    async def gather(self, snapshot: NodeSnapshot) -> AttributionInputs:
         notes: list[str] = []
         allocations: Sequence[Allocation] | Absent = Absent.UNAVAILABLE
         allocated_at = 0.0
@@ -137,7 +137,7 @@ class ClusterSources:
         owners = await asyncio.to_thread(self._pids.owners, pids) if pids else {}
         if isinstance(owners, Absent):
             notes.append(self._pids.available()[1])
-        return Inputs(allocations, allocated_at, pods, owners, tuple(notes))
+        return AttributionInputs(allocations, allocated_at, pods, owners, tuple(notes))
 
 
 # Simulated engines listen on their own loopback IPs; one unprivileged port for all (a real
@@ -212,8 +212,8 @@ class ScenarioSources:
     def pod_infos(self) -> Mapping[tuple[str, str], PodInfo] | Absent:
         return self._pods
 
-    async def gather(self, snapshot: NodeSnapshot) -> Inputs:
-        return Inputs(self._allocations, self._clock(), self._pods, self._owners, ())
+    async def gather(self, snapshot: NodeSnapshot) -> AttributionInputs:
+        return AttributionInputs(self._allocations, self._clock(), self._pods, self._owners, ())
 
 
 async def cluster_sources(kubelet_socket: Path, node_name: str, proc_root: Path,

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from aiohttp import web
 
 from gpuscale.attribution.model import PodInfo
-from gpuscale.attribution.sources import SIM_ENGINE_PORT, Inputs, ScenarioSources
+from gpuscale.attribution.sources import SIM_ENGINE_PORT, AttributionInputs, ScenarioSources
 from gpuscale.demo.defaults import DEFAULT_SPEED, GPUS_PER_NODE
 from gpuscale.engines.simulated_engines import VllmCounters, serve_metrics, vllm_metrics
 from gpuscale.models.serving import InFlightRequest, ServingModel, ServingParams
@@ -215,7 +215,7 @@ class LiveSources:
     def replace(self, node: NodeSpec) -> None:
         self._current = ScenarioSources(node, ip_base=self._ip_base)
 
-    async def gather(self, snapshot: NodeSnapshot) -> Inputs:
+    async def gather(self, snapshot: NodeSnapshot) -> AttributionInputs:
         return await self._current.gather(snapshot)
 
     async def run(self) -> None:

@@ -35,8 +35,8 @@ from gpuscale.telemetry.model import (
 from gpuscale.telemetry.nvml_calls import (
     TIMEOUT,
     BackendDown,
-    Calls,
     GpuLost,
+    NvmlCalls,
     error_code,
     error_name,
 )
@@ -69,7 +69,7 @@ class NvmlBackend:
                  sharing: Callable[[str], SharingMode] | None = None,
                  mig_refresh_s: float = MIG_REFRESH_S) -> None:
         self._nvml = nvml if nvml is not None else _load_pynvml()
-        self._calls = Calls(self._nvml)
+        self._calls = NvmlCalls(self._nvml)
         self._pcie = pcie
         self._mig_refresh_s = mig_refresh_s
         self._interval = interval

@@ -1,4 +1,4 @@
-"""The seam between pynvml and our values: every NVML call goes through ``Calls.get``.
+"""The seam between pynvml and our values: every NVML call goes through ``NvmlCalls.get``.
 
 ``pynvml.NVMLError`` never escapes this module's users. Each error code becomes one of:
 
@@ -70,7 +70,7 @@ def error_code(exc: BaseException) -> int:
     return value if isinstance(value, int) else -1
 
 
-class Calls:
+class NvmlCalls:
     """Runs NVML calls for one backend, translating errors and logging each fault once."""
 
     def __init__(self, nvml: ModuleType) -> None:

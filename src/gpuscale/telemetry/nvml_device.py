@@ -1,7 +1,7 @@
 """Per-device NVML reads: one physical GPU's readings, with its cursors, and the process
 and MIG reads (nvml_processes, nvml_mig) it is made of.
 
-Everything here runs in the sampler's worker thread through ``Calls``; nothing raises an
+Everything here runs in the sampler's worker thread through ``NvmlCalls``; nothing raises an
 NVML error to the caller (see nvml_calls).
 """
 
@@ -22,7 +22,7 @@ from gpuscale.telemetry.nvml_calls import (
     FUNCTION_NOT_FOUND,
     NOT_FOUND,
     SUCCESS,
-    Calls,
+    NvmlCalls,
     error_code,
 )
 from gpuscale.telemetry.nvml_mig import MIG_REFRESH_S, read_migs
@@ -36,7 +36,7 @@ from gpuscale.telemetry.nvml_state import UINT_MAX, DeviceState
 NVLINK_TX, NVLINK_RX = 138, 139  # NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_{TX,RX}, KiB counters
 
 
-def read_device(c: Calls, d: DeviceState, interval: float, pcie: bool,
+def read_device(c: NvmlCalls, d: DeviceState, interval: float, pcie: bool,
                 monotonic: float, mig_refresh_s: float = MIG_REFRESH_S) -> GpuSample:
     nv = c.nvml
     where, u = f"gpu {d.index}", d.uuid
@@ -106,7 +106,7 @@ def _sample_value(value_type: int, v: Any) -> float:
                   5: v.siVal, 6: v.usVal}.get(value_type, v.uiVal))
 
 
-def _window_utilization(c: Calls, d: DeviceState, interval: float) -> tuple[Reading, int]:
+def _window_utilization(c: NvmlCalls, d: DeviceState, interval: float) -> tuple[Reading, int]:
     """Mean of the driver's utilization samples newer than the cursor.
 
     The first read takes only the samples in the last ``interval`` (the buffer holds many
@@ -135,7 +135,7 @@ def _window_utilization(c: Calls, d: DeviceState, interval: float) -> tuple[Read
     return sum(values) / len(values), len(values)
 
 
-def _memory(c: Calls, d: DeviceState) -> tuple[IntReading, IntReading, IntReading, IntReading]:
+def _memory(c: NvmlCalls, d: DeviceState) -> tuple[IntReading, IntReading, IntReading, IntReading]:
     nv, where = c.nvml, f"gpu {d.index}"
     if d.memory_v2:
         try:
@@ -153,7 +153,7 @@ def _memory(c: Calls, d: DeviceState) -> tuple[IntReading, IntReading, IntReadin
     return int(m1.used), int(m1.free), int(m1.total), Absent.UNSUPPORTED
 
 
-def _nvlink(c: Calls, d: DeviceState, now: float) -> tuple[Reading, Reading]:
+def _nvlink(c: NvmlCalls, d: DeviceState, now: float) -> tuple[Reading, Reading]:
     """NVLink data throughput from the aggregate KiB counters, differenced between ticks."""
     nv, where = c.nvml, f"gpu {d.index}"
     vals = c.get(where, d.uuid, "nvlink", nv.nvmlDeviceGetFieldValues, d.handle,

@@ -1,7 +1,7 @@
 """A MIG-enabled GPU's instances from NVML: the layout (re-read now and then), each
 instance's memory and processes, and its GPM graphics activity.
 
-Runs in the sampler's worker thread through ``Calls``; nothing raises an NVML error to the
+Runs in the sampler's worker thread through ``NvmlCalls``; nothing raises an NVML error to the
 caller (see nvml_calls).
 """
 
@@ -12,14 +12,14 @@ from dataclasses import replace
 from typing import Any
 
 from gpuscale.telemetry.model import Absent, IntReading, MigSample, Reading
-from gpuscale.telemetry.nvml_calls import NOT_FOUND, SUCCESS, Calls, error_code
+from gpuscale.telemetry.nvml_calls import NOT_FOUND, SUCCESS, NvmlCalls, error_code
 from gpuscale.telemetry.nvml_processes import listed_processes
 from gpuscale.telemetry.nvml_state import DeviceState, MigState, text
 
 MIG_REFRESH_S = 30.0  # MIG layouts change rarely; re-enumerate this often (or on error)
 
 
-def read_migs(c: Calls, d: DeviceState, now: float,
+def read_migs(c: NvmlCalls, d: DeviceState, now: float,
               refresh_s: float) -> tuple[MigSample, ...]:
     if now - d.migs_read_at >= refresh_s:
         _enumerate_migs(c, d)
@@ -49,7 +49,7 @@ def read_migs(c: Calls, d: DeviceState, now: float,
     return tuple(out)
 
 
-def _enumerate_migs(c: Calls, d: DeviceState) -> None:
+def _enumerate_migs(c: NvmlCalls, d: DeviceState) -> None:
     """Re-read the MIG layout; instances that are still there keep their GPM buffers.
 
     The layout is replaced only when fully read: a GPU lost half-way keeps its last layout
@@ -86,7 +86,7 @@ def _enumerate_migs(c: Calls, d: DeviceState) -> None:
         _free_gpm(c, gone)
 
 
-def _profile(c: Calls, where: str, d: DeviceState, handle: Any, parent_total: int) -> str:
+def _profile(c: NvmlCalls, where: str, d: DeviceState, handle: Any, parent_total: int) -> str:
     """MIG profile name as NVIDIA's device plugin spells it: ``<g>g.<GB>gb``, with a
     ``<c>c.`` prefix when the compute instance has fewer slices than its GPU instance.
 
@@ -109,7 +109,7 @@ def mig_memory_gb(instance_mib: int, parent_total_bytes: int) -> int:
     return round(fraction * parent_gb)
 
 
-def _gpm_util(c: Calls, d: DeviceState, m: MigState) -> Reading:
+def _gpm_util(c: NvmlCalls, d: DeviceState, m: MigState) -> Reading:
     """Graphics-engine activity (0-100) of one MIG instance between two GPM samples."""
     nv, where = c.nvml, f"gpu {d.index} mig {m.gpu_instance_id}"
     if m.gpm_prev is None:
@@ -145,13 +145,13 @@ def _gpm_util(c: Calls, d: DeviceState, m: MigState) -> Reading:
     return min(100.0, max(0.0, float(metric.value)))
 
 
-def release(c: Calls, d: DeviceState) -> None:
+def release(c: NvmlCalls, d: DeviceState) -> None:
     """Free what NVML allocated for this device (GPM buffers); call before nvmlShutdown."""
     for m in d.migs:
         _free_gpm(c, m)
 
 
-def _free_gpm(c: Calls, m: MigState) -> None:
+def _free_gpm(c: NvmlCalls, m: MigState) -> None:
     for buf in (m.gpm_prev, m.gpm_spare):
         if buf is not None:
             c.get("mig", m.uuid, "gpm_free", c.nvml.nvmlGpmSampleFree, buf)

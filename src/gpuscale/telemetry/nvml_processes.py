@@ -1,7 +1,7 @@
 """Which processes use a GPU or MIG instance, and each one's SM and memory utilization,
 from NVML.
 
-Runs in the sampler's worker thread through ``Calls``; nothing raises an NVML error to the
+Runs in the sampler's worker thread through ``NvmlCalls``; nothing raises an NVML error to the
 caller (see nvml_calls).
 """
 
@@ -11,13 +11,13 @@ from dataclasses import replace
 from typing import Any
 
 from gpuscale.telemetry.model import Absent, ProcessSample, Reading
-from gpuscale.telemetry.nvml_calls import NOT_FOUND, SUCCESS, Calls, error_code
+from gpuscale.telemetry.nvml_calls import NOT_FOUND, SUCCESS, NvmlCalls, error_code
 from gpuscale.telemetry.nvml_state import UINT_MAX, DeviceState
 
 MAX_PROCESSES = 1024  # per device, bounded whatever the driver returns
 
 
-def listed_processes(c: Calls, where: str, uuid: str,
+def listed_processes(c: NvmlCalls, where: str, uuid: str,
                      handle: Any) -> list[ProcessSample] | Absent:
     """The processes with a compute, graphics or MPS compute context on the device (a
     process with several once), at most MAX_PROCESSES, their utilization not filled in yet.
@@ -72,7 +72,7 @@ def with_utilization(listed: list[ProcessSample],
     return tuple(out)
 
 
-def process_utilization(c: Calls, d: DeviceState, pids: list[int], mps: set[int],
+def process_utilization(c: NvmlCalls, d: DeviceState, pids: list[int], mps: set[int],
                   grid: int | Absent, interval: float,
                   ) -> dict[int, tuple[Reading, Reading]] | Absent:
     """SM and memory % of each listed pid over the window since the last read.
