@@ -82,10 +82,11 @@ class Workload:
 
 @dataclass(frozen=True, slots=True)
 class Selection:
-    """The workload's pods as the fleet view has them, and the roster's gaps."""
+    """The workload's pods as the fleet view has them, and the roster's gaps (read-only:
+    the fleet view hands out a fresh list per selection, kept as it is)."""
 
-    pods: tuple[PodRecord, ...]
-    gaps: tuple[str, ...] = ()
+    pods: Sequence[PodRecord]
+    gaps: Sequence[str] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +95,7 @@ class Value:
 
     value: float  # what KEDA (or the HPA) gets, in the target's unit
     target: Target
-    pods: tuple[PodRecord, ...]  # the selection it was computed over
+    pods: Sequence[PodRecord]  # the selection it was computed over
     counted: int = 0  # pods whose reading was summed
     starting: int = 0  # pods left out: not Ready and no data yet
     ready: int = 0  # counted pods that are Ready
@@ -153,7 +154,7 @@ class Answers:
         records = self.fleet.select(workload.namespace, selector)
         gaps = ([] if self.roster is None else
                 self.roster.problems(workload.namespace, selector, records))
-        return Selection(tuple(records), tuple(gaps))
+        return Selection(records, gaps)
 
     # -- the value -----------------------------------------------------------------------
 
@@ -168,7 +169,7 @@ class Answers:
         if isinstance(selection, Unavailable):
             return selection
         try:
-            got = evaluate(self.fleet, list(selection.pods), target,
+            got = evaluate(self.fleet, selection.pods, target,
                            workload.trigger.value_mode, selection.gaps)
         except DataUnavailable as exc:
             return Unavailable(str(exc))
@@ -189,7 +190,7 @@ class Answers:
                 got = self.selection(workload)
                 if isinstance(got, Unavailable):
                     raise got.error()
-                return observe(self.fleet, list(got.pods), list(got.gaps))
+                return observe(self.fleet, got.pods, got.gaps)
             try:
                 plan = self.plans.plan(workload.plan_key, (workload.namespace, workload.name),
                                        config, sample, now)

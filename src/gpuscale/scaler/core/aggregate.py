@@ -54,7 +54,7 @@ class Evaluation:
     ready: int = 0  # counted pods that are Ready (Value mode's divisor)
 
 
-def evaluate(fleet: Clock, pods: list[PodRecord], target: Target,
+def evaluate(fleet: Clock, pods: Sequence[PodRecord], target: Target,
              mode: ValueMode, missing: Sequence[str] = ()) -> Evaluation:
     """``missing``: gaps a roster found (pods or agents that have not reported); any
     makes the answer UNAVAILABLE, named after the pods' own problems."""

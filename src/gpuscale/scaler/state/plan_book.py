@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Hashable, Iterable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
 
@@ -42,7 +42,8 @@ class TooManyPlans(Overloaded):
     """More distinct planned workloads than the scaler keeps."""
 
 
-def observe(fleet: FleetView, pods: list[PodRecord], gaps: list[str]) -> Observation:
+def observe(fleet: FleetView, pods: Sequence[PodRecord],
+            gaps: Sequence[str]) -> Observation:
     """The workload's sums now. Raises WorkloadUnavailable (naming pods and why)."""
     sums = {}
     ready = 0
