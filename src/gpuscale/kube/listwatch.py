@@ -26,7 +26,7 @@ from typing import Any
 
 import httpx2
 
-from gpuscale.common.bounded import BodyTooLarge, gather_bounded
+from gpuscale.common.bounded import BodyTooLarge, read_bounded
 from gpuscale.common.errors import PeerError
 from gpuscale.kube.errors import ApiError, BadReply
 from gpuscale.kube.replies import (
@@ -273,21 +273,13 @@ async def read_lines(chunks: AsyncIterable[bytes], limit: int) -> AsyncIterator[
         raise Cut("the watch stream ended inside an event")
 
 
-def _declared_length(resp: httpx2.Response) -> int | None:
-    try:
-        return int(resp.headers["content-length"])
-    except (KeyError, ValueError):
-        return None
-
-
 async def raise_for_status(resp: httpx2.Response, what: str = "") -> None:
     """Nothing for a 2xx answer; else ApiError with the status and the Status message.
     Closes ``resp`` when it raises."""
     if 200 <= resp.status_code < 300:
         return
     try:
-        body = await gather_bounded(resp.aiter_bytes(), MAX_STATUS_BYTES,
-                                    _declared_length(resp))
+        body = await read_bounded(resp, MAX_STATUS_BYTES)
         status = parse_status(load_json(body, "status"))
     except (BadReply, BodyTooLarge, httpx2.HTTPError, TimeoutError):
         status = None
@@ -304,8 +296,7 @@ async def api_json(resp: httpx2.Response, what: str = "") -> dict[str, Any]:
     BodyTooLarge past MAX_BODY_BYTES."""
     try:
         await raise_for_status(resp, what)
-        body = await gather_bounded(resp.aiter_bytes(), MAX_BODY_BYTES,
-                                    _declared_length(resp))
+        body = await read_bounded(resp, MAX_BODY_BYTES)
     finally:
         await resp.aclose()
     data = load_json(body, "the API answer")
