@@ -18,8 +18,9 @@ from gpuscale.attribution.model import (
     PodInfo,
     PodUsage,
 )
+from gpuscale.common.errors import Unavailable
 from gpuscale.engines.scrape import EngineReading
-from gpuscale.stream.records import DeviceRecord, NodeReport, NotYetKnown, PodRecord
+from gpuscale.stream.records import DeviceRecord, NodeReport, PodRecord
 from gpuscale.telemetry.model import Absent, BackendState, GpuSample, NodeSnapshot
 
 GIB = 2**30
@@ -112,7 +113,7 @@ def test_a_complete_report_carries_the_pods_and_the_devices(
 def test_pods_not_known_make_an_incomplete_report_with_the_reason(
         state: BackendState, att: NodeAttribution | None, reason: str) -> None:
     got = report_of(snapshot(state), att)
-    assert got == NodeReport("node-a", 7, 500.0, 1.0, NotYetKnown(reason))
+    assert got == NodeReport("node-a", 7, 500.0, 1.0, Unavailable(reason))
     assert not got.complete
     assert got.reason == reason
     assert got.devices is None  # no device news either: the last ones stand
@@ -152,6 +153,6 @@ def test_engine_readings_join_the_pod_s_record(
 
 def test_a_report_not_known_says_why_and_carries_nothing_else() -> None:
     with pytest.raises(ValueError, match="says why"):
-        NotYetKnown("")
+        NodeReport("n", 1, 0.0, 1.0, Unavailable(""))
     with pytest.raises(ValueError, match="carries no devices"):
-        NodeReport("n", 1, 0.0, 1.0, NotYetKnown("no attribution yet"), ())
+        NodeReport("n", 1, 0.0, 1.0, Unavailable("no attribution yet"), ())

@@ -9,6 +9,7 @@ import grpc
 import pytest
 
 from gpuscale.attribution.model import OwnerRef
+from gpuscale.common.errors import Unavailable
 from gpuscale.proto import externalscaler_pb2 as kpb
 from gpuscale.proto import externalscaler_pb2_grpc as kpb_grpc
 from gpuscale.proto import inspect_pb2 as pb
@@ -32,7 +33,7 @@ from gpuscale.stream.codec import (
     decode_devices,
     encode_report,
 )
-from gpuscale.stream.records import DeviceRecord, NodeReport, NotYetKnown, PodRecord
+from gpuscale.stream.records import DeviceRecord, NodeReport, PodRecord
 from gpuscale.telemetry.model import Absent, Reading
 from tests.support.clock import Clock
 
@@ -188,7 +189,7 @@ def test_devices_cross_the_stream_and_hostile_lists_are_cut() -> None:
     """Devices are for operators: a hostile list is cut to the bounds, never an error that
     would end the stream carrying the node's pods (KEDA's answers). An update without
     device news says so (None: keep the last), distinct from a node with no devices."""
-    def update(pods: tuple[PodRecord, ...] | NotYetKnown,
+    def update(pods: tuple[PodRecord, ...] | Unavailable,
                devs: list[DeviceRecord] | None = None) -> tpb.NodeUpdate:
         return encode_report(NodeReport("n", 1, 0.0, 1.0, pods,
                                         tuple(devs) if devs is not None else None), "id", 0.0)
@@ -197,7 +198,7 @@ def test_devices_cross_the_stream_and_hostile_lists_are_cut() -> None:
     assert decode_devices(msg) == devices("llm/v-0")
     assert decode_devices(update((rec("v-0", 1.0),))) is None
     assert decode_devices(update((), [])) == []
-    assert decode_devices(update(NotYetKnown("no attribution"))) is None
+    assert decode_devices(update(Unavailable("no attribution"))) is None
     many = update((), [DeviceRecord(f"GPU-{i}", i, "x")
                        for i in range(MAX_DEVICES_PER_NODE + 1)])
     assert len(decode_devices(many) or ()) == MAX_DEVICES_PER_NODE

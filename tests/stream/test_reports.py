@@ -8,12 +8,13 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from gpuscale.attribution.model import OwnerRef
+from gpuscale.common.errors import Unavailable
 from gpuscale.proto import telemetry_pb2 as pb
 from gpuscale.scaler.core.selector import parse_selector
 from gpuscale.scaler.state.fleet import FleetView
 from gpuscale.stream.codec import MAX_PODS_PER_NODE, decode_report, encode_report
 from gpuscale.stream.publisher import DEVICES_EVERY_S, TelemetryPublisher
-from gpuscale.stream.records import DeviceRecord, NodeReport, NotYetKnown, PodRecord, deliver
+from gpuscale.stream.records import DeviceRecord, NodeReport, PodRecord, deliver
 from gpuscale.telemetry.model import Absent
 from tests.support.clock import Clock
 
@@ -32,7 +33,7 @@ def complete(seq: int, *pods: PodRecord) -> NodeReport:
 
 
 def incomplete(seq: int, why: str = "pod metadata not known yet for llm/v-1") -> NodeReport:
-    return NodeReport("node-a", seq, 500.0, 1.0, NotYetKnown(why))
+    return NodeReport("node-a", seq, 500.0, 1.0, Unavailable(why))
 
 
 def test_a_report_crosses_the_stream_on_the_receiver_s_clock() -> None:
@@ -55,12 +56,12 @@ def test_an_incomplete_report_crosses_as_its_reason_only() -> None:
     assert not msg.pods
     assert not msg.has_devices
     assert decode_report(msg, 20.0, 3.0) == NodeReport("node-a", 5, 20.0, 1.0,
-                                                       NotYetKnown("x" * 200))
+                                                       Unavailable("x" * 200))
     # What such an update carries besides is not read (not even to refuse it).
     hostile = pb.NodeUpdate(node="n", agent_id="a", seq=1, interval=1.0)
     for i in range(MAX_PODS_PER_NODE + 1):
         hostile.pods.add(namespace="llm", name=f"p{i}")
-    assert decode_report(hostile, 1.0, 3.0).pods == NotYetKnown("attribution unavailable")
+    assert decode_report(hostile, 1.0, 3.0).pods == Unavailable("attribution unavailable")
 
 
 class Sink:

@@ -20,8 +20,9 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from gpuscale.attribution.model import AttributionState, NodeAttribution, PodUsage
+from gpuscale.common.errors import Unavailable
 from gpuscale.common.freshness import staleness_bound
-from gpuscale.stream.records import DeviceRecord, NodeReport, NotYetKnown, PodRecord
+from gpuscale.stream.records import DeviceRecord, NodeReport, PodRecord
 from gpuscale.telemetry.model import (
     Absent,
     BackendState,
@@ -71,7 +72,7 @@ def tick(snapshot: NodeSnapshot, attribution: NodeAttribution | None,
     incomplete one neither."""
     name = snapshot.node or node
     known = trusted(snapshot, attribution)
-    if isinstance(known, NotYetKnown):
+    if isinstance(known, Unavailable):
         return NodeReport(name, snapshot.seq, snapshot.monotonic, interval, known)
     pods = pod_records(snapshot, known, sampled_at=snapshot.monotonic,
                        engines=engine_signals(engines, now, staleness_bound(interval)))
@@ -80,19 +81,19 @@ def tick(snapshot: NodeSnapshot, attribution: NodeAttribution | None,
 
 
 def trusted(snapshot: NodeSnapshot,
-            attribution: NodeAttribution | None) -> NodeAttribution | NotYetKnown:
+            attribution: NodeAttribution | None) -> NodeAttribution | Unavailable:
     """The tick's attribution when the pods it names can be published, else why not."""
     if snapshot.state is not BackendState.OK:
-        return NotYetKnown(f"GPU backend {snapshot.state.value}")
+        return Unavailable(f"GPU backend {snapshot.state.value}")
     if attribution is None:
-        return NotYetKnown("no attribution yet")
+        return Unavailable("no attribution yet")
     if attribution.state is AttributionState.UNAVAILABLE:
-        return NotYetKnown("; ".join(attribution.reasons)[:200] or "attribution unavailable")
+        return Unavailable("; ".join(attribution.reasons)[:200] or "attribution unavailable")
     unknown = sorted({f"{u.namespace}/{u.pod}" for u in attribution.pods
                       if u.pod_info is None})
     if unknown:
         more = f" and {len(unknown) - 3} more" if len(unknown) > 3 else ""
-        return NotYetKnown(f"pod metadata not known yet for {', '.join(unknown[:3])}{more} "
+        return Unavailable(f"pod metadata not known yet for {', '.join(unknown[:3])}{more} "
                            f"({'; '.join(attribution.reasons)[:120]})")
     return attribution
 

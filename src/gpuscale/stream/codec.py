@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from gpuscale.attribution.model import OwnerRef
-from gpuscale.common.errors import PeerError
+from gpuscale.common.errors import PeerError, Unavailable
 from gpuscale.proto import telemetry_pb2 as pb
-from gpuscale.stream.records import DeviceRecord, NodeReport, NotYetKnown, PodRecord
+from gpuscale.stream.records import DeviceRecord, NodeReport, PodRecord
 from gpuscale.telemetry.model import Absent, Reading
 
 MAX_PODS_PER_NODE = 2048
@@ -27,7 +27,7 @@ def encode_report(report: NodeReport, agent_id: str, wall_time: float) -> pb.Nod
                         sampled_at=wall_time, interval=report.interval,
                         attribution_ok=report.complete,
                         attribution_detail=report.reason[:MAX_DETAIL])
-    if isinstance(report.pods, NotYetKnown):
+    if isinstance(report.pods, Unavailable):
         return msg
     for r in report.pods:
         pod = msg.pods.add(namespace=r.namespace, name=r.name, ready=r.ready,
@@ -97,10 +97,10 @@ def decode_report(msg: pb.NodeUpdate, received_at: float, stale_after: float,
                   node: str = "") -> NodeReport:
     """An update as the report it was made from, on the receiver's clock (``received_at``,
     monotonic) and placed on ``node`` (see ``decode``). An update that says its pods are
-    not known decodes to ``NotYetKnown`` with its reason, its pods left unread."""
+    not known decodes to ``Unavailable`` with its reason, its pods left unread."""
     node = node or msg.node
     if not msg.attribution_ok:
-        why = NotYetKnown(msg.attribution_detail[:MAX_DETAIL] or "attribution unavailable")
+        why = Unavailable(msg.attribution_detail[:MAX_DETAIL] or "attribution unavailable")
         return NodeReport(node, msg.seq, received_at, msg.interval, why)
     pods = tuple(decode(msg, received_at, stale_after, node))
     devices = decode_devices(msg)

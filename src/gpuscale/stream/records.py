@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from gpuscale.attribution.model import OwnerRef
+from gpuscale.common.errors import Unavailable
 from gpuscale.telemetry.model import Absent, Reading
 
 
@@ -53,26 +54,16 @@ class DeviceRecord:
 
 
 @dataclass(frozen=True, slots=True)
-class NotYetKnown:
-    """Why a tick's pods are not known: the GPU backend or attribution is unavailable, or
-    a pod holding GPUs has no metadata (labels, readiness, owner) yet. Published as they
-    are, such pods would match no workload and drop out of its sum; a consumer keeps the
-    last complete pods instead, which age past the staleness bound (their workloads then
-    answer UNAVAILABLE) - never an empty or smaller view."""
-
-    reason: str  # for a person: what is missing, and from where
-
-    def __post_init__(self) -> None:
-        if not self.reason:
-            raise ValueError("a report whose pods are not known says why")
-
-
-@dataclass(frozen=True, slots=True)
 class NodeReport:
     """What one agent tick produced for one node.
 
     ``pods``: one record per pod that holds GPUs (a complete report; an empty tuple is a
-    node with no GPU pods), or ``NotYetKnown`` (incomplete: never to be read as "no pods").
+    node with no GPU pods), or ``Unavailable`` with why they are not known (incomplete:
+    the GPU backend or attribution is unavailable, or a pod holding GPUs has no metadata
+    - labels, readiness, owner - yet). Published as they are, such pods would match no
+    workload and drop out of its sum; a consumer keeps the last complete pods instead,
+    which age past the staleness bound (their workloads then answer UNAVAILABLE) - never
+    an empty or smaller view.
     ``devices``: the node's GPUs and MIG instances and who holds them, or None when this
     report carries no device news (the last ones stand); an incomplete report carries
     none. ``seq`` increases by one per tick of the same agent process. ``sampled_at`` is
@@ -84,21 +75,23 @@ class NodeReport:
     seq: int
     sampled_at: float
     interval: float
-    pods: tuple[PodRecord, ...] | NotYetKnown
+    pods: tuple[PodRecord, ...] | Unavailable
     devices: tuple[DeviceRecord, ...] | None = None
 
     def __post_init__(self) -> None:
-        if isinstance(self.pods, NotYetKnown) and self.devices is not None:
+        if isinstance(self.pods, Unavailable) and not self.pods.reason:
+            raise ValueError("a report whose pods are not known says why")
+        if isinstance(self.pods, Unavailable) and self.devices is not None:
             raise ValueError("a report whose pods are not known carries no devices")
 
     @property
     def complete(self) -> bool:
-        return not isinstance(self.pods, NotYetKnown)
+        return not isinstance(self.pods, Unavailable)
 
     @property
     def reason(self) -> str:
         """Why the pods are not known ("" when the report is complete)."""
-        return self.pods.reason if isinstance(self.pods, NotYetKnown) else ""
+        return self.pods.reason if isinstance(self.pods, Unavailable) else ""
 
 
 class NodeSink(Protocol):
@@ -120,8 +113,8 @@ class NodeSink(Protocol):
 def deliver(report: NodeReport, sink: NodeSink, source: str) -> bool:
     """Hand a complete ``report`` to ``sink`` as ``source``'s update; True when handed. An
     incomplete one hands nothing: the sink keeps ``source``'s last complete pods, which
-    age (see ``NotYetKnown``)."""
-    if isinstance(report.pods, NotYetKnown):
+    age (see ``NodeReport``)."""
+    if isinstance(report.pods, Unavailable):
         return False
     sink.update_node(source, report.pods, report.devices)
     return True
