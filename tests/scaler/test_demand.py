@@ -188,7 +188,8 @@ HOSTILE = [b"null", b"[]", b"{}", b'"success"', b"7", b'{"status": "success"}',
            b'"result": [{"value": [0, "NaN"]}]}}',
            b'{"status": "success", "data": {"resultType": "scalar", "result": [0, 5]}}',
            b'{"status": "success", "data": {"resultType": "matrix", "result": []}}',
-           b'{"status": "error", "error": "bad query"}', b"not json", b"\xff\xfe"]
+           b'{"status": "error", "error": "bad query"}', b"not json", b"\xff\xfe",
+           b"[" * 100_000 + b"]" * 100_000]  # nested past what json.loads can recurse
 
 
 @pytest.mark.parametrize("body", HOSTILE)

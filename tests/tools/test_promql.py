@@ -87,6 +87,8 @@ async def test_a_good_reply_and_what_was_asked(peer: Peer) -> None:
     (lambda r: web.Response(status=302, headers={"Location": "http://elsewhere/"}),
      "HTTP 302"),
     (lambda r: web.Response(body=b"x" * 5000), "over 4096 bytes"),
+    (lambda r: web.Response(body=b"[" * 2000 + b"]" * 2000,  # deeper than json can recurse
+                            content_type="application/json"), "not the query API's JSON"),
 ])
 async def test_bad_replies_are_clear_errors(peer: Peer, answer: Answer, says: str) -> None:
     peer.answer = answer

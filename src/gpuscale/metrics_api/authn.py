@@ -78,7 +78,7 @@ def _names(data: Mapping[str, str], key: str) -> tuple[str, ...]:
         return ()
     try:
         value = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
         value = None
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise ConfigError(f"{key}: expected a JSON list of strings, got {raw[:80]!r}")

@@ -54,7 +54,7 @@ def parse_behavior(text: str) -> tuple[Rules, Rules]:
         return SCALE_UP, SCALE_DOWN
     try:
         doc = json.loads(text)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise ConfigError(f"behavior: not JSON ({exc})") from None
     if not isinstance(doc, dict):
         raise ConfigError("behavior: not an object")

@@ -108,7 +108,7 @@ class Prometheus:
                             f"it), or leave it out to read the scaler") from None
         try:
             data = json.loads(body)
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
             data = None
         if not isinstance(data, dict) or data.get("status") not in ("success", "error"):
             raise ToolError(f"{where} answered HTTP {status} with something that is not the "

@@ -84,7 +84,6 @@ class ScalerService(pb_grpc.ExternalScalerServicer):
         self.answers = answers
         self.history = TriggerHistory()  # what KEDA asks about (the recorder fills it)
         self._answered = _Answered(count)
-        self._resend_s = resend_s
         self.unavailable_grace_s = UNAVAILABLE_GRACE_S
         self.max_streams_per_peer = MAX_STREAMS_PER_PEER
         self._streams: dict[str, int] = {}  # peer -> open streams

@@ -205,6 +205,10 @@ class DemandSources:
             error = ""
         except (PeerError, ValueError) as exc:  # UnicodeDecodeError, JSONDecodeError too
             value, error = None, f"{type(exc).__name__}: {str(exc)[:160]}"
+        except Exception as exc:  # a bug: this source cannot tell; the others, the scaler go on
+            log.error("demand source %s failed: %s", s.name, exc, exc_info=exc)
+            value, error = None, (f"internal error in gpuscale ({type(exc).__name__}); see "
+                                  "the scaler's log")
         previous = self._readings.get(s.name)
         if error and (previous is None or previous.error != error):
             log.warning("demand source %s: %s", s.name, error)
@@ -253,7 +257,11 @@ class DemandSources:
 
     async def _prometheus(self, http: httpx2.AsyncClient, s: DemandSource) -> float:
         url = s.url.rstrip("/") + "/api/v1/query?" + urlencode({"query": s.query})
-        body: Any = json.loads(await self._get(http, url, only_200=False))
+        raw = await self._get(http, url, only_200=False)
+        try:
+            body: Any = json.loads(raw)
+        except RecursionError:  # not a ValueError: it would escape the poll
+            raise PeerError("the reply is JSON nested too deep to read") from None
         return query_result(body)
 
 
