@@ -15,6 +15,18 @@ from tests.support.polling import until_sync
 from tests.support.ports import free_port
 
 
+def stop(p: subprocess.Popen[str]) -> None:
+    """End ``p`` (resumed first if a test stopped it): SIGTERM, then SIGKILL after 10 s."""
+    if p.poll() is None:
+        p.send_signal(signal.SIGCONT)
+        p.terminate()
+        try:
+            p.wait(10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
 class Proc:
     """``gpuscale ARGS`` in a child process, up once one of its first lines of output
     holds ``ready`` (what the command prints when it listens)."""
@@ -43,14 +55,7 @@ class Proc:
         self.p = self._start()
 
     def stop(self) -> None:
-        if self.p.poll() is None:
-            self.p.send_signal(signal.SIGCONT)
-            self.p.terminate()
-            try:
-                self.p.wait(10)
-            except subprocess.TimeoutExpired:
-                self.p.kill()
-                self.p.wait()
+        stop(self.p)
 
 
 def inspect_fleet(address: str) -> Any:
@@ -111,10 +116,4 @@ class HistoryDemo:
                 self.metrics[node] = line.split("metrics at ")[1].strip()
 
     def stop(self) -> None:
-        if self.p.poll() is None:
-            self.p.terminate()
-            try:
-                self.p.wait(10)
-            except subprocess.TimeoutExpired:
-                self.p.kill()
-                self.p.wait()
+        stop(self.p)
