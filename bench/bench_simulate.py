@@ -1,12 +1,12 @@
 """Every scaling policy on every load, against a lower bound: the planner's benchmark.
 
-One table: load x policy -> GPU-hours, gap to the lower bound (``control.bound``),
+One table: load x policy -> GPU-hours, gap to the lower bound (``sim.fluid_bound``),
 SLO-violating minutes (p95 time to first token <= 2 s per minute of arrivals), replica
 changes per hour. Loads:
 
 - the shipped Azure LLM conversation trace (one hour) at x1, x2, x4 and x8, the larger
   ones as superposed shifted copies of the trace (``scale_trace``);
-- generated shapes (``control.patterns``): diurnal, steps, ramp, a sudden x10 burst,
+- generated shapes (``traffic.patterns``): diurnal, steps, ramp, a sudden x10 burst,
   short bursty requests, long multi-turn prompts, and more.
 
 Held out: the planner's defaults were chosen looking at the shipped trace and at
@@ -14,12 +14,12 @@ Held out: the planner's defaults were chosen looking at the shipped trace and at
 seed 2 of all shapes) was run only after, and is reported apart ("held out").
 
 Policies: gpuscale's planner (profile vllm-planner, through the scaler's own code:
-``control.planned``), gpuscale's reactive vllm-inference profile, and what users run today
-(``control.baselines``, each from its documented defaults: static at the peak, CPU HPA,
+``sim.scaler_adapter``), gpuscale's reactive vllm-inference profile, and what users run today
+(``sim.baselines``, each from its documented defaults: static at the peak, CPU HPA,
 the per-node GPU scaler, DCGM -> Prometheus -> adapter -> HPA, KEDA's Prometheus scaler on
 vLLM's waiting requests, gpuscale's signal through Prometheus, Knative KPA, AIBrix KPA and
 APA, a WVA-like queueing model). The bound is the least any policy could use (see
-``control.bound`` for why it is one).
+``sim.fluid_bound`` for why it is one).
 
 Usage: .venv/bin/python bench/bench_simulate.py [--quick] [--jobs N]
   --quick: the shipped trace at x1 and x8 and two shapes (a few minutes on 2 cores)
