@@ -8,7 +8,7 @@ import pytest
 from gpuscale.models.serving import ServingParams
 from gpuscale.models.slo import SLO_TTFT_S
 from gpuscale.sim.fluid_bound import lower_bound
-from gpuscale.sim.simulate import oracle_plan
+from gpuscale.sim.reference import work_start
 from gpuscale.traffic.patterns import synthetic
 from gpuscale.traffic.trace import TraceRequest
 
@@ -85,8 +85,8 @@ def test_work_the_floors_cannot_absorb_is_added() -> None:
 def test_no_policy_that_meets_the_slo_is_below_the_bound() -> None:
     requests = synthetic("bursts", 1200.0, 6.0)
     duration = 1500.0
-    _, oracle = oracle_plan(requests, duration, PARAMS)
-    assert oracle.slo_violation_minutes == 0
+    feasible = work_start(requests, duration, PARAMS)
+    assert feasible.slo_violation_minutes == 0
     b = lower_bound(requests, duration, PARAMS, slo_s=SLO_TTFT_S)
-    assert b.gpu_hours <= oracle.gpu_hours
+    assert b.gpu_hours <= feasible.gpu_hours
     assert b.gpu_hours >= b.work_hours

@@ -8,12 +8,18 @@ import sys
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuscale.cli.common import fail
 from gpuscale.models.serving import DEFAULT_GPU, GPU_TYPES
 from gpuscale.models.slo import SLO_SPECS
+from gpuscale.sim.compare import SHOWN
+from gpuscale.sim.reference import MAX_RUNS
 from gpuscale.traffic.patterns import PATTERNS
+
+if TYPE_CHECKING:
+    from gpuscale.sim.compare import Comparison
+    from gpuscale.sim.simulate import Result
 
 
 def add_parser(sub: Any) -> None:
@@ -46,48 +52,82 @@ def add_parser(sub: Any) -> None:
     sim.add_argument("--plot", type=Path, default=None,
                      help="also write a PNG: load, replicas and latency over time per "
                           "policy (needs matplotlib: pip install 'gpuscale[plot]')")
-    sim.add_argument("--json", action="store_true", help="results as JSON")
+    sim.add_argument("--policies", default="all", metavar="KEYS",
+                     help="comma-separated, in any order (default all): "
+                          + ", ".join(SHOWN) + ". The reference starts from every "
+                          "policy's schedule whichever are shown")
+    sim.add_argument("--search-runs", type=int, default=MAX_RUNS, metavar="N",
+                     help=f"simulations the hindsight reference's search may make "
+                          f"(default {MAX_RUNS}; fewer: faster, maybe dearer)")
+    sim.add_argument("--json", action="store_true",
+                     help="results as JSON: every policy, the reference and the bound")
     sim.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from gpuscale.sim.simulate import compare, format_results
+    from gpuscale.sim.compare import compare, format_comparison, parse_policies
     from gpuscale.traffic.requests import load_requests
 
     try:
+        shown = parse_policies(args.policies)
+        if args.search_runs < 0:
+            raise ValueError("--search-runs: at least 0")
         requests, duration = load_requests(args.pattern, args.trace, args.rate,
                                            args.duration, args.speedup, args.loop)
     except ValueError as exc:  # ConfigError and TraceError are ValueErrors
         return fail(str(exc), 2)
+    except OSError as exc:
+        return fail(f"cannot read the trace: {exc}", 2)
     if not requests:
-        return fail("the pattern has no request in that duration", 2)
+        return fail("no request in that trace or duration", 2)
     slo = SLO_SPECS[args.slo]
-    results = compare(requests, duration, GPU_TYPES[args.gpu], min_replicas=args.min_replicas,
-                      progress=_progress_bar() if sys.stderr.isatty() else None, slo=slo)
+    found = compare(requests, duration, GPU_TYPES[args.gpu], min_replicas=args.min_replicas,
+                    progress=_progress_bar() if sys.stderr.isatty() else None, slo=slo,
+                    shown=shown, max_runs=args.search_runs)
     if args.plot is not None:
         from gpuscale.common.plotting import PlotUnavailable
         from gpuscale.sim.plot import plot_results
 
         try:
-            plot_results(results, requests, duration, args.plot)
+            plot_results(found, requests, duration, args.plot, slo)
         except (PlotUnavailable, OSError) as exc:
             return fail(str(exc), 2)
         print(f"plot written to {args.plot}", file=sys.stderr)
     if args.json:
-        print(json.dumps([{k: v for k, v in asdict(r).items()
-                           if k not in ("timeline", "bad_minutes")}
-                          for r in results], indent=2))
+        print(json.dumps(as_json(found, len(requests), duration, args.gpu, slo.describe()),
+                         indent=2))
     else:
         print(f"{len(requests)} requests over {duration / 60:.0f} simulated minutes on "
               f"{args.gpu}; SLO per minute: {slo.describe()}")
-        print(format_results(results))
-        if slo.kind == "ttft":
-            from gpuscale.sim.fluid_bound import lower_bound
-
-            bound = lower_bound(requests, duration, GPU_TYPES[args.gpu], slo.target_s)
-            print(f"lower bound for a per-request TTFT objective (sim/fluid_bound.py): "
-                  f"{bound.gpu_hours:.2f} GPU-h")
+        print(format_comparison(found))
+        print("vs ref: GPU-hours over the hindsight reference's (the cheapest schedule "
+              "found knowing every arrival); vs bound: over the fluid lower bound. The "
+              "cheapest possible lies between the two.")
     return 0
+
+
+def as_json(found: Comparison, requests: int, duration: float, gpu: str,
+            slo: str) -> dict[str, Any]:
+    """Everything the table shows and more: each result's figures (not its timeline), its
+    gaps, the reference's search and the bound's parts."""
+    def row(r: Result) -> dict[str, Any]:
+        out = {k: v for k, v in asdict(r).items()
+               if k not in ("timeline", "bad_minutes", "steps", "stopped_at")}
+        out["gap_to_reference"] = found.gap(r, "reference")
+        out["gap_to_bound"] = found.gap(r, "bound")
+        return out
+
+    ref = found.reference
+    return {
+        "requests": requests, "duration_s": duration, "gpu": gpu, "slo": slo,
+        "policies": [row(r) for r in found.results],
+        "reference": None if ref is None else {
+            **row(ref.result), "search_start": ref.start,
+            "search_start_gpu_hours": ref.start_gpu_hours, "search_runs": ref.runs,
+            "search_complete": ref.complete},
+        "bound": None if found.bound is None else asdict(found.bound),
+        "bound_missing": found.bound_missing,
+    }
 
 
 def _progress_bar(width: int = 30) -> Callable[[str, float], None]:

@@ -143,7 +143,7 @@ async def drive(world: World, clock: SimClock, engines: Engines) -> None:
 def summarize(world: World, max_seen: int) -> Summary:
     """Up to where the run got (all of it, unless it was stopped early). Static
     provisioning is the peak of the work the arrivals need (``needed_replicas``), run for
-    the whole time; ``gpuscale simulate`` compares against a searched oracle instead."""
+    the whole time; ``gpuscale simulate`` adds the hindsight reference (``sim.reference``)."""
     cfg = world.cfg
     ran = max(world.now, 1.0)
     arrived = [r for r in cfg.requests if r.arrival_s < ran]

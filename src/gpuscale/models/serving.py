@@ -313,10 +313,11 @@ class ServingModel:
 
 def needed_replicas(requests: Sequence[TraceRequest], duration: float, params: ServingParams,
                     window_s: float = 60.0, busy: float = 0.8) -> list[int]:
-    """Per second: replicas the next window's work needs at ``busy`` (the oracle's plan).
-    A request costs a replica prompt/prefill_tps seconds of prefill and output/decode
-    seconds of decode (at full batch: decode_tps_max, or max_batch x decode_tps_per_seq
-    where the batch caps it first)."""
+    """Per second: replicas the next window's work needs at ``busy`` (one of the hindsight
+    reference's starts, and the peak static provisioning searches from). A request costs
+    a replica prompt/prefill_tps seconds of prefill and output/decode seconds of decode
+    (at full batch: decode_tps_max, or max_batch x decode_tps_per_seq where the batch
+    caps it first)."""
     decode = min(params.decode_tps_max, params.max_batch * params.decode_tps_per_seq)
     per_s = [0.0] * (int(duration) + 2)
     for r in requests:

@@ -50,6 +50,16 @@ class SloSpec:
             return ttft
         return (ttft - self.allowance_s) / max(req.prompt, 1)
 
+    def at_least(self, req: InFlightRequest, now: float) -> float:
+        """What ``measure`` will be at least, seen at ``now``: the measure of a request that
+        has its first token; for one still waiting, the measure it would have if its first
+        token came at ``now`` (it can only come later: the measures grow with the wait)."""
+        if req.first_token is not None and req.admitted is not None:
+            return self.measure(req)
+        if self.kind != "ttft-per-token":
+            return now - req.arrival
+        return (now - req.arrival - self.allowance_s) / max(req.prompt, 1)
+
     def describe(self) -> str:
         q = f"p{self.quantile * 100:g}"
         if self.kind == "ttft":

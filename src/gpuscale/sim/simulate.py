@@ -7,25 +7,18 @@ function (through ``sim.scaler_adapter``): the replicas' simulated telemetry bec
 PodRecords in a FleetView, and ``Answers.value`` gives the number KEDA would get. The
 other policies stand for what people run today: the per-node scaler's maximum GPU
 utilization under AverageValue, a GPU-blind CPU HPA, static provisioning at the peak, and
-an oracle that knows the future load.
+the hindsight reference (``sim.reference``), searched with the arrivals known in advance.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from gpuscale.models.hpa import SCALE_DOWN, Metric, MetricSource, Rules, TargetType
 from gpuscale.models.keda import ScaledObjectLoop, ScaledObjectSpec
-from gpuscale.models.serving import (
-    InFlightRequest,
-    ServingModel,
-    ServingParams,
-    needed_replicas,
-)
-from gpuscale.models.slo import DEFAULT_SLO, SLO_TTFT_S, Slo, SloSpec
-from gpuscale.sim.scaler_adapter import planner_policy, profile_signal
+from gpuscale.models.serving import InFlightRequest, ServingModel, ServingParams
+from gpuscale.models.slo import DEFAULT_SLO, Slo, SloSpec
 from gpuscale.traffic.scale import sharpest_rise
 from gpuscale.traffic.trace import TraceRequest
 
@@ -52,6 +45,10 @@ class Result:
     #   (minute start, replicas, requests waiting, worst SLO measure - time to first token
     #   by default - of the requests that arrived in that minute), one per minute
     bad_minutes: tuple[int, ...] = ()  # the minutes that missed the SLO, in order
+    # The replicas in effect in each step, in order: the policy's schedule. Replayed with
+    # ``run_policy(schedule=...)`` it is the same run (same cold-start draws, same bill).
+    steps: tuple[int, ...] = field(default=(), repr=False)
+    stopped_at: float | None = None  # ``until`` ended the run here: judged up to here only
 
 
 def node_max_signal(model: ServingModel, now: float) -> list[Metric]:
@@ -70,14 +67,17 @@ def cpu_signal(model: ServingModel, now: float) -> list[Metric]:
 
 def run_policy(name: str, requests: Sequence[TraceRequest], duration: float,
                params: ServingParams, signal: Signal | None = None,
-               static: int | None = None, plan: list[int] | None = None,
+               static: int | None = None, schedule: Sequence[int] | None = None,
                min_replicas: int = 1, max_replicas: int = 64, dt: float = 1.0,
                progress: Callable[[float], None] | None = None,
                start: int | None = None, scale_down: Rules = SCALE_DOWN,
                decider: Decider | None = None,
-               slo: SloSpec = DEFAULT_SLO) -> Result:
+               slo: SloSpec = DEFAULT_SLO,
+               until: Callable[[ServingModel, float], bool] | None = None) -> Result:
     """One policy over the requests. The replicas running when the window opens (warm):
-    ``static``, the oracle's plan, else ``start`` (default ``min_replicas``, at least 1).
+    ``static``, the schedule's first step, else ``start`` (default ``min_replicas``, at
+    least 1). ``schedule``: the replicas in effect in each step (a ``Result.steps``; past
+    its end, its last), followed as they are, whatever ``min_replicas``/``max_replicas``.
     ``scale_down``: the HPA's scale-down behavior (Kubernetes' default). ``decider``: a
     policy's own loop (see ``Decider``); a count it returns, clamped to [min, max],
     replaces that step's HPA/KEDA decision. ``slo``: the objective minutes are judged by.
@@ -90,14 +90,16 @@ def run_policy(name: str, requests: Sequence[TraceRequest], duration: float,
                                              max_replicas=max_replicas),
                             scale_down=scale_down)
     replicas = static if static is not None else max(min_replicas, start or 1)
-    if plan is not None:
-        replicas = max(plan[:int(params.cold_start_s) + 1])  # what the start-up needs
+    if schedule:
+        replicas = schedule[0]
     model.set_replicas(replicas, 0.0, warm=True)  # what runs when the window opens
     loop.warm(0.0, replicas)
     i, changes = 0, 0
     timeline = []
     zero_at: float | None = None
     ups: list[float] = []
+    steps_run = [replicas]
+    stopped: float | None = None
     order = sorted(requests, key=lambda r: r.arrival_s)
     steps = int(duration / dt)
     report_every = max(1, steps // 100)
@@ -114,9 +116,8 @@ def run_policy(name: str, requests: Sequence[TraceRequest], duration: float,
         model.step(now, dt)
         desired = replicas
         wanted = decider(model, now, replicas) if decider is not None else None
-        if plan is not None:  # the oracle: provision ahead by the cold start
-            ahead = min(len(plan) - 1, int(now + params.cold_start_s))
-            desired = max(plan[int(now):ahead + 1] or [replicas])
+        if schedule:
+            desired = schedule[min(k + 1, len(schedule) - 1)]
         elif wanted is not None:
             desired = max(min_replicas, min(max_replicas, wanted))
         elif signal is not None and loop.due(now, replicas):
@@ -135,109 +136,25 @@ def run_policy(name: str, requests: Sequence[TraceRequest], duration: float,
             replicas = desired
             if replicas == 0 and i >= len(order) and zero_at is None:
                 zero_at = now
+        steps_run.append(replicas)
         if k % int(60 / dt) == 0:
             timeline.append((now, replicas, float(len(model.queue))))
+        if until is not None and (k + 1) % int(60 / dt) == 0 and until(model, now + dt):
+            stopped = now + dt
+            break
     if progress is not None:
         progress(1.0)
-    judged = Slo.of(model, duration, slo)
+    judged = Slo.of(model, duration if stopped is None else stopped, slo)
     last_arrival = order[-1].arrival_s if order else 0.0
     rise = sharpest_rise(order)
     react = next((t - rise for t in ups if t >= rise), None) \
         if rise is not None and (signal is not None or decider is not None) \
-        else None  # static/oracle: no reaction
+        else None  # static, a schedule: no reaction
     return Result(name, model.gpu_seconds / 3600.0, len(judged.bad_minutes), judged.minutes,
                   changes / (duration / 3600.0), max(t[1] for t in timeline),
                   judged.p95_ttft_s, judged.unserved,
                   None if zero_at is None else zero_at - last_arrival, react,
                   tuple((t, n, q, judged.worst.get(int(t // 60), 0.0))
                         for t, n, q in timeline),
-                  tuple(sorted(judged.bad_minutes)))
+                  tuple(sorted(judged.bad_minutes)), tuple(steps_run[:steps]), stopped)
 
-
-Progress = Callable[[str, float], None]  # (policy, overall fraction done)
-
-
-def compare(requests: Sequence[TraceRequest], duration: float,
-            params: ServingParams | None = None, min_replicas: int = 1,
-            progress: Progress | None = None, slo: SloSpec = DEFAULT_SLO) -> list[Result]:
-    """The seven policies over the same requests: gpuscale's planner and two profiles,
-    node-max, CPU, static at the oracle's peak, and the oracle (searched first: the others
-    start from its opening model), every one judged by ``slo``. (``bench/bench_simulate.py``
-    adds the autoscalers people run and the lower bound.)"""
-    params = params or ServingParams()
-    results: list[Result] = []
-    stages = 7  # the oracle's search, then the six other policies
-
-    def report(name: str, n: int) -> Callable[[float], None]:
-        def show(fraction: float) -> None:
-            if progress is not None:
-                progress(name, (n + fraction) / stages)
-        return show
-
-    plan, oracle = oracle_plan(requests, duration, params, report("oracle", 0), slo=slo)
-    peak = max(plan)
-    # Every autoscaled policy opens on the model the oracle starts with, and its HPA has
-    # been running at that count (a window of traffic on a running system, not a cold one).
-    lo, start = min_replicas, max(plan[:int(params.cold_start_s) + 1])
-    policies: list[tuple[str, dict[str, Any]]] = [
-        ("gpuscale vllm-planner",
-         {**planner_policy(params, slo.target_s if slo.kind == "ttft" else SLO_TTFT_S),
-          "min_replicas": lo, "start": start}),
-        ("gpuscale vllm-inference",
-         {"signal": profile_signal({"profile": "vllm-inference"}), "min_replicas": lo,
-          "start": start}),
-        ("gpuscale gpu-utilization",
-         {"signal": profile_signal({"profile": "gpu-utilization"}), "min_replicas": lo,
-          "start": start}),
-        ("node-max GPU util (AverageValue)",
-         {"signal": node_max_signal, "min_replicas": lo, "start": start}),
-        ("CPU-based HPA", {"signal": cpu_signal, "min_replicas": lo, "start": start}),
-        (f"static at peak ({peak})", {"static": peak}),
-    ]
-    for n, (name, kwargs) in enumerate(policies, start=1):
-        results.append(run_policy(name, requests, duration, params,
-                                  progress=report(name, n), slo=slo, **kwargs))
-    results.append(oracle)
-    return results
-
-
-def oracle_plan(requests: Sequence[TraceRequest], duration: float, params: ServingParams,
-                progress: Callable[[float], None] | None = None,
-                rounds: int = 12, slo: SloSpec = DEFAULT_SLO) -> tuple[list[int], Result]:
-    """The fewest replicas, second by second, that meet the SLO with foresight: start from
-    the work each minute needs (``needed_replicas``), replay, add a replica around every
-    minute that missed the SLO (from the longest cold start before it to its end), and
-    again, until no minute misses or ``rounds`` are spent. Returns the plan and its run."""
-    plan = needed_replicas(requests, duration, params)
-    result = run_policy("oracle", requests, duration, params, plan=plan, slo=slo)
-    # The plan provisions ahead by the mean cold start; a replica may take up to the
-    # spread's top, so a repair reaches back that far.
-    lead = max(params.cold_start_s, params.cold_start_spread[1])
-    for k in range(rounds):
-        if progress is not None:
-            progress(k / rounds)
-        if not result.slo_violation_minutes:
-            break
-        for m in result.bad_minutes:
-            lo = max(0, int(m * 60 - lead - 60))
-            for t in range(lo, min(len(plan), (m + 1) * 60)):
-                plan[t] += 1
-        result = run_policy("oracle", requests, duration, params, plan=plan, slo=slo)
-    if progress is not None:
-        progress(1.0)
-    return plan, result
-
-
-def format_results(results: Sequence[Result]) -> str:
-    head = (f"{'policy':<36}{'GPU-h':>8}{'SLO-viol min':>14}{'changes/h':>11}"
-            f"{'max rep':>9}{'p95 TTFT s':>12}{'unserved':>10}{'react s':>9}"
-            f"{'to zero s':>11}")
-    lines = [head, "-" * len(head)]
-    for r in results:
-        zero = "-" if r.time_to_zero_s is None else f"{r.time_to_zero_s:.0f}"
-        react = "-" if r.react_s is None else f"{r.react_s:.0f}"
-        lines.append(f"{r.policy:<36}{r.gpu_hours:>8.2f}"
-                     f"{r.slo_violation_minutes:>8}/{r.minutes:<5}"
-                     f"{r.replica_changes_per_hour:>11.1f}{r.max_replicas:>9}"
-                     f"{r.p95_ttft_s:>12.2f}{r.unserved:>10}{react:>9}{zero:>11}")
-    return "\n".join(lines)
