@@ -190,3 +190,21 @@ def test_cli_unreadable_traces_are_one_clear_line(content: bytes, tmp_path: Path
     missing = _simulate("--trace", str(tmp_path / "absent.csv"))
     assert missing.returncode == 2
     assert "absent.csv" in missing.stderr
+
+
+def test_the_reference_keeps_the_policies_floor() -> None:
+    # Requests for five minutes, then five idle ones: a schedule free to reach 0 saves the
+    # idle tail, which no policy held at one replica can; with the policies' floor of 1 the
+    # reference keeps it too (the comparison's constraint, not a policy's waste).
+    requests = [TraceRequest(float(t), 500, 50) for t in range(0, 300, 5)]
+    starts = [run_policy("two", requests, 600.0, FAST, static=2)]
+    free = hindsight_reference(requests, 600.0, FAST, starts, max_runs=200)
+    held = hindsight_reference(requests, 600.0, FAST, starts, max_runs=200, floor=1)
+    assert free.result.slo_violation_minutes == held.result.slo_violation_minutes == 0
+    assert min(free.result.steps) == 0
+    assert min(held.result.steps) == 1
+    assert held.result.gpu_hours > free.result.gpu_hours
+    # A start below the floor is not used: the floor holds even if it was the cheapest.
+    low = run_policy("zero", requests, 600.0, FAST, schedule=free.result.steps)
+    again = hindsight_reference(requests, 600.0, FAST, [low], max_runs=0, floor=1)
+    assert min(again.result.steps) >= 1

@@ -315,7 +315,8 @@ def test_slo_kinds_and_never_served_minutes() -> None:
 
 
 @pytest.mark.parametrize("pattern", ["steps", "ramp", "burst10", "short-bursty",
-                                     "long-prompts"])
+                                     "long-prompts", "long-prompt-bursts",
+                                     "noisy-diurnal"])
 def test_new_patterns_are_seeded_and_sorted(pattern: str) -> None:
     from gpuscale.traffic.patterns import PATTERNS, synthetic
 
@@ -347,6 +348,18 @@ def test_new_patterns_have_their_shape() -> None:
     assert count(short, 0, 10) + count(short, 60, 70) > 5 * (count(short, 20, 30)
                                                              + count(short, 80, 90))
     assert sum(r.input_tokens for r in short) / len(short) < 300
+    lpb = synthetic("long-prompt-bursts", 3600.0, 12.0)
+    longs = [r.arrival_s for r in lpb if r.input_tokens >= 8_000]
+    # Six bursts of 90 s at 3 long prompts/s: ~1,600 of them, each within 90 s of another
+    # (none alone), and the ordinary requests (4/s) stay all hour.
+    assert 1_200 < len(longs) < 2_000
+    assert all(min(abs(a - b) for b in longs if b != a) < 5.0 for a in longs)
+    assert len(lpb) - len(longs) > 3.5 * 3600
+    noisy = synthetic("noisy-diurnal", 3600.0, 10.0)
+    halves = [count(noisy, a, a + 1200) for a in (0, 1200, 2400)]
+    assert halves[1] > 1.5 * halves[0]  # the day's middle is still busier
+    per_30s = [count(noisy, a, a + 30) for a in range(1200, 2400, 30)]
+    assert max(per_30s) > 1.8 * min(per_30s)  # and it wanders within it
     long = synthetic("long-prompts", 1800.0, 2.0)
     assert all(4_000 <= r.input_tokens <= 8_192 for r in long)
     assert abs(len(long) / 1800.0 - 2.0) < 0.6

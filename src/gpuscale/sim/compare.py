@@ -10,7 +10,9 @@ Every autoscaled policy opens on the replicas the opening minutes' work needs, w
 window of traffic on a running system, not a cold one).
 
 The reference (``sim.reference``) always starts from *every* policy's schedule, whichever
-are shown, so its figure does not depend on ``--policies``; the bound
+are shown, so its figure does not depend on ``--policies``, and keeps the policies'
+``min_replicas`` (their floor is a constraint of the comparison, not a policy's waste);
+the bound
 (``sim.fluid_bound``) exists for a time-to-first-token objective only.
 """
 
@@ -172,9 +174,10 @@ def compare(requests: Sequence[TraceRequest], duration: float,
         results["static"] = static_peak(requests, duration, params, slo)
     reference = None
     if want_ref:
+        searching = report("hindsight reference", len(runs) + 1)
         reference = hindsight_reference(
             requests, duration, params, list(results.values()), slo=slo, max_runs=max_runs,
-            progress=lambda f: report("hindsight reference", len(runs) + 1)(f * 2 * len(runs)))
+            floor=min_replicas, progress=lambda f: searching(f * 2 * len(runs)))
     if progress is not None:
         progress("done", 1.0)
     bound, missing = None, None

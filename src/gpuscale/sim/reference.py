@@ -63,13 +63,14 @@ class Reference:
 
 
 def work_start(requests: Sequence[TraceRequest], duration: float, params: ServingParams,
-               slo: SloSpec = DEFAULT_SLO, dt: float = 1.0) -> Result:
+               slo: SloSpec = DEFAULT_SLO, dt: float = 1.0, floor: int = 0) -> Result:
     """The start made from the work: the replicas the next minute needs, asked for a mean
-    cold start ahead, repaired around every minute that missed (see the module)."""
+    cold start ahead, repaired around every minute that missed (see the module); never
+    below ``floor``."""
     need = needed_replicas(requests, duration, params)
     steps = int(duration / dt)
     ahead = max(0, round(params.cold_start_s / dt))
-    counts = [max(need[min(k, len(need) - 1):min(k + ahead + 1, len(need))] or [1])
+    counts = [max(floor, *(need[min(k, len(need) - 1):min(k + ahead + 1, len(need))] or [1]))
               for k in range(steps)]
     result = run_policy("work", requests, duration, params, schedule=counts, slo=slo, dt=dt)
     # A replica may take up to the spread's top to start: a repair reaches back that far.
@@ -90,22 +91,27 @@ def hindsight_reference(requests: Sequence[TraceRequest], duration: float,
                         params: ServingParams, starts: Sequence[Result],
                         slo: SloSpec = DEFAULT_SLO, dt: float = 1.0,
                         step_s: float = STEP_S, max_runs: int = MAX_RUNS,
-                        progress: Callable[[float], None] | None = None) -> Reference:
+                        progress: Callable[[float], None] | None = None,
+                        floor: int = 0) -> Reference:
     """Search from the best of ``starts`` (each a ``run_policy`` result over these requests,
     with its ``steps``); ``work_start`` is added to them. ``max_runs``: at most this many
-    simulations (0: the best start as it is)."""
-    candidates = [s for s in starts if len(s.steps) == int(duration / dt)]
-    candidates.append(work_start(requests, duration, params, slo, dt))
+    simulations (0: the best start as it is). ``floor``: no step goes below it (the
+    policies' ``min_replicas``, so the reference keeps their constraint: with 1, it does
+    not save the idle tail after the last request that no policy at 1 can; a start below
+    it is not used)."""
+    candidates = [s for s in starts if len(s.steps) == int(duration / dt)
+                  and min(s.steps, default=floor) >= floor]
+    candidates.append(work_start(requests, duration, params, slo, dt, floor))
     best = min(candidates, key=lambda r: (r.slo_violation_minutes, r.gpu_hours))
-    search = _Descent(requests, duration, params, slo, dt, best, max_runs)
+    search = _Descent(requests, duration, params, slo, dt, best, max_runs, floor)
     block = max(1, round(step_s / dt))
     finest = max(1, round(MIN_STEP_S / dt))
     while search.runs < max_runs:
         if progress is not None:
             progress(min(1.0, search.runs / max_runs))
-        if search.apply(_edges(search.counts, block)):
+        if search.apply(_edges(search.counts, block, floor)):
             continue
-        if search.apply(_plateaus(search.counts, block)):
+        if search.apply(_plateaus(search.counts, block, floor)):
             continue
         if block <= finest:
             break
@@ -129,9 +135,9 @@ class _Descent:
 
     def __init__(self, requests: Sequence[TraceRequest], duration: float,
                  params: ServingParams, slo: SloSpec, dt: float, start: Result,
-                 max_runs: int) -> None:
+                 max_runs: int, floor: int) -> None:
         self.requests, self.duration, self.params = requests, duration, params
-        self.slo, self.dt, self.max_runs = slo, dt, max_runs
+        self.slo, self.dt, self.max_runs, self.floor = slo, dt, max_runs, floor
         self.counts = list(start.steps)
         self.result = start
         self.allowed = start.slo_violation_minutes
@@ -147,7 +153,7 @@ class _Descent:
         """Keep what fits of ``moves`` (halving sets that do not); True when any was kept."""
         if not moves or self.runs >= self.max_runs:
             return False
-        trial = _lowered(self.counts, moves)
+        trial = _lowered(self.counts, moves, self.floor)
         if trial == self.counts:
             return False
         got = self._run(trial)
@@ -169,11 +175,11 @@ class _Descent:
                           slo=self.slo, dt=self.dt, until=watch)
 
 
-def _lowered(counts: list[int], moves: list[Move]) -> list[int]:
+def _lowered(counts: list[int], moves: list[Move], floor: int) -> list[int]:
     out = list(counts)
     for first, end in moves:
         for k in range(first, end):
-            out[k] = max(0, out[k] - 1)
+            out[k] = max(floor, out[k] - 1)
     return out
 
 
@@ -181,7 +187,7 @@ def _blocks(counts: list[int], block: int) -> list[Move]:
     return [(b, min(len(counts), b + block)) for b in range(0, len(counts), block)]
 
 
-def _edges(counts: list[int], block: int) -> list[Move]:
+def _edges(counts: list[int], block: int, floor: int) -> list[Move]:
     """Blocks that hold a replica a neighbouring block does without (somewhere in it), and
     the window's last block: taking a replica-step there moves a scale-up later or a
     scale-down earlier, never opens a gap a cold start has to fill."""
@@ -189,7 +195,7 @@ def _edges(counts: list[int], block: int) -> list[Move]:
     out = []
     for i, (first, end) in enumerate(blocks):
         top = max(counts[first:end])
-        if top == 0:
+        if top <= floor:
             continue
         lows = [min(counts[a:b]) for a, b in blocks[max(0, i - 1):i + 2] if (a, b) != (first, end)]
         if i == len(blocks) - 1 or any(low < top for low in lows):
@@ -197,12 +203,12 @@ def _edges(counts: list[int], block: int) -> list[Move]:
     return out
 
 
-def _plateaus(counts: list[int], block: int) -> list[Move]:
+def _plateaus(counts: list[int], block: int, floor: int) -> list[Move]:
     """Runs of consecutive blocks whose highest count is the same, each as one move."""
     out: list[Move] = []
     for first, end in _blocks(counts, block):
         top = max(counts[first:end])
-        if top == 0:
+        if top <= floor:
             continue
         if out and max(counts[out[-1][0]:out[-1][1]]) == top and out[-1][1] == first:
             out[-1] = (out[-1][0], end)

@@ -19,6 +19,12 @@ Shapes, with ``rate`` in requests/s and D the duration:
 - ``long-prompts``: multi-turn sessions (2-6 turns, 10-60 s apart) whose prompts start at
   4,000-6,000 tokens and grow by each turn's output and a new message, capped at 8,192;
   sessions start so that requests average ``rate``/s.
+- ``long-prompt-bursts``: rate/3 of ordinary requests throughout, and six 90-s bursts, at
+  seeded random times, of rate/4 more whose prompts are 8,000-16,000 tokens (prefill, not
+  the request count, is what a burst adds: a burst the count of requests hides).
+- ``noisy-diurnal``: the diurnal cycle times a noise factor drawn every 30 s (log-normal,
+  sigma 0.35, at most 2): a slow shape under fast wandering, where a forecast must not
+  chase the noise.
 
 Token counts elsewhere are log-normal: prompt ~1,000 and output ~250 tokens on average.
 """
@@ -32,7 +38,7 @@ from collections.abc import Callable
 from gpuscale.traffic.trace import TraceRequest
 
 PATTERNS = ("diurnal", "bursts", "idle-night", "steps", "ramp", "burst10", "short-bursty",
-            "long-prompts")
+            "long-prompts", "long-prompt-bursts", "noisy-diurnal")
 
 Shape = Callable[[float], float]  # t -> requests/s as a multiple of ``rate``
 
@@ -63,7 +69,12 @@ def synthetic(pattern: str, duration: float, rate: float, seed: int = 1) -> list
     rng = random.Random(seed)
     if pattern == "long-prompts":
         return _sessions(rng, duration, rate)
-    shape, peak = _shapes(duration)[pattern]
+    if pattern == "long-prompt-bursts":
+        return _long_prompt_bursts(rng, duration, rate)
+    if pattern == "noisy-diurnal":
+        shape, peak = _noisy_diurnal(rng, duration)
+    else:
+        shape, peak = _shapes(duration)[pattern]
     short = pattern == "short-bursty"
     out: list[TraceRequest] = []
     t = 0.0
@@ -96,5 +107,38 @@ def _sessions(rng: random.Random, duration: float, rate: float) -> list[TraceReq
             out.append(TraceRequest(at, prompt, output))
             prompt = min(8_192, prompt + output + int(rng.lognormvariate(5.0, 0.7)))
             at += rng.uniform(10.0, 60.0)
+    out.sort(key=lambda r: r.arrival_s)
+    return out
+
+
+def _noisy_diurnal(rng: random.Random, duration: float) -> tuple[Shape, float]:
+    noise = [min(2.0, rng.lognormvariate(0.0, 0.35))
+             for _ in range(int(duration // 30) + 1)]
+
+    def shape(t: float) -> float:
+        day = 0.2 + 0.8 * (1 - math.cos(2 * math.pi * t / duration)) / 2
+        return 0.5 * day * noise[int(t // 30)]
+    return shape, 1.0
+
+
+def _long_prompt_bursts(rng: random.Random, duration: float,
+                        rate: float) -> list[TraceRequest]:
+    out: list[TraceRequest] = []
+    t = 0.0
+    while True:  # the ordinary requests
+        t += rng.expovariate(rate / 3)
+        if t >= duration:
+            break
+        out.append(TraceRequest(t, int(rng.lognormvariate(6.7, 0.6)),
+                                int(rng.lognormvariate(5.3, 0.6))))
+    for _ in range(6):
+        start = rng.uniform(0.0, max(0.0, duration - 90.0))
+        t = start
+        while True:
+            t += rng.expovariate(rate / 4)
+            if t >= min(duration, start + 90.0):
+                break
+            out.append(TraceRequest(t, rng.randint(8_000, 16_000),
+                                    int(rng.lognormvariate(5.3, 0.6))))
     out.sort(key=lambda r: r.arrival_s)
     return out
