@@ -27,7 +27,8 @@ def test_plans_and_terms_are_exported_per_scaledobject() -> None:
     assert [(s.labels, s.value) for s in replicas] == [
         ({"namespace": "llm", "scaledobject": "chat"}, 4.0)]  # warming: 3 ready + 1 starting
     terms = {s.labels["term"]: s.value for s in families["gpuscale_plan_term"].samples}
-    assert terms["steady"] == pytest.approx((36_000 / 30_000 + 14_400 / 12_000) / 0.8)
+    assert terms["steady"] == pytest.approx((36_000 / 30_000 + 14_400 / 12_000)
+                                            / PlannerConfig().utilization)
     assert (terms["ready"], terms["starting"]) == (3.0, 1.0)
     assert set(terms) == {"steady", "burst", "concurrency", "kv", "backlog", "required",
                           "arrived", "request_work", "capacity", "ready", "starting"}

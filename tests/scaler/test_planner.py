@@ -152,7 +152,7 @@ def test_two_observations_in_one_second_count_the_second_once() -> None:
 
 
 def test_growth_over_a_start_up_is_planned_for() -> None:
-    cfg = PlannerConfig(startup_s=100.0, memory_s=60.0, burst_s=30.0)
+    cfg = PlannerConfig(startup_s=100.0, memory_s=60.0, burst_s=30.0, utilization=0.8)
     p = Planner(cfg)
     for t in range(400):  # work rising 0.01 replica-seconds per second, every second
         p.observe(float(t), busy(1.0 + 0.01 * t, ready=5))
@@ -160,14 +160,14 @@ def test_growth_over_a_start_up_is_planned_for() -> None:
     # The last minute's mean is 1 + 0.01 x 369.5; the slope 0.01/s over a start-up of
     # 100 s adds 1.0 (below the cap of half the load); over utilization 0.8.
     assert plan.steady == pytest.approx((1 + 0.01 * 369.5 + 1.0) / 0.8)
-    flat = Planner(PlannerConfig(startup_s=100.0, trend=False))
+    flat = Planner(PlannerConfig(startup_s=100.0, trend=False, utilization=0.8))
     for t in range(400):
         flat.observe(float(t), busy(1.0 + 0.01 * t, ready=5))
     assert flat.current(399.0).steady == pytest.approx((1 + 0.01 * 369.5) / 0.8)
 
 
 def test_growth_is_capped_at_half_the_load() -> None:
-    p = Planner(PlannerConfig(startup_s=1000.0))
+    p = Planner(PlannerConfig(startup_s=1000.0, utilization=0.8))
     for t in range(400):
         p.observe(float(t), busy(0.5 if t < 340 else 4.0, ready=5))
     plan = p.current(399.0)

@@ -72,11 +72,11 @@ async def test_spec_and_value_are_planned_replicas_times_the_target(
             await value(stub)  # the first ask creates the planner
         clock.now += 1
     clock.now -= 1
-    # 2.4 replica-seconds per second over utilization 0.8: 3 replicas.
+    # 2.4 replica-seconds per second over utilization 0.85 (the default): 2.82, 3 replicas.
     assert await value(stub) == 30.0
     assert (await stub.IsActive(ref(), timeout=5)).result
     plans = dict(service.plans.plans())
-    assert plans[("llm", "chat")].steady == pytest.approx(3.0)
+    assert plans[("llm", "chat")].steady == pytest.approx(2.4 / 0.85)
 
 
 async def test_a_ready_pod_without_counters_is_unavailable_naming_it(

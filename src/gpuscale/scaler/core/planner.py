@@ -91,7 +91,7 @@ class PlannerConfig:
     prefill_tps: float = 30_000.0  # prompt tokens/s one replica prefills, fully busy
     decode_tps: float = 12_000.0  # generated tokens/s one replica decodes at full batch
     max_batch: int = 256  # sequences one replica runs at once (vLLM's max_num_seqs)
-    utilization: float = 0.8  # the busy fraction the steady term aims at
+    utilization: float = 0.85  # the busy fraction the steady term aims at
     kv_target: float = 90.0  # percent of KV cache a pod may use before another is needed
     memory_s: float = 900.0  # how long a burst is remembered
     burst_s: float = 120.0  # the longest burst the burst term looks at

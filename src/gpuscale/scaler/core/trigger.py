@@ -27,7 +27,7 @@ startupSeconds           creation to Ready of a new replica          180
 prefillTokensPerSecond   prompt tokens/s one replica prefills        30000
 decodeTokensPerSecond    generated tokens/s one replica decodes      12000
 maxBatch                 sequences one replica batches (max_num_seqs)  256
-utilization              busy fraction to plan for, 0.1 to 1          0.8
+utilization              busy fraction to plan for, 0.1 to 1          0.85
 holdSeconds              scale-down hold                            startupSeconds
 memorySeconds            how long a burst is remembered, 1 to 86400    900
 ======================== ========================================== ==================
