@@ -105,6 +105,41 @@ def test_scale_down_loses_no_request() -> None:
     # to the queue and the survivor runs them; the drained replicas are gone.
     assert model.draining == []
     assert len(model.replicas[0].running) + len(model.queue) == 50
+    assert model.cut > 0  # counted (exact figures in the next test)
+
+
+def _three_with_loads(idlest_first: bool) -> ServingModel:
+    """Three Ready replicas holding 1, 5 and 3 long requests (oldest to youngest), and a
+    fourth, youngest of all, still starting."""
+    model = ServingModel(replace(HAND, cold_start_s=90.0, cold_start_spread=(90.0, 90.0)),
+                         idlest_first=idlest_first)
+    model.set_replicas(3, 0.0, warm=True)
+    for rep, n in zip(model.replicas, (1, 5, 3), strict=True):
+        rep.running.extend(InFlightRequest(0.0, 100, 50_000) for _ in range(n))
+    model.set_replicas(4, 0.0)  # not Ready until 90 s
+    return model
+
+
+@pytest.mark.parametrize(("idlest_first", "removed_loads"), [
+    (False, [0, 3, 5]),  # the starting one, then the youngest Ready ones
+    (True, [0, 1, 3]),  # the starting one, then the fewest running requests
+])
+def test_scale_down_picks_pods_as_a_replicaset_does(idlest_first: bool,
+                                                    removed_loads: list[int]) -> None:
+    model = _three_with_loads(idlest_first)
+    removed = []
+    for n in (3, 2, 1):
+        before = list(model.replicas)
+        model.set_replicas(n, 10.0)
+        (gone,) = [rep for rep in before if rep not in model.replicas]
+        removed.append(len(gone.running))
+    assert removed == removed_loads
+    # The drain's deadline (30 s) cuts what the removed replicas still run: 50,000 tokens
+    # take far longer. Counted, they start over on the survivor.
+    for t in range(10, 45):
+        model.step(float(t), 1.0)
+    assert model.cut == sum(removed_loads)
+    assert len(model.replicas) == 1
 
 
 def test_draining_finishes_short_requests_and_is_billed() -> None:

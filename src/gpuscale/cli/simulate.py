@@ -100,9 +100,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"{len(requests)} requests over {duration / 60:.0f} simulated minutes on "
               f"{args.gpu}; SLO per minute: {slo.describe()}")
         print(format_comparison(found))
-        print("vs ref: GPU-hours over the hindsight reference's (the cheapest schedule "
-              "found knowing every arrival); vs bound: over the fluid lower bound. The "
-              "cheapest possible lies between the two.")
+        print("vs ref: GPU-hours over the hindsight reference's (the cheapest schedule found\n"
+              "knowing every arrival); vs bound: over the fluid lower bound. The cheapest\n"
+              "possible lies between the two.")
     return 0
 
 

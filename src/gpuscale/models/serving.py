@@ -189,8 +189,14 @@ class ReplicaSignals:
 
 
 class ServingModel:
-    def __init__(self, params: ServingParams = ServingParams()) -> None:
+    def __init__(self, params: ServingParams = ServingParams(),
+                 idlest_first: bool = False) -> None:
+        """``idlest_first``: a scale-down removes, among Ready replicas, the one running the
+        fewest requests (the pods carry ``controller.kubernetes.io/pod-deletion-cost`` from
+        their running requests); otherwise the youngest, the ReplicaSet's default."""
         self.p = params
+        self.idlest_first = idlest_first
+        self.cut = 0  # requests a drain's deadline cut off (they start over)
         self.replicas: list[Replica] = []  # the ones that take requests (or will)
         self.draining: list[Replica] = []  # removed, finishing what they run
         self.queue: deque[InFlightRequest] = deque()
@@ -201,14 +207,20 @@ class ServingModel:
     def set_replicas(self, n: int, now: float, warm: bool = False) -> None:
         """Scale to ``n`` at time ``now``: new replicas are billed from ``now`` and serve
         after their cold start counted from ``now`` (``warm``: already running, for the
-        replicas that exist when a simulation starts); removed ones (the newest first, as
-        a ReplicaSet picks the youngest pods) drain from ``now``."""
+        replicas that exist when a simulation starts); removed ones drain from ``now``,
+        picked as a ReplicaSet picks pods to delete: not Ready first (the youngest of them),
+        then the lowest deletion cost (``idlest_first``: the fewest running requests), then
+        the youngest."""
         while len(self.replicas) < n:
             ready = now if warm else now + self.p.cold_start(self.created)
             self.created += 1
             self.replicas.append(Replica(now, ready, clock=ready))
         while len(self.replicas) > n:
-            gone = self.replicas.pop()
+            gone = min(reversed(self.replicas), key=lambda rep: (
+                now >= rep.ready_at, len(rep.running) if self.idlest_first else 0,
+                -rep.created))
+            # By identity: replicas are dataclasses, and two may compare equal by value.
+            self.replicas = [rep for rep in self.replicas if rep is not gone]
             if gone.running:
                 gone.removed_at = now
                 self.draining.append(gone)
@@ -217,6 +229,7 @@ class ServingModel:
         for rep in [d for d in self.draining if not d.running or
                     now - (d.removed_at or now) >= self.p.drain_s]:
             self.draining.remove(rep)
+            self.cut += len(rep.running)
             for r in reversed(rep.running):  # cut off at the deadline: start over
                 r.prefilled, r.generated = False, 0.0
                 r.first_token = r.admitted = None

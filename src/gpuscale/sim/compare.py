@@ -218,4 +218,8 @@ def format_comparison(c: Comparison) -> str:
 
 
 def _pct(gap: float | None) -> str:
-    return "-" if gap is None else "inf" if math.isinf(gap) else f"{gap:+.0%}"
+    if gap is None:
+        return "-"
+    if math.isinf(gap):
+        return "inf"
+    return f"{0.0 if abs(gap) < 0.005 else gap:+.0%}"  # never "-0%"

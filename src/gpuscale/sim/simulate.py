@@ -49,6 +49,7 @@ class Result:
     # ``run_policy(schedule=...)`` it is the same run (same cold-start draws, same bill).
     steps: tuple[int, ...] = field(default=(), repr=False)
     stopped_at: float | None = None  # ``until`` ended the run here: judged up to here only
+    cut_requests: int = 0  # requests a scale-down's drain deadline cut off (they start over)
 
 
 def node_max_signal(model: ServingModel, now: float) -> list[Metric]:
@@ -73,11 +74,14 @@ def run_policy(name: str, requests: Sequence[TraceRequest], duration: float,
                start: int | None = None, scale_down: Rules = SCALE_DOWN,
                decider: Decider | None = None,
                slo: SloSpec = DEFAULT_SLO,
-               until: Callable[[ServingModel, float], bool] | None = None) -> Result:
+               until: Callable[[ServingModel, float], bool] | None = None,
+               idlest_first: bool = False) -> Result:
     """One policy over the requests. The replicas running when the window opens (warm):
     ``static``, the schedule's first step, else ``start`` (default ``min_replicas``, at
     least 1). ``schedule``: the replicas in effect in each step (a ``Result.steps``; past
     its end, its last), followed as they are, whatever ``min_replicas``/``max_replicas``.
+    ``idlest_first``: scale-downs remove the Ready replica with the fewest running
+    requests (pod-deletion-cost; see ``ServingModel``).
     ``scale_down``: the HPA's scale-down behavior (Kubernetes' default). ``decider``: a
     policy's own loop (see ``Decider``); a count it returns, clamped to [min, max],
     replaces that step's HPA/KEDA decision. ``slo``: the objective minutes are judged by.
@@ -85,7 +89,7 @@ def run_policy(name: str, requests: Sequence[TraceRequest], duration: float,
     Each step [now, now + dt) serves its arrivals, then the policy reads the signals at its
     end and decides; a change takes effect at now + dt, the instant a new replica is billed
     from and its cold start counts from (a removed one drains from then)."""
-    model = ServingModel(params)
+    model = ServingModel(params, idlest_first=idlest_first)
     loop = ScaledObjectLoop(ScaledObjectSpec(min_replicas=min_replicas,
                                              max_replicas=max_replicas),
                             scale_down=scale_down)
@@ -156,5 +160,6 @@ def run_policy(name: str, requests: Sequence[TraceRequest], duration: float,
                   None if zero_at is None else zero_at - last_arrival, react,
                   tuple((t, n, q, judged.worst.get(int(t // 60), 0.0))
                         for t, n, q in timeline),
-                  tuple(sorted(judged.bad_minutes)), tuple(steps_run[:steps]), stopped)
+                  tuple(sorted(judged.bad_minutes)), tuple(steps_run[:steps]), stopped,
+                  model.cut)
 
