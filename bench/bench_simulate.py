@@ -10,7 +10,8 @@ simulate``'s own (``sim.compare``). Loads:
 - the shipped Azure LLM conversation trace (one hour) at x1, x2, x4 and x8, the larger
   ones as superposed shifted copies of the trace (``scale_trace``);
 - generated shapes (``traffic.patterns``): diurnal, steps, ramp, a sudden x10 burst,
-  short bursty requests, long multi-turn prompts, long-prompt bursts, a noisy diurnal.
+  short bursty requests, long multi-turn prompts, long-prompt bursts, a noisy diurnal,
+  reasoning-length outputs (requests that run for minutes).
 
 Held out: the planner's defaults were chosen looking at the shipped trace and at
 ``bursts``/``diurnal`` with seed 1 (marked "tuned"); every other load (other shapes, and
@@ -51,7 +52,7 @@ SHAPE_RATE = 60.0  # requests/s at a shape's busiest: several replicas of an 8B 
 SHAPE_S = 3600.0
 TUNED_SHAPES = {("bursts", 1), ("diurnal", 1)}
 SHAPES = ("diurnal", "bursts", "steps", "ramp", "burst10", "short-bursty", "long-prompts",
-          "long-prompt-bursts", "noisy-diurnal")
+          "long-prompt-bursts", "noisy-diurnal", "reasoning")
 PLANNER = "gpuscale vllm-planner"
 AUTOSCALED_NOT = ("static at hindsight peak",)  # the policies that are not autoscalers
 

@@ -166,6 +166,30 @@ def test_growth_over_a_start_up_is_planned_for() -> None:
     assert flat.current(399.0).steady == pytest.approx((1 + 0.01 * 369.5) / 0.8)
 
 
+def test_a_filling_kv_cache_is_planned_for_a_start_up_ahead() -> None:
+    """Long generations fill the cache over minutes while the work per second stays low:
+    the kv term counts the fill's growth over a start-up (100 s here), as steady does the
+    load's, at most half the current use."""
+    p = Planner(CFG)
+    for t in range(400):  # 3 Ready pods' KV use rising 0.1 point per second, flat work
+        p.observe(float(t), busy(0.3, ready=3, kv=60.0 + 0.1 * t))
+    plan = p.current(399.0)
+    now = 60.0 + 0.1 * 399
+    assert plan.kv == pytest.approx((now + 0.1 * 100) / 90.0)
+    assert plan.unheld == 2  # (99.9 + 10) / 90 = 1.22, where the use alone gives 1.11
+    flat = Planner(CFG)
+    run(flat, range(400), busy(0.3, ready=3, kv=99.9))
+    assert flat.current(399.0).kv == pytest.approx(99.9 / 90.0)
+    off = Planner(replace(CFG, trend=False))
+    for t in range(400):
+        off.observe(float(t), busy(0.3, ready=3, kv=60.0 + 0.1 * t))
+    assert off.current(399.0).kv == pytest.approx(now / 90.0)
+    capped = Planner(replace(CFG, startup_s=3000.0))
+    for t in range(400):
+        capped.observe(float(t), busy(0.3, ready=3, kv=60.0 + 0.1 * t))
+    assert capped.current(399.0).kv == pytest.approx(now * 1.5 / 90.0)
+
+
 def test_growth_is_capped_at_half_the_load() -> None:
     p = Planner(PlannerConfig(startup_s=1000.0, utilization=0.8))
     for t in range(400):

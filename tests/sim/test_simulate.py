@@ -316,7 +316,7 @@ def test_slo_kinds_and_never_served_minutes() -> None:
 
 @pytest.mark.parametrize("pattern", ["steps", "ramp", "burst10", "short-bursty",
                                      "long-prompts", "long-prompt-bursts",
-                                     "noisy-diurnal"])
+                                     "noisy-diurnal", "reasoning"])
 def test_new_patterns_are_seeded_and_sorted(pattern: str) -> None:
     from gpuscale.traffic.patterns import PATTERNS, synthetic
 
@@ -360,6 +360,11 @@ def test_new_patterns_have_their_shape() -> None:
     assert halves[1] > 1.5 * halves[0]  # the day's middle is still busier
     per_30s = [count(noisy, a, a + 30) for a in range(1200, 2400, 30)]
     assert max(per_30s) > 1.8 * min(per_30s)  # and it wanders within it
+    reasoning = synthetic("reasoning", 3600.0, 60.0)
+    assert 1.5 < len(reasoning) / 3600 < 2.1  # diurnal at 3/s at its busiest, 60 % on average
+    outputs = sorted(r.output_tokens for r in reasoning)
+    assert 4_000 < outputs[len(outputs) // 2] < 6_000  # minutes of decode each
+    assert all(r.output_tokens % 24 == 0 for r in reasoning)
     long = synthetic("long-prompts", 1800.0, 2.0)
     assert all(4_000 <= r.input_tokens <= 8_192 for r in long)
     assert abs(len(long) / 1800.0 - 2.0) < 0.6

@@ -22,6 +22,10 @@ Shapes, with ``rate`` in requests/s and D the duration:
 - ``long-prompt-bursts``: rate/3 of ordinary requests throughout, and six 90-s bursts, at
   seeded random times, of rate/4 more whose prompts are 8,000-16,000 tokens (prefill, not
   the request count, is what a burst adds: a burst the count of requests hides).
+- ``reasoning``: the diurnal cycle at rate/20 requests/s, each generating ~6,000 tokens
+  (log-normal, 24 times the usual output): requests that run for minutes, longer than a
+  pod's 30-s termination grace, so a scale-down cuts them and KV cache, not compute, is
+  what fills.
 - ``noisy-diurnal``: the diurnal cycle times a noise factor drawn every 30 s (log-normal,
   sigma 0.35, at most 2): a slow shape under fast wandering, where a forecast must not
   chase the noise.
@@ -38,7 +42,7 @@ from collections.abc import Callable
 from gpuscale.traffic.trace import TraceRequest
 
 PATTERNS = ("diurnal", "bursts", "idle-night", "steps", "ramp", "burst10", "short-bursty",
-            "long-prompts", "long-prompt-bursts", "noisy-diurnal")
+            "long-prompts", "long-prompt-bursts", "noisy-diurnal", "reasoning")
 
 Shape = Callable[[float], float]  # t -> requests/s as a multiple of ``rate``
 
@@ -73,9 +77,13 @@ def synthetic(pattern: str, duration: float, rate: float, seed: int = 1) -> list
         return _long_prompt_bursts(rng, duration, rate)
     if pattern == "noisy-diurnal":
         shape, peak = _noisy_diurnal(rng, duration)
+    elif pattern == "reasoning":
+        shape, peak = _shapes(duration)["diurnal"]
+        rate = rate / 20
     else:
         shape, peak = _shapes(duration)[pattern]
     short = pattern == "short-bursty"
+    long_outputs = 24 if pattern == "reasoning" else 1
     out: list[TraceRequest] = []
     t = 0.0
     while True:
@@ -88,7 +96,7 @@ def synthetic(pattern: str, duration: float, rate: float, seed: int = 1) -> list
                                         max(1, int(rng.lognormvariate(3.7, 0.5)))))
             else:
                 out.append(TraceRequest(t, int(rng.lognormvariate(6.7, 0.6)),
-                                        int(rng.lognormvariate(5.3, 0.6))))
+                                        long_outputs * int(rng.lognormvariate(5.3, 0.6))))
 
 
 def _sessions(rng: random.Random, duration: float, rate: float) -> list[TraceRequest]:

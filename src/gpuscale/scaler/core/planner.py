@@ -25,7 +25,9 @@ replica does in one second (a "replica-second"):
   ``steady`` follows). This is what a 15 s scrape cannot see.
 - **concurrency**: running sequences over ``max_batch`` at ``utilization`` (full batches
   cannot take the next request; waiting ones are the backlog's); **kv**: the Ready pods'
-  KV-cache use over ``kv_target`` (a full cache stops the batch from growing).
+  KV-cache use, plus its growth over one start-up (the ``TREND_S`` slope, at most
+  ``TREND_CAP`` of the use: long generations fill the cache for minutes while the work
+  per second stays low), over ``kv_target`` (a full cache stops the batch from growing).
 - **backlog**: the waiting queue's work spread over ``startup_s``, the time a new
   replica needs to become Ready: the extra capacity that drains it by the time it arrives.
 - **capacity**: while requests have waited for ``SATURATED_S``, the Ready pods serve all
@@ -228,6 +230,7 @@ class Planner:
         self._served = _Window(bins(REQUEST_MEMORY_S))
         self._finished = _Window(bins(REQUEST_MEMORY_S))
         self._prompts = _Window(bins(REQUEST_MEMORY_S))  # prompt tokens/s
+        self._kv = _Window(bins(TREND_S))  # KV-cache use, percent summed over Ready pods
         self._bursts: deque[tuple[int, float]] = deque()  # (second, rate), decreasing
         self._unheld: deque[tuple[int, int]] = deque()  # (second, count), decreasing
         self._since: int | None = None  # first second of the current history
@@ -282,6 +285,7 @@ class Planner:
             self._served.push(served)
             self._finished.push(obs.finished_rate)
             self._prompts.push(obs.prompt_tps)
+            self._kv.push(obs.kv_cache)
         self._learn_capacity(obs, served, gap)
         self._second, self._waiting = second, obs.waiting
         if self._since is None:
@@ -290,7 +294,7 @@ class Planner:
         return self._make(now, obs, served, arrived)
 
     def _restart(self) -> None:
-        for window in (self._arrived, self._served, self._finished, self._prompts):
+        for window in (self._arrived, self._served, self._finished, self._prompts, self._kv):
             window.clear()
         self._bursts.clear()
         self._unheld.clear()
@@ -364,7 +368,13 @@ class Planner:
         steady = (now_rate + growth) / c.utilization / k
         burst = (self._bursts[0][1] if self._bursts else 0.0) / k
         concurrency = obs.running / (c.max_batch * c.utilization)
-        kv = obs.kv_cache / c.kv_target
+        kv_growth = 0.0
+        if c.trend and len(self._kv.values) >= c.bins(TREND_S):
+            # Long generations fill the cache over minutes (each sequence's context grows
+            # until it ends): plan for the fill a start-up ahead, as for the load.
+            slope = self._kv.slope(c.bins(TREND_S)) / c.resolution_s
+            kv_growth = min(max(0.0, slope) * c.startup_s, TREND_CAP * obs.kv_cache)
+        kv = (obs.kv_cache + kv_growth) / c.kv_target
         backlog = obs.waiting * request / c.startup_s / k
         # Never below the work the Ready pods have been doing these last seconds (a mean:
         # one second of prefill alone would hold a replica for a start-up).
