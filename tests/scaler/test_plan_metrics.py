@@ -31,4 +31,5 @@ def test_plans_and_terms_are_exported_per_scaledobject() -> None:
                                             / PlannerConfig().utilization)
     assert (terms["ready"], terms["starting"]) == (3.0, 1.0)
     assert set(terms) == {"steady", "burst", "concurrency", "kv", "backlog", "required",
-                          "arrived", "request_work", "capacity", "ready", "starting"}
+                          "arrived", "request_work", "capacity", "ready", "starting",
+                          "growth", "kv_growth"}

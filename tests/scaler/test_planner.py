@@ -160,6 +160,7 @@ def test_growth_over_a_start_up_is_planned_for() -> None:
     # The last minute's mean is 1 + 0.01 x 369.5; the slope 0.01/s over a start-up of
     # 100 s adds 1.0 (below the cap of half the load); over utilization 0.8.
     assert plan.steady == pytest.approx((1 + 0.01 * 369.5 + 1.0) / 0.8)
+    assert plan.growth == pytest.approx(1.0)
     flat = Planner(PlannerConfig(startup_s=100.0, trend=False, utilization=0.8))
     for t in range(400):
         flat.observe(float(t), busy(1.0 + 0.01 * t, ready=5))
@@ -176,6 +177,8 @@ def test_a_filling_kv_cache_is_planned_for_a_start_up_ahead() -> None:
     plan = p.current(399.0)
     now = 60.0 + 0.1 * 399
     assert plan.kv == pytest.approx((now + 0.1 * 100) / 90.0)
+    assert plan.kv_growth == pytest.approx(10.0)
+    assert plan.terms()["kv_growth"] == pytest.approx(10.0)
     assert plan.unheld == 2  # (99.9 + 10) / 90 = 1.22, where the use alone gives 1.11
     flat = Planner(CFG)
     run(flat, range(400), busy(0.3, ready=3, kv=99.9))

@@ -150,12 +150,15 @@ class Plan:
     ready: int
     starting: int
     warming: bool  # the planner has not seen a whole hold window yet
+    growth: float = 0.0  # load growth over a start-up in steady, replica-seconds per second
+    kv_growth: float = 0.0  # KV-cache fill over a start-up in kv, percent points
 
     def terms(self) -> dict[str, float]:
         return {"steady": self.steady, "burst": self.burst, "concurrency": self.concurrency,
                 "kv": self.kv, "backlog": self.backlog, "required": self.required,
                 "arrived": self.arrived, "request_work": self.request_work,
-                "capacity": self.capacity,
+                "capacity": self.capacity, "growth": self.growth,
+                "kv_growth": self.kv_growth,
                 "ready": float(self.ready), "starting": float(self.starting)}
 
 
@@ -394,5 +397,5 @@ class Planner:
         self.plan = Plan(replicas, now, steady, burst, concurrency, kv, backlog, required,
                          unheld, arrived if arrived is not None else
                          (self.plan.arrived if self.plan else served),
-                         request, k, obs.ready, obs.starting, warming)
+                         request, k, obs.ready, obs.starting, warming, growth, kv_growth)
         return self.plan

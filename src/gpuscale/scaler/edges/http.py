@@ -57,8 +57,11 @@ class PlanCollector(Collector):
         terms = GaugeMetricFamily(
             "gpuscale_plan_term", "The planner's terms, in replicas (steady, burst, "
             "concurrency, kv, backlog, required), replica-seconds (arrived: work that "
-            "arrived in the last second; request_work: of one request) or pods (ready, "
-            "starting).", labels=[*labels, "term"])
+            "arrived in the last second; request_work: of one request; growth: the "
+            "load's growth over a start-up, inside steady; capacity: the fraction of the "
+            "configured a Ready pod delivers), KV-cache percent points (kv_growth: the "
+            "fill over a start-up, inside kv) or pods (ready, starting).",
+            labels=[*labels, "term"])
         for (namespace, name), plan in self._plans.plans():
             replicas.add_metric([namespace, name], float(plan.replicas))
             for term, value in plan.terms().items():
