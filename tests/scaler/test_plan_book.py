@@ -72,3 +72,26 @@ def test_a_bug_in_one_workload_fails_its_plan_not_the_loop() -> None:
     book.plan("b", ("ns", "b"), CFG, obs, 0.0)
     book.tick(1.0)  # does not raise
     assert [label for label, _ in book.plans()] == [("ns", "b")]
+
+
+def test_an_observation_carries_each_ready_pods_own_load() -> None:
+    from gpuscale.scaler.state.fleet import FleetView
+    from gpuscale.scaler.state.plan_book import observe
+    from gpuscale.stream.records import PodRecord
+
+    now = [100.0]
+    fleet = FleetView(monotonic=lambda: now[0])
+
+    def record(name: str, prompt: float, waiting: float, ready: bool = True) -> PodRecord:
+        signals = {"vllm-prompt-tps": prompt, "vllm-generation-tps": 1200.0,
+                   "vllm-finished-rate": 1.0, "vllm-waiting": waiting,
+                   "vllm-running": 4.0, "vllm-kv-cache": 10.0}
+        return PodRecord("llm", name, "node-a", {"app": "vllm"}, None, ready,
+                         signals if ready else {}, now[0])
+
+    pods = [record("a", 3000.0, 5.0), record("b", 600.0, 0.0), record("c", 0.0, 0.0, False)]
+    fleet.update_node("node-a", pods)
+    got = observe(fleet, pods, ())
+    assert (got.ready, got.starting, got.waiting) == (2, 1, 5.0)
+    assert [(p.name, p.prompt_tps, p.waiting) for p in got.pods] == [
+        ("llm/a", 3000.0, 5.0), ("llm/b", 600.0, 0.0)]  # the starting pod has no load

@@ -12,6 +12,7 @@ from gpuscale.scaler.core.planner import (
     Planner,
     PlannerConfig,
     PlanUnavailable,
+    PodLoad,
 )
 
 CFG = PlannerConfig(delay_s=2.0, startup_s=100.0, prefill_tps=30_000.0, decode_tps=12_000.0,
@@ -252,6 +253,40 @@ def test_capacity_is_learned_from_saturated_pods_and_only_downwards() -> None:
     for t in range(200):
         idle.observe(float(t), busy(0.5, ready=4))
     assert idle.current(199.0).capacity == 1.0
+
+
+def _pods(*loads: tuple[str, float, float]) -> tuple[PodLoad, ...]:
+    """(name, replica-seconds per second served - half prefill, half decode -, waiting)."""
+    return tuple(PodLoad(name, work / 2 * 30_000, work / 2 * 12_000, waiting)
+                 for name, work, waiting in loads)
+
+
+def test_capacity_is_learned_per_pod_one_saturated_pod_lowers_it_to_its_own() -> None:
+    """Behind a Service each vLLM pod queues for itself: one pod with long prompts
+    waiting among idle ones delivers 0.7 of the configured while the others serve 0.1 -
+    the sums (0.9 over 3 pods, with 6 waiting) would have read 0.3 for all."""
+    pods = _pods(("a", 0.7, 6.0), ("b", 0.1, 0.0), ("c", 0.1, 0.0))
+    per_pod = Planner(CFG)
+    summed = Planner(CFG)
+    for t in range(300):
+        per_pod.observe(float(t), replace(busy(0.9, waiting=6.0, ready=3), pods=pods))
+        summed.observe(float(t), busy(0.9, waiting=6.0, ready=3))
+    assert per_pod.current(299.0).capacity == pytest.approx(0.7, abs=0.01)
+    assert summed.current(299.0).capacity == pytest.approx(0.3, abs=0.01)
+    # A pod must wait for SATURATED_S (5 s) in a row: a queue that comes and goes at
+    # different pods teaches nothing.
+    flicker = Planner(CFG)
+    for t in range(300):
+        hot = "abc"[t % 3]
+        loads = _pods(*((n, 0.2, 3.0 if n == hot else 0.0) for n in "abc"))
+        flicker.observe(float(t), replace(busy(0.6, waiting=3.0, ready=3), pods=loads))
+    assert flicker.current(299.0).capacity == 1.0
+    # Two pods saturated: the mean of what each delivers.
+    two = Planner(CFG)
+    loads = _pods(("a", 0.6, 4.0), ("b", 0.8, 4.0), ("c", 0.0, 0.0))
+    for t in range(300):
+        two.observe(float(t), replace(busy(1.4, waiting=8.0, ready=3), pods=loads))
+    assert two.current(299.0).capacity == pytest.approx(0.7, abs=0.01)
 
 
 def test_windows_stay_exact_for_the_life_of_a_process() -> None:

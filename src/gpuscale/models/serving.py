@@ -169,6 +169,7 @@ class Replica:
     prompt_tokens: float = 0.0  # prefilled, cumulative (vLLM: prompt_tokens_total)
     generation_tokens: float = 0.0  # decoded, cumulative (vLLM: generation_tokens_total)
     finished: int = 0  # requests completed (vLLM: request_success_total)
+    number: int = 0  # the order of its creation (a pod's name)
 
     def kv_used(self) -> int:
         return sum(r.prompt + int(r.generated) for r in self.running)
@@ -214,7 +215,7 @@ class ServingModel:
         while len(self.replicas) < n:
             ready = now if warm else now + self.p.cold_start(self.created)
             self.created += 1
-            self.replicas.append(Replica(now, ready, clock=ready))
+            self.replicas.append(Replica(now, ready, clock=ready, number=self.created - 1))
         while len(self.replicas) > n:
             gone = min(reversed(self.replicas), key=lambda rep: (
                 now >= rep.ready_at, len(rep.running) if self.idlest_first else 0,

@@ -60,13 +60,16 @@ class _SimScaler:
         self.answers = Answers(self.fleet, self.roster, plans=PlanBook(idle_s=math.inf))
         self.workload = Workload(NAMESPACE, NAME, self.trigger)
 
-    def report(self, now: float, signals: list[tuple[bool, dict[str, Reading]]]) -> None:
-        """This step's replicas: (Ready, signals) each."""
+    def report(self, now: float, signals: list[tuple[bool, dict[str, Reading]]],
+               numbers: list[int] | None = None) -> None:
+        """This step's replicas: (Ready, signals) each; ``numbers`` name their pods (a
+        replica keeps its name while others come and go), else their positions."""
         self.now = now
         self.roster.reported = True
+        names = numbers if numbers is not None else range(len(signals))
         self.fleet.update_node(NODE, [
             PodRecord(NAMESPACE, f"{NAME}-{i}", NODE, {"app": NAME}, None, ready, values, now)
-            for i, (ready, values) in enumerate(signals)])
+            for i, (ready, values) in zip(names, signals, strict=True)])
 
     def metrics(self, now: float) -> list[Metric]:
         """Each target's value as KEDA would get it (None: UNAVAILABLE, the HPA holds)."""
@@ -137,7 +140,7 @@ class PlannerPolicy:
             replicas.append((s.ready, signals))
         self._counters = seen
         sim = self._sim
-        sim.report(now, replicas)
+        sim.report(now, replicas, [rep.number for rep in model.replicas])
         if sim.workload.plan_key in self.plans:
             self.plans.tick(now)  # the scaler's plan loop, once a planner second
         else:

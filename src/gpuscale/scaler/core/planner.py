@@ -30,11 +30,13 @@ replica does in one second (a "replica-second"):
   per second stays low), over ``kv_target`` (a full cache stops the batch from growing).
 - **backlog**: the waiting queue's work spread over ``startup_s``, the time a new
   replica needs to become Ready: the extra capacity that drains it by the time it arrives.
-- **capacity**: while requests have waited for ``SATURATED_S``, the Ready pods serve all
-  they can, so their work per pod is what one delivers of the configured capacity (batch
-  or KV limits, a slower GPU than configured); learned slowly and only below 1, it divides
-  the work terms. A capacity configured too low only costs GPU-hours; too high would plan
-  too few replicas, and this corrects it from the engines' own counters.
+- **capacity**: while requests have waited at a pod for ``SATURATED_S``, it serves all it
+  can, so its work is what one replica delivers of the configured capacity (batch or KV
+  limits, a slower GPU than configured); learned per pod from the pods that wait (the
+  observation's ``pods``; from the sums when a caller has no per-pod loads), slowly and
+  only below 1, it divides the work terms. A capacity configured too low only costs
+  GPU-hours; too high would plan too few replicas, and this corrects it from the engines'
+  own counters.
 
 planned = ceil(max(steady, burst, concurrency, kv, current) + backlog) - ``current``
 being the work the Ready pods served over the last ``CURRENT_S`` seconds, so a plan is
@@ -118,8 +120,20 @@ class PlannerConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class PodLoad:
+    """One Ready pod's own share of an observation (for the capacity it delivers)."""
+
+    name: str
+    prompt_tps: float
+    generation_tps: float
+    waiting: float
+
+
+@dataclass(frozen=True, slots=True)
 class Observation:
-    """One moment of a workload: sums over its Ready pods that report, and its pods."""
+    """One moment of a workload: sums over its Ready pods that report, and its pods.
+    ``pods``: each Ready pod's own load, when the caller has it (the capacity is then
+    learned per pod; without it, from the sums)."""
 
     prompt_tps: float
     generation_tps: float
@@ -129,6 +143,7 @@ class Observation:
     kv_cache: float  # percent, summed over Ready pods
     ready: int
     starting: int  # pods of the workload that are not Ready yet
+    pods: tuple[PodLoad, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,6 +253,7 @@ class Planner:
         self._unheld: deque[tuple[int, int]] = deque()  # (second, count), decreasing
         self._since: int | None = None  # first second of the current history
         self._queued = 0  # bins in a row with requests waiting
+        self._queued_pods: dict[str, int] = {}  # the same, per Ready pod
         self.capacity = 1.0  # learned: what a Ready pod delivers of the configured
         self.plan: Plan | None = None
         self._failed_at: float | None = None
@@ -303,17 +319,34 @@ class Planner:
         self._unheld.clear()
         self._since = None
         self._queued = 0
+        self._queued_pods.clear()
 
     def _learn_capacity(self, obs: Observation, served: float, bins: int) -> None:
-        """While requests wait for a while, the Ready pods serve all they can: their work
-        per pod is what one delivers of the configured capacity. Learned slowly, and only
-        ever below the configuration (a capacity set too high would plan too few
+        """While requests wait at a pod for a while, it serves all it can: its work is
+        what one replica delivers of the configured capacity. Per pod when the
+        observation has them (one saturated pod among idle ones says nothing of the idle
+        ones: a sum would lower the capacity of all), else from the sums. Learned slowly,
+        and only ever below the configuration (a capacity set too high would plan too few
         replicas; one set too low only costs GPU-hours)."""
-        self._queued = self._queued + bins if obs.waiting >= 1 and obs.ready else 0
-        if self._queued >= self.config.bins(SATURATED_S):
+        enough = self.config.bins(SATURATED_S)
+        if obs.pods:
+            queued = {p.name: self._queued_pods.get(p.name, 0) + bins
+                      for p in obs.pods if p.waiting >= 1}
+            self._queued_pods = queued
+            self._queued = 0
+            full = [p for p in obs.pods if queued.get(p.name, 0) >= enough]
+            if not full:
+                return
+            sample = sum(min(1.0, self.config.work(p.prompt_tps, p.generation_tps))
+                         for p in full) / len(full)
+        else:
+            self._queued_pods.clear()
+            self._queued = self._queued + bins if obs.waiting >= 1 and obs.ready else 0
+            if self._queued < enough:
+                return
             sample = min(1.0, served / obs.ready)
-            self.capacity = max(MIN_CAPACITY, min(1.0, self.capacity + CAPACITY_WEIGHT * (
-                sample - self.capacity)))
+        self.capacity = max(MIN_CAPACITY, min(1.0, self.capacity + CAPACITY_WEIGHT * (
+            sample - self.capacity)))
 
     def delay(self) -> float:
         """The queueing budget: ``delay_s``; with a TTFT objective, the objective less the

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from gpuscale.common.errors import DataUnavailable, Overloaded, Unavailable
 from gpuscale.scaler.core.aggregate import evaluate
-from gpuscale.scaler.core.planner import Observation, Plan, Planner, PlannerConfig
+from gpuscale.scaler.core.planner import Observation, Plan, Planner, PlannerConfig, PodLoad
 from gpuscale.scaler.core.profiles import Target, ValueMode
 from gpuscale.scaler.state.fleet import FleetView
 from gpuscale.stream.records import PodRecord
@@ -38,6 +38,9 @@ PLANNER_SIGNALS = ("vllm-prompt-tps", "vllm-generation-tps", "vllm-finished-rate
                    "vllm-waiting", "vllm-running", "vllm-kv-cache")
 
 
+_POD_LOAD = ("vllm-prompt-tps", "vllm-generation-tps", "vllm-waiting")
+
+
 class TooManyPlans(Overloaded):
     """More distinct planned workloads than the scaler keeps."""
 
@@ -51,11 +54,19 @@ def observe(fleet: FleetView, pods: Sequence[PodRecord],
         got = evaluate(fleet, pods, Target(name, 1.0, 0.0), ValueMode.SUM, gaps)
         sums[name] = got.value
         ready = got.ready
+    # Each Ready pod's own load (the sums above checked that every one has it; a pod
+    # that has not is left out of the capacity, never counted as idle).
+    loads = []
+    for p in pods:
+        values = [v for v in (p.signals.get(name) for name in _POD_LOAD)
+                  if isinstance(v, float | int)]
+        if p.ready and len(values) == len(_POD_LOAD):
+            loads.append(PodLoad(f"{p.namespace}/{p.name}", *map(float, values)))
     return Observation(
         prompt_tps=sums["vllm-prompt-tps"], generation_tps=sums["vllm-generation-tps"],
         finished_rate=sums["vllm-finished-rate"], waiting=sums["vllm-waiting"],
         running=sums["vllm-running"], kv_cache=sums["vllm-kv-cache"], ready=ready,
-        starting=sum(1 for p in pods if not p.ready))
+        starting=sum(1 for p in pods if not p.ready), pods=tuple(loads))
 
 
 @dataclass(slots=True)
