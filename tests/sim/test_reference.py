@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from gpuscale.models.serving import ServingParams
 from gpuscale.models.slo import SloSpec
@@ -208,3 +210,30 @@ def test_the_reference_keeps_the_policies_floor() -> None:
     low = run_policy("zero", requests, 600.0, FAST, schedule=free.result.steps)
     again = hindsight_reference(requests, 600.0, FAST, [low], max_runs=0, floor=1)
     assert min(again.result.steps) >= 1
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(arrivals=st.lists(st.tuples(st.floats(0.0, 299.0), st.integers(10, 20_000),
+                                   st.integers(1, 3_000)), min_size=1, max_size=60),
+       static=st.integers(1, 4), floor=st.integers(0, 1),
+       blocks=st.lists(st.integers(0, 4), min_size=6, max_size=6))
+def test_the_reference_is_never_beaten_by_its_starts_on_any_trace(
+        arrivals: list[tuple[float, int, int]], static: int, floor: int,
+        blocks: list[int]) -> None:
+    """Whatever the trace and the starts (a static count, and an arbitrary schedule of
+    minute blocks), the reference misses no more minutes than the best start, costs no
+    more at as few, keeps the floor, and replays as reported."""
+    requests = sorted((TraceRequest(t, p, o) for t, p, o in arrivals),
+                      key=lambda r: r.arrival_s)
+    duration = 360.0
+    schedule = [n for n in blocks for _ in range(60)]
+    starts = [run_policy("static", requests, duration, FAST, static=static),
+              run_policy("blocks", requests, duration, FAST, schedule=schedule)]
+    ref = hindsight_reference(requests, duration, FAST, starts, max_runs=15, floor=floor)
+    for s in starts:
+        if min(s.steps) >= floor:
+            assert _key(ref.result) <= (s.slo_violation_minutes, s.gpu_hours + 1e-9)
+    assert min(ref.result.steps) >= floor
+    again = run_policy("again", requests, duration, FAST, schedule=ref.result.steps)
+    assert again.gpu_hours == pytest.approx(ref.result.gpu_hours)
+    assert again.bad_minutes == ref.result.bad_minutes
