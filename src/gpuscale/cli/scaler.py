@@ -33,7 +33,7 @@ def add_parser(sub: Any) -> None:
     sc.add_argument("--kubeconfig", type=Path, default=None,
                     help="kubeconfig (default: in-cluster credentials)")
     sc.add_argument("--config", type=Path, default=None,
-                    help="scaler configuration YAML (demand sources)")
+                    help="scaler configuration YAML (demand sources, advisory workloads)")
     sc.add_argument("--agent-tls-cert", type=Path, help="client certificate for agents (PEM)")
     sc.add_argument("--agent-tls-key", type=Path, help="its private key (PEM)")
     sc.add_argument("--agent-tls-ca", type=Path, help="CA that signs the agents' certificates")
@@ -62,8 +62,8 @@ def add_parser(sub: Any) -> None:
 def config_of(args: argparse.Namespace) -> ScalerConfig:
     """The scaler's typed configuration from its command line. ConfigError for options
     that cannot be used together or files that cannot be read."""
-    from gpuscale.scaler.config import ScalerConfig
-    from gpuscale.scaler.sources.demand import DemandConfig, load_config
+    from gpuscale.scaler.config import ScalerConfig, load_file
+    from gpuscale.scaler.sources.demand import DemandConfig
 
     try:
         agent_tls = tls_files(args.agent_tls_cert, args.agent_tls_key, args.agent_tls_ca)
@@ -80,6 +80,7 @@ def config_of(args: argparse.Namespace) -> ScalerConfig:
     if args.metrics_api_port and not (args.metrics_api_cert and args.metrics_api_key):
         raise ConfigError("--metrics-api-port needs --metrics-api-cert and "
                           "--metrics-api-key (the APIService's caBundle must be their CA)")
+    demand, advisory = load_file(args.config) if args.config else (DemandConfig(), ())
     return ScalerConfig(
         host=args.host, port=args.port, metrics_port=args.metrics_port, tls=tls,
         agents=tuple(args.agents), agent_service=args.agent_service,
@@ -88,7 +89,7 @@ def config_of(args: argparse.Namespace) -> ScalerConfig:
         # the metrics API answers for Deployments and StatefulSets: it needs their watches
         resolve_targets=args.resolve_targets or bool(args.metrics_api_port),
         kubeconfig=args.kubeconfig,
-        demand=load_config(args.config) if args.config else DemandConfig(),
+        demand=demand, advisory=advisory,
         history_step_s=args.history_step)
 
 

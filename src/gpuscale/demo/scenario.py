@@ -22,9 +22,9 @@ from gpuscale.attribution.sources import ScenarioSources
 from gpuscale.common.freshness import staleness_bound
 from gpuscale.common.shutdown import cancel_on_signals
 from gpuscale.engines.simulated_engines import engines_for, start_engines
-from gpuscale.scaler.config import ScalerConfig
+from gpuscale.scaler.config import ScalerConfig, load_file
 from gpuscale.scaler.root import Scaler
-from gpuscale.scaler.sources.demand import DemandConfig, load_config
+from gpuscale.scaler.sources.demand import DemandConfig
 from gpuscale.scaler.state.history import STEP_S
 from gpuscale.telemetry.model import Absent
 from gpuscale.telemetry.scenario import load_scenario
@@ -51,9 +51,11 @@ async def serve_scenario(args: argparse.Namespace) -> None:
         assert not isinstance(pods, Absent)
         engines.extend(await start_engines(engines_for(dict(pods), loads),
                                            backend.scenario_time))
+    demand, advisory = (load_file(args.scaler_config) if args.scaler_config
+                        else (DemandConfig(), ()))
     scaler = Scaler(ScalerConfig(
         host=args.host, port=args.port, metrics_port=None, in_process=True,
-        demand=load_config(args.scaler_config) if args.scaler_config else DemandConfig(),
+        demand=demand, advisory=advisory,
         history_step_s=args.history_step or STEP_S,
         stale_after_s=staleness_bound(args.interval)))
     for agent in agents:

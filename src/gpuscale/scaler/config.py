@@ -7,9 +7,13 @@ import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import yaml
+
+from gpuscale.common.errors import ConfigError
 from gpuscale.common.freshness import staleness_bound
 from gpuscale.scaler import DEFAULT_PORT
-from gpuscale.scaler.sources.demand import DemandConfig
+from gpuscale.scaler.advisory import AdvisoryWorkload, parse_advisory
+from gpuscale.scaler.sources.demand import DemandConfig, parse_config
 from gpuscale.scaler.state.history import STEP_S
 from gpuscale.stream.tls import TlsFiles
 
@@ -38,6 +42,7 @@ class ScalerConfig:
     resolve_targets: bool = False
     kubeconfig: Path | None = None  # None: in-cluster credentials
     demand: DemandConfig = field(default_factory=DemandConfig)
+    advisory: tuple[AdvisoryWorkload, ...] = ()  # planned beside what scales them today
     history_step_s: float = STEP_S  # between the moments recorded for gpuscale explain
     stale_after_s: float = staleness_bound(1.0)  # for records whose agent names no bound
     time_scale: float = 1.0  # planner seconds per second (the fast-forwarded demo)
@@ -49,3 +54,23 @@ class ScalerConfig:
 
     def agents_text(self) -> str:
         return self.agent_service or ", ".join(self.agents) or "in process"
+
+
+def load_file(path: Path) -> tuple[DemandConfig, tuple[AdvisoryWorkload, ...]]:
+    """The scaler's YAML configuration (``--config``): its demand sources
+    (``scaler.sources.demand``) and advisory workloads (``scaler.advisory``). ConfigError
+    naming the file and what is wrong."""
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read ({exc.strerror})") from exc
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+    data = data or {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: configuration: expected a mapping")
+    rest = {k: v for k, v in data.items() if k != "advisory"}
+    try:
+        return parse_config(rest), parse_advisory(data.get("advisory"))
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None

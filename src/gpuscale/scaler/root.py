@@ -21,9 +21,15 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from gpuscale.common.errors import ConfigError
 from gpuscale.common.shutdown import cancel_on_signals
+from gpuscale.scaler.advisory import Advisor
 from gpuscale.scaler.answers import Answers
 from gpuscale.scaler.config import ScalerConfig
-from gpuscale.scaler.edges.http import AgentsCollector, PlanCollector, ScalerHttp
+from gpuscale.scaler.edges.http import (
+    AdvisoryCollector,
+    AgentsCollector,
+    PlanCollector,
+    ScalerHttp,
+)
 from gpuscale.scaler.edges.inspect import SERVICE as INSPECT
 from gpuscale.scaler.edges.inspect import Inspector
 from gpuscale.scaler.edges.inspect import add_to_server as add_inspect
@@ -87,6 +93,10 @@ class Scaler:
         self.service = ScalerService(self.answers,
                                      count=lambda m, c: requests.labels(m, c).inc())
         self.registry.register(PlanCollector(self.answers.plans))
+        self.advisor = (Advisor(self.answers, config.advisory, self.fleet.now)
+                        if config.advisory else None)
+        if self.advisor is not None:
+            self.registry.register(AdvisoryCollector(self.advisor))
         self.recorder = Recorder(self.answers, self.service.history,
                                  self.subscriber.states if self.subscriber else None,
                                  step_s=config.history_step_s)
@@ -161,6 +171,8 @@ class Scaler:
                 tg.create_task(self.plans.run(self.fleet.now, self.service.stopping),
                                name="planner")
                 tg.create_task(self.recorder.run(), name="history")
+                if self.advisor is not None:
+                    tg.create_task(self.advisor.run(), name="advisory")
                 if self.subscriber is not None:
                     tg.create_task(self._sweep(self.subscriber), name="sweep")
                 for task in (self.resolver, self.pod_roster, self.discovery):

@@ -10,6 +10,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from gpuscale.scaler.advisory import Advisor
 from gpuscale.scaler.state.fleet import FleetView
 from gpuscale.scaler.state.plan_book import PlanBook
 from gpuscale.stream.subscriber import AgentSubscriber
@@ -67,6 +68,46 @@ class PlanCollector(Collector):
             for term, value in plan.terms().items():
                 terms.add_metric([namespace, name, term], value)
         return [replicas, terms]
+
+
+class AdvisoryCollector(Collector):
+    """The advisory plans on ``/metrics``, rendered from the ledgers as they are."""
+
+    def __init__(self, advisor: Advisor) -> None:
+        self._advisor = advisor
+
+    def collect(self) -> Iterable[Metric]:
+        labels = ["namespace", "name"]
+        replicas = GaugeMetricFamily(
+            "gpuscale_advisory_replicas", "An advisory workload's replicas now: planned by "
+            "gpuscale, actual (its pods); absent while not known.",
+            labels=[*labels, "kind"])
+        hours = GaugeMetricFamily(
+            "gpuscale_advisory_gpu_hours", "GPU-hours over the last 24 h, in the seconds "
+            "both counts were known: planned by gpuscale, actual.", labels=[*labels, "kind"])
+        saved = GaugeMetricFamily(
+            "gpuscale_advisory_saved_gpu_hours", "Actual less planned GPU-hours over the "
+            "last 24 h, in the seconds both were known (negative: the plan costs more).",
+            labels=labels)
+        known = GaugeMetricFamily(
+            "gpuscale_advisory_known_seconds", "Seconds of the last 24 h in which both "
+            "counts were known (what the GPU-hours cover).", labels=labels)
+        unknown = GaugeMetricFamily(
+            "gpuscale_advisory_unknown_seconds", "Seconds of the last 24 h in which the "
+            "plan or the pods were not known (left out, never counted as 0).", labels=labels)
+        for (namespace, name), ledger in self._advisor.state().items():
+            ids = [namespace, name]
+            if ledger.planned is not None:
+                replicas.add_metric([*ids, "planned"], float(ledger.planned))
+            if ledger.actual is not None:
+                replicas.add_metric([*ids, "actual"], float(ledger.actual))
+            seconds, planned, actual, missing = ledger.totals()
+            hours.add_metric([*ids, "planned"], planned)
+            hours.add_metric([*ids, "actual"], actual)
+            saved.add_metric(ids, actual - planned)
+            known.add_metric(ids, seconds)
+            unknown.add_metric(ids, missing)
+        return [replicas, hours, saved, known, unknown]
 
 
 class ScalerHttp:

@@ -42,12 +42,10 @@ import re
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
 import httpx2
-import yaml
 
 from gpuscale.common.bounded import read_bounded
 from gpuscale.common.errors import ConfigError, DataUnavailable, PeerError
@@ -75,16 +73,6 @@ class DemandConfig:
     demand_sources: tuple[DemandSource, ...] = ()
     interval_s: float = 2.0
     timeout_s: float = 1.0
-
-
-def load_config(path: Path) -> DemandConfig:
-    try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read ({exc.strerror})") from exc
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
-    return parse_config(data or {})
 
 
 def parse_config(data: object) -> DemandConfig:
