@@ -8,6 +8,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import grpc
 import httpx2
 import pytest
 from hypothesis import given, settings
@@ -16,6 +17,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpuscale.common.errors import ConfigError
+from gpuscale.proto import inspect_pb2 as ipb
+from gpuscale.proto import inspect_pb2_grpc as ipb_grpc
 from gpuscale.scaler.advisory import (
     ADVISORY,
     MAX_WORKLOADS,
@@ -223,6 +226,10 @@ async def test_the_scaler_exports_advisory_plans_on_its_metrics_endpoint() -> No
                 scaler.fleet.update_node("node-a", [_pod(f"vllm-{i}", now) for i in range(2)])
                 await asyncio.sleep(0.1)
             body = (await client.get(f"http://127.0.0.1:{port}/metrics", timeout=5)).text
+        # gpuscale explain shows it as it shows a ScaledObject: planned beside its pods.
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{scaler.port}") as channel:
+            explained = await ipb_grpc.InspectStub(channel).Explain(
+                ipb.ExplainRequest(namespace="llm", name="chat"), timeout=5)
     finally:
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -231,6 +238,29 @@ async def test_the_scaler_exports_advisory_plans_on_its_metrics_endpoint() -> No
     replicas = {s.labels["kind"]: s.value
                 for s in families["gpuscale_advisory_replicas"].samples}
     assert replicas == {"planned": 2.0, "actual": 2.0}  # warming: keeps the pods there
+    assert (explained.planned_replicas, explained.pod_count) == (2, 2)
+    assert explained.metadata["profile"] == "vllm-planner"
+    assert explained.selector == "app=vllm"
+    assert "steady" in explained.plan_terms
     known = families["gpuscale_advisory_known_seconds"].samples[0]
     assert known.labels == {"namespace": "llm", "name": "chat"}
     assert known.value > 0
+
+
+def test_an_advisory_workload_never_hides_a_scaledobject_of_the_same_name() -> None:
+    from gpuscale.scaler.core.trigger import parse_metadata
+    from gpuscale.scaler.state.history import TriggerHistory
+
+    (w,) = parse_advisory([ENTRY])
+    keda = parse_metadata({"podSelector": "app=vllm", "profile": "vllm-inference"})
+    history = TriggerHistory()
+    history.note("llm", "chat", w.metadata, w.trigger, 1.0, ADVISORY)
+    seen = history.get("llm", "chat")
+    assert seen is not None
+    assert (seen.source, seen.config) == (ADVISORY, w.trigger)
+    history.note("llm", "chat", {"profile": "vllm-inference"}, keda, 2.0)  # KEDA asks
+    seen = history.get("llm", "chat")
+    assert seen is not None
+    assert (seen.source, seen.config) == ("keda", keda)
+    history.note("llm", "chat", w.metadata, w.trigger, 3.0, ADVISORY)  # ignored now
+    assert (seen.source, seen.config, seen.asked_at) == ("keda", keda, 2.0)

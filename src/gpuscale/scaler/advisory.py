@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from gpuscale.common.errors import ConfigError, Unavailable
 from gpuscale.scaler.answers import Answers, Workload
 from gpuscale.scaler.core.trigger import TriggerConfig, check_object_name, parse_metadata
+from gpuscale.scaler.state.history import TriggerHistory
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +51,7 @@ class AdvisoryWorkload:
     name: str
     trigger: TriggerConfig  # a vllm-planner trigger with the workload's podSelector
     gpus_per_replica: float = 1.0
+    metadata: Mapping[str, str] = field(default_factory=dict)  # the trigger's, as parsed
 
     @property
     def workload(self) -> Workload:
@@ -102,13 +104,13 @@ def _entry(entry: object) -> AdvisoryWorkload:
     for key in ("profile", "podSelector", "signal"):
         if key in metadata:
             raise ConfigError(f"metadata: {key} is set by the advisory entry itself")
-    trigger = parse_metadata({**metadata, "profile": "vllm-planner",
-                              "podSelector": texts["podSelector"]})
+    full = {**metadata, "profile": "vllm-planner", "podSelector": texts["podSelector"]}
+    trigger = parse_metadata(full)
     gpus = entry.get("gpusPerReplica", 1)
     if isinstance(gpus, bool) or not isinstance(gpus, int | float) \
             or not math.isfinite(gpus) or not 0 < gpus <= 64:
         raise ConfigError(f"gpusPerReplica: a number above 0 and at most 64, got {gpus!r:.40}")
-    return AdvisoryWorkload(texts["namespace"], texts["name"], trigger, float(gpus))
+    return AdvisoryWorkload(texts["namespace"], texts["name"], trigger, float(gpus), full)
 
 
 @dataclass(slots=True)
@@ -145,11 +147,15 @@ class Ledger:
 
 class Advisor:
     """Plans each advisory workload once a ``period_s`` through the answer function and
-    keeps its ledger."""
+    keeps its ledger. ``history``: where KEDA's asks are noted, so ``gpuscale explain``
+    (the recorder) shows an advisory workload as it shows a ScaledObject - planned
+    replicas beside the pods it runs - unless KEDA asks about one of the same name."""
 
     def __init__(self, answers: Answers, workloads: Iterable[AdvisoryWorkload],
-                 clock: Callable[[], float], period_s: float = 1.0) -> None:
+                 clock: Callable[[], float], period_s: float = 1.0,
+                 history: TriggerHistory | None = None) -> None:
         self.answers = answers
+        self.history = history
         self.workloads = tuple(workloads)
         self.clock = clock
         self.period_s = period_s
@@ -163,6 +169,8 @@ class Advisor:
                                                      10 * self.period_s)
         self._last = now
         for w in self.workloads:
+            if self.history is not None:
+                self.history.note(w.namespace, w.name, w.metadata, w.trigger, now, ADVISORY)
             ledger = self.ledgers[(w.namespace, w.name)]
             planned, actual, why = self._counts(w)
             ledger.planned, ledger.actual, ledger.why = planned, actual, why

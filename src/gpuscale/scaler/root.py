@@ -93,7 +93,8 @@ class Scaler:
         self.service = ScalerService(self.answers,
                                      count=lambda m, c: requests.labels(m, c).inc())
         self.registry.register(PlanCollector(self.answers.plans))
-        self.advisor = (Advisor(self.answers, config.advisory, self.fleet.now)
+        self.advisor = (Advisor(self.answers, config.advisory, self.fleet.now,
+                                history=self.service.history)
                         if config.advisory else None)
         if self.advisor is not None:
             self.registry.register(AdvisoryCollector(self.advisor))

@@ -61,6 +61,7 @@ class AskedTrigger:
     config: TriggerConfig
     asked_at: float  # monotonic
     moments: deque[RecordedAnswers] = field(default_factory=deque)
+    source: str = "keda"  # who asks (answers.Workload.source): KEDA, or advisory plans
 
 
 class TriggerHistory:
@@ -72,17 +73,23 @@ class TriggerHistory:
         self.step_s = step_s
 
     def note(self, namespace: str, name: str, metadata: Mapping[str, str],
-             config: TriggerConfig, now: float) -> None:
+             config: TriggerConfig, now: float, source: str = "keda") -> None:
         """KEDA asked about ``namespace/name`` (called on every request: O(1), no copy of
-        the metadata unless the trigger's configuration changed)."""
+        the metadata unless the trigger's configuration changed). ``source``: who asks;
+        another asker's note does not replace KEDA's trigger of the same name."""
         key = (namespace, name)
         seen = self._seen.get(key)
         if seen is None:
             if len(self._seen) >= self.max_triggers:
                 self._seen.popitem(last=False)
             self._seen[key] = AskedTrigger(dict(metadata), config, now,
-                                   deque(maxlen=max(1, int(self.keep_s / self.step_s))))
+                                   deque(maxlen=max(1, int(self.keep_s / self.step_s))),
+                                   source)
             return
+        if seen.source != source:
+            if source != "keda":
+                return
+            seen.source, seen.moments = source, deque(maxlen=seen.moments.maxlen)
         if seen.config is not config:
             seen.metadata, seen.config = dict(metadata), config
         seen.asked_at = now
