@@ -5,6 +5,8 @@ have saved; a second that is not known is left out, never counted as zero."""
 from __future__ import annotations
 
 import asyncio
+import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -230,6 +232,18 @@ async def test_the_scaler_exports_advisory_plans_on_its_metrics_endpoint() -> No
         async with grpc.aio.insecure_channel(f"127.0.0.1:{scaler.port}") as channel:
             explained = await ipb_grpc.InspectStub(channel).Explain(
                 ipb.ExplainRequest(namespace="llm", name="chat"), timeout=5)
+        # gpuscale idle reads them from the scaler (its Usage call), as a person runs it.
+        idle = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "gpuscale.cli", "idle", "--scaler",
+            f"127.0.0.1:{scaler.port}", "--json", stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE)
+        out, err = await asyncio.wait_for(idle.communicate(), 60)
+        assert idle.returncode == 0, err.decode()
+        text = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "gpuscale.cli", "idle", "--scaler",
+            f"127.0.0.1:{scaler.port}", stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE)
+        table, _ = await asyncio.wait_for(text.communicate(), 60)
     finally:
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -242,6 +256,17 @@ async def test_the_scaler_exports_advisory_plans_on_its_metrics_endpoint() -> No
     assert explained.metadata["profile"] == "vllm-planner"
     assert explained.selector == "app=vllm"
     assert "steady" in explained.plan_terms
+    (plan,) = json.loads(out)["advisory"]
+    assert (plan["namespace"], plan["name"], plan["planned_now"], plan["running_now"]) == (
+        "llm", "chat", 2, 2)
+    assert plan["known_seconds"] > 0
+    assert plan["gpu_hours_saved"] == pytest.approx(plan["gpu_hours_run"]
+                                                    - plan["gpu_hours_planned"])
+    assert 0 < plan["gpu_hours_run"] < 2 * 10 / 3600  # two pods, a few seconds
+    lines = table.decode().splitlines()
+    head = lines.index(next(line for line in lines if line.startswith("ADVISORY PLANS")))
+    assert lines[head + 1].split()[:4] == ["NAMESPACE", "WORKLOAD", "PLANNED", "NOW"]
+    assert lines[head + 2].split()[:4] == ["llm", "chat", "2", "2"]
     known = families["gpuscale_advisory_known_seconds"].samples[0]
     assert known.labels == {"namespace": "llm", "name": "chat"}
     assert known.value > 0

@@ -99,7 +99,7 @@ def _from_scaler(args: argparse.Namespace, options: Any) -> tuple[Any, str]:
 
     from gpuscale.tools.client import InspectClient
     from gpuscale.tools.idle import build_report
-    from gpuscale.tools.idle_sources import devices_from_usage
+    from gpuscale.tools.idle_sources import advisory_from_usage, devices_from_usage
 
     target = scaler_target(args)
     with InspectClient(target) as client:
@@ -118,7 +118,9 @@ def _from_scaler(args: argparse.Namespace, options: Any) -> tuple[Any, str]:
     if not devices:
         _note(f"the scaler at {args.scaler} has no GPU data for this window yet (it samples "
               f"its agents every 15 s; are any connected? gpuscale top shows them)")
-    return build_report(devices, reply.now, options), f"the scaler at {args.scaler}"
+    report = replace(build_report(devices, reply.now, options),
+                     advisory=advisory_from_usage(reply))
+    return report, f"the scaler at {args.scaler}"
 
 
 def _from_prometheus(args: argparse.Namespace, options: Any) -> tuple[Any, str]:

@@ -240,18 +240,42 @@ class UsageRequest(_message.Message):
     def __init__(self, window: _Optional[float] = ..., namespace: _Optional[str] = ...) -> None: ...
 
 class UsageReply(_message.Message):
-    __slots__ = ("now", "minute", "kept", "devices", "untracked")
+    __slots__ = ("now", "minute", "kept", "devices", "untracked", "advisory")
     NOW_FIELD_NUMBER: _ClassVar[int]
     MINUTE_FIELD_NUMBER: _ClassVar[int]
     KEPT_FIELD_NUMBER: _ClassVar[int]
     DEVICES_FIELD_NUMBER: _ClassVar[int]
     UNTRACKED_FIELD_NUMBER: _ClassVar[int]
+    ADVISORY_FIELD_NUMBER: _ClassVar[int]
     now: float
     minute: float
     kept: float
     devices: _containers.RepeatedCompositeFieldContainer[DeviceUsage]
     untracked: int
-    def __init__(self, now: _Optional[float] = ..., minute: _Optional[float] = ..., kept: _Optional[float] = ..., devices: _Optional[_Iterable[_Union[DeviceUsage, _Mapping]]] = ..., untracked: _Optional[int] = ...) -> None: ...
+    advisory: _containers.RepeatedCompositeFieldContainer[AdvisoryPlan]
+    def __init__(self, now: _Optional[float] = ..., minute: _Optional[float] = ..., kept: _Optional[float] = ..., devices: _Optional[_Iterable[_Union[DeviceUsage, _Mapping]]] = ..., untracked: _Optional[int] = ..., advisory: _Optional[_Iterable[_Union[AdvisoryPlan, _Mapping]]] = ...) -> None: ...
+
+class AdvisoryPlan(_message.Message):
+    __slots__ = ("namespace", "name", "planned", "actual", "planned_gpu_hours", "actual_gpu_hours", "known_seconds", "unknown_seconds", "why")
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PLANNED_FIELD_NUMBER: _ClassVar[int]
+    ACTUAL_FIELD_NUMBER: _ClassVar[int]
+    PLANNED_GPU_HOURS_FIELD_NUMBER: _ClassVar[int]
+    ACTUAL_GPU_HOURS_FIELD_NUMBER: _ClassVar[int]
+    KNOWN_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    UNKNOWN_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    WHY_FIELD_NUMBER: _ClassVar[int]
+    namespace: str
+    name: str
+    planned: int
+    actual: int
+    planned_gpu_hours: float
+    actual_gpu_hours: float
+    known_seconds: float
+    unknown_seconds: float
+    why: str
+    def __init__(self, namespace: _Optional[str] = ..., name: _Optional[str] = ..., planned: _Optional[int] = ..., actual: _Optional[int] = ..., planned_gpu_hours: _Optional[float] = ..., actual_gpu_hours: _Optional[float] = ..., known_seconds: _Optional[float] = ..., unknown_seconds: _Optional[float] = ..., why: _Optional[str] = ...) -> None: ...
 
 class DeviceUsage(_message.Message):
     __slots__ = ("node", "uuid", "model", "fraction", "minutes")

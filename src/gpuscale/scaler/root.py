@@ -101,7 +101,7 @@ class Scaler:
         self.recorder = Recorder(self.answers, self.service.history,
                                  self.subscriber.states if self.subscriber else None,
                                  step_s=config.history_step_s)
-        self.inspector = Inspector(self.recorder, self.resolver)
+        self.inspector = Inspector(self.recorder, self.resolver, self.advisor)
         self.server = ScalerServer(
             self.service, host=config.host, port=config.port,
             credentials=server_credentials(config.tls) if config.tls else None,

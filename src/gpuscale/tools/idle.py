@@ -120,6 +120,33 @@ class Options:
 
 
 @dataclass(frozen=True, slots=True)
+class AdvisoryPlan:
+    """A workload planned beside the autoscaler that scales it (the scaler's advisory
+    plans): its counts now (None: not known, ``why`` says why) and the GPU-hours planned
+    and run over the last 24 h, in the seconds both were known."""
+
+    namespace: str
+    name: str
+    planned: int | None
+    actual: int | None
+    planned_h: float
+    actual_h: float
+    known_s: float
+    unknown_s: float
+    why: str = ""
+
+    @property
+    def saved_h(self) -> float:
+        """Run less planned GPU-hours (negative: the plan would have cost more)."""
+        return self.actual_h - self.planned_h
+
+    @property
+    def coverage(self) -> float | None:
+        total = self.known_s + self.unknown_s
+        return self.known_s / total if total > 0 else None
+
+
+@dataclass(frozen=True, slots=True)
 class Report:
     now: float
     options: Options
@@ -131,6 +158,7 @@ class Report:
     devices: int  # devices seen in the window (of the namespace, when filtered)
     data_s: float  # device-seconds with data in the window
     unpriced_models: tuple[str, ...]
+    advisory: tuple[AdvisoryPlan, ...] = ()  # from the scaler only
 
     @property
     def data_coverage(self) -> float | None:

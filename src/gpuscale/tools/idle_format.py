@@ -13,7 +13,7 @@ import io
 import time
 from typing import Any
 
-from gpuscale.tools.idle import IdleDevice, Report, Usage
+from gpuscale.tools.idle import AdvisoryPlan, IdleDevice, Report, Usage
 
 CSV_COLUMNS = ("kind", "namespace", "workload", "node", "device", "model", "pods",
                "gpu_hours_allocated", "gpu_hours_measured", "gpu_hours_used", "idle_share",
@@ -64,6 +64,14 @@ def table(report: Report, source: str) -> str:
                           [_idle_row(i) for i in report.idle], 4)
     else:
         lines.append("  none")
+    if report.advisory:
+        lines += ["", "ADVISORY PLANS: gpuscale's plan beside the replicas run, last 24 h "
+                      "(the seconds both were known)"]
+        lines += _columns(("NAMESPACE", "WORKLOAD", "PLANNED NOW", "RUNNING NOW",
+                           "GPU-H PLANNED", "GPU-H RUN", "SAVED", "COVERAGE"),
+                          [_advisory_row(a) for a in report.advisory], 2)
+        lines += [f"  {a.namespace}/{a.name}: not known now: {a.why}"
+                  for a in report.advisory if a.why]
     lines += ["", *notes(report)]
     return "\n".join(lines).rstrip() + "\n"
 
@@ -83,6 +91,12 @@ def notes(report: Report) -> list[str]:
 def _row(u: Usage, ns: str, workload: str) -> tuple[str, ...]:
     return (ns, workload, f"{u.allocated_h:.2f}", f"{u.used_h:.2f}", _pct(u.idle_share),
             _pct(u.coverage), _money(u, u.cost_allocated), _money(u, u.cost_idle))
+
+
+def _advisory_row(a: AdvisoryPlan) -> tuple[str, ...]:
+    return (a.namespace, a.name, "?" if a.planned is None else str(a.planned),
+            "?" if a.actual is None else str(a.actual), f"{a.planned_h:.2f}",
+            f"{a.actual_h:.2f}", f"{a.saved_h:+.2f}", _pct(a.coverage))
 
 
 def _idle_row(i: IdleDevice) -> tuple[str, ...]:
@@ -113,6 +127,11 @@ def to_json(report: Report, source: str) -> dict[str, Any]:
         "timeline": [{"start": p.start, "allocated_gpus": p.allocated, "used_gpus": p.used,
                       "measured_gpus": p.measured} for p in report.timeline],
         "unpriced_models": list(report.unpriced_models),
+        "advisory": [{"namespace": a.namespace, "name": a.name, "planned_now": a.planned,
+                      "running_now": a.actual, "gpu_hours_planned": a.planned_h,
+                      "gpu_hours_run": a.actual_h, "gpu_hours_saved": a.saved_h,
+                      "known_seconds": a.known_s, "unknown_seconds": a.unknown_s,
+                      "why_unknown": a.why or None} for a in report.advisory],
     }
 
 

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from gpuscale.proto import inspect_pb2 as pb
-from gpuscale.tools.idle import MIG_PROFILE, Bucket, Device
+from gpuscale.tools.idle import MIG_PROFILE, AdvisoryPlan, Bucket, Device
 
 
 def devices_from_usage(reply: pb.UsageReply) -> list[Device]:
@@ -25,6 +25,14 @@ def devices_from_usage(reply: pb.UsageReply) -> list[Device]:
                    m.utilization if m.samples > 0 and m.utilization >= 0 else None)
             for m in d.minutes)))
     return out
+
+
+def advisory_from_usage(reply: pb.UsageReply) -> tuple[AdvisoryPlan, ...]:
+    """The scaler's advisory plans (-1: not known)."""
+    return tuple(AdvisoryPlan(a.namespace, a.name, a.planned if a.planned >= 0 else None,
+                              a.actual if a.actual >= 0 else None, a.planned_gpu_hours,
+                              a.actual_gpu_hours, a.known_seconds, a.unknown_seconds, a.why)
+                 for a in reply.advisory)
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,6 +20,7 @@ from gpuscale.common.errors import ConfigError, GpuscaleError, Unavailable
 from gpuscale.models.keda import scaled_object_spec
 from gpuscale.proto import inspect_pb2 as pb
 from gpuscale.proto import inspect_pb2_grpc as pb_grpc
+from gpuscale.scaler.advisory import Advisor
 from gpuscale.scaler.answers import Workload
 from gpuscale.scaler.core.trigger import check_object_name
 from gpuscale.scaler.recorder import Recorder
@@ -43,10 +44,12 @@ Context = grpc.aio.ServicerContext[Any, Any]
 
 
 class Inspector(pb_grpc.InspectServicer):
-    def __init__(self, recorder: Recorder, workloads: WorkloadResolver | None = None) -> None:
+    def __init__(self, recorder: Recorder, workloads: WorkloadResolver | None = None,
+                 advisor: Advisor | None = None) -> None:
         """``workloads``: the ScaledObject watch, when the API is used (min/max replicas,
-        fallback, the target's replica count)."""
+        fallback, the target's replica count). ``advisor``: the advisory plans, for Usage."""
         self.recorder = recorder
+        self._advisor = advisor
         self._fleet = recorder.answers.fleet
         self._history = recorder.history
         self._links = recorder.links
@@ -175,6 +178,17 @@ class Inspector(pb_grpc.InspectServicer):
                 util = m.util_sum / m.samples if m.samples else -1.0
                 d.minutes.add(start=m.start, pods=m.pods, owners=m.owners, utilization=util,
                               samples=m.samples)
+        for (namespace, name), ledger in (self._advisor.state().items()
+                                          if self._advisor is not None else ()):
+            if request.namespace and namespace != request.namespace:
+                continue
+            known, planned, actual, unknown = ledger.totals()
+            reply.advisory.add(
+                namespace=namespace, name=name,
+                planned=-1 if ledger.planned is None else ledger.planned,
+                actual=-1 if ledger.actual is None else ledger.actual,
+                planned_gpu_hours=planned, actual_gpu_hours=actual, known_seconds=known,
+                unknown_seconds=unknown, why=ledger.why)
         return reply
 
     # -- helpers ---------------------------------------------------------------------------
