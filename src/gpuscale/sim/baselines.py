@@ -35,7 +35,8 @@ def baselines(params: ServingParams, peak: int | None = None, min_replicas: int 
               start: int | None = None) -> list[tuple[str, dict[str, Any]]]:
     """(name, ``run_policy`` keyword arguments) for every policy, made fresh: run each
     once. ``peak``: the static policy's count (left out when None: it needs the trace's
-    peak, e.g. the oracle's); ``start``: the replicas running when the window opens."""
+    peak, e.g. ``sim.compare.static_peak``'s); ``start``: the replicas running when the
+    window opens."""
     common: dict[str, Any] = {"min_replicas": min_replicas}
     if start is not None:
         common["start"] = start
