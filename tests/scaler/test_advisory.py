@@ -142,12 +142,25 @@ def _pod(name: str, now: float, ready: bool = True, waiting: float = 0.0,
                      signals if ready else {}, now)
 
 
+class Roster:
+    """The roster's contract (scaler.answers.Roster): the pods or agents it expected and
+    has not heard from; here a node whose agent has not reported."""
+
+    def __init__(self) -> None:
+        self.silent: list[str] = []
+
+    def problems(self, namespace: str, selector: object,
+                 records: object) -> list[str]:
+        return list(self.silent)
+
+
 class World:
     def __init__(self, gpus: float = 1.0) -> None:
         self.now = 1_000.0
         self.fleet = FleetView(monotonic=lambda: self.now)
+        self.roster = Roster()
         (w,) = parse_advisory([{**ENTRY, "gpusPerReplica": gpus}])
-        self.advisor = Advisor(Answers(self.fleet), [w], lambda: self.now)
+        self.advisor = Advisor(Answers(self.fleet, self.roster), [w], lambda: self.now)
 
     def run(self, seconds: int, pods: int, **kw: Any) -> None:
         for _ in range(seconds):
@@ -200,6 +213,24 @@ def test_a_second_without_data_is_left_out_not_counted_as_zero() -> None:
     assert kinds == {"actual": 4.0}
     saved = families["gpuscale_advisory_saved_gpu_hours"].samples[0].value
     assert saved == pytest.approx(actual - planned)
+
+
+def test_pods_on_a_node_not_heard_from_make_the_actual_count_unknown() -> None:
+    """The pods the fleet view has are not all the workload's while an agent is silent:
+    counting them would understate what runs (and what the plan saves)."""
+    world = World()
+    world.run(200, pods=3)
+    before = world.ledger.totals()
+    world.roster.silent = ["node-b: its agent has not reported"]
+    world.run(30, pods=3)
+    assert (world.ledger.planned, world.ledger.actual) == (None, None)
+    assert "node-b" in world.ledger.why
+    known, planned, actual, unknown = world.ledger.totals()
+    assert (known, planned, actual) == before[:3]  # nothing counted while not known
+    assert unknown == pytest.approx(30.0)
+    world.roster.silent = []
+    world.run(5, pods=3)
+    assert world.ledger.actual == 3
 
 
 def test_the_ledger_forgets_what_is_older_than_a_day() -> None:

@@ -109,6 +109,22 @@ def test_a_run_past_its_allowance_stops_at_the_minute_it_is_known() -> None:
     assert whole.minutes == 5
 
 
+def test_what_a_measure_will_be_at_least_never_exceeds_what_it_becomes() -> None:
+    from gpuscale.models.serving import InFlightRequest
+
+    waiting = InFlightRequest(10.0, 1_000, 50)
+    admitted = InFlightRequest(10.0, 1_000, 50)
+    admitted.admitted = 11.0  # in prefill at 14 s, first token still to come
+    for kind in ("ttft", "queue", "ttft-per-token"):
+        slo = SloSpec(kind, 2.0)
+        assert slo.at_least(waiting, 14.0) >= slo.at_least(waiting, 12.0)
+    # A queue delay is fixed at admission: 1 s, not the 4 s a request waiting would have.
+    assert SloSpec("queue", 2.0).at_least(admitted, 14.0) == pytest.approx(1.0)
+    admitted.first_token = 14.5
+    assert SloSpec("queue", 2.0).measure(admitted) == pytest.approx(1.0)
+    assert SloSpec("ttft", 2.0).at_least(admitted, 14.0) <= SloSpec("ttft").measure(admitted)
+
+
 def test_static_at_the_hindsight_peak_is_the_fewest_that_meet_the_slo() -> None:
     requests = synthetic("steps", 900.0, 15.0, seed=2)
     best = static_peak(requests, 1000.0, FAST)

@@ -53,9 +53,13 @@ class SloSpec:
     def at_least(self, req: InFlightRequest, now: float) -> float:
         """What ``measure`` will be at least, seen at ``now``: the measure of a request that
         has its first token; for one still waiting, the measure it would have if its first
-        token came at ``now`` (it can only come later: the measures grow with the wait)."""
+        token came at ``now`` (it can only come later: the measures grow with the wait). A
+        queue delay is known once the request is admitted (a drain that cuts it only makes
+        it longer)."""
         if req.first_token is not None and req.admitted is not None:
             return self.measure(req)
+        if self.kind == "queue" and req.admitted is not None:
+            return req.admitted - req.arrival
         if self.kind != "ttft-per-token":
             return now - req.arrival
         return (now - req.arrival - self.allowance_s) / max(req.prompt, 1)

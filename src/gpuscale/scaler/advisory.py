@@ -182,6 +182,8 @@ class Advisor:
         selection = self.answers.selection(workload)
         if isinstance(selection, Unavailable):
             return None, None, selection.reason
+        if selection.gaps:  # pods or agents not heard from: the count would be too small
+            return None, None, "not every pod has reported: " + "; ".join(selection.gaps)
         actual = len(selection.pods)
         got = self.answers.value(workload, w.trigger.targets[0])
         if isinstance(got, Unavailable) or got.plan is None:
