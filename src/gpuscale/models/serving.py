@@ -217,9 +217,9 @@ class ServingModel:
             self.created += 1
             self.replicas.append(Replica(now, ready, clock=ready, number=self.created - 1))
         while len(self.replicas) > n:
-            gone = min(reversed(self.replicas), key=lambda rep: (
+            gone = min(self.replicas, key=lambda rep: (
                 now >= rep.ready_at, len(rep.running) if self.idlest_first else 0,
-                -rep.created))
+                -rep.number))
             # By identity: replicas are dataclasses, and two may compare equal by value.
             self.replicas = [rep for rep in self.replicas if rep is not gone]
             if gone.running:
