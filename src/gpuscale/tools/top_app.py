@@ -16,6 +16,7 @@ from typing import ClassVar
 from textual import work
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
+from textual.css.query import NoMatches
 from textual.widgets import DataTable, Footer, Static
 from textual.widgets.data_table import CellDoesNotExist
 
@@ -129,7 +130,10 @@ class TopApp(App[None]):
     # -- drawing -----------------------------------------------------------------------------
 
     def redraw(self) -> None:
-        status = self.query_one("#status", Static)
+        try:
+            status = self.query_one("#status", Static)
+        except NoMatches:  # a reply that lands while the app is closing
+            return
         if self.reply is not None:
             self.view = top.build(self.reply, self.sort, self.namespace, self.node)
         if self.error:
@@ -169,7 +173,10 @@ class TopApp(App[None]):
         self._widths[str(widget.id)] = width
 
     def _explain(self) -> None:
-        detail = self.query_one("#detail", Static)
+        try:
+            detail = self.query_one("#detail", Static)
+        except NoMatches:  # a highlight event delivered while the screen is torn down
+            return
         focused = self.focused
         if self.view is None or not isinstance(focused, DataTable) or not focused.row_count:
             detail.update(top.QUEUE_LEGEND)
