@@ -146,8 +146,8 @@ async def test_rounds_leave_the_event_loop_time() -> None:
 
 async def test_a_burst_of_thousands_of_streams_is_not_cancelled() -> None:
     """KEDA re-opening every stream at once after a restart: 3,000 StreamMetricSpec calls
-    over 10 connections in one burst all open (gRPC's default pending-call limits cancelled
-    a third of such a burst)."""
+    (3,000 triggers) over 10 connections in one burst all open (gRPC's default pending-call
+    limits cancelled a third of such a burst)."""
     import grpc
 
     from gpuscale.proto import externalscaler_pb2 as pb
@@ -159,8 +159,8 @@ async def test_a_burst_of_thousands_of_streams_is_not_cancelled() -> None:
     await server.start()
     chans = [grpc.aio.insecure_channel(f"127.0.0.1:{server.port}", options=[("gs.conn", i)])
              for i in range(10)]
-    ref = pb.ScaledObjectRef(name="w", namespace="ns", scalerMetadata={"podSelector": "app=w"})
-    calls = [pb_grpc.ExternalScalerStub(chans[i % 10]).StreamMetricSpec(ref)
+    calls = [pb_grpc.ExternalScalerStub(chans[i % 10]).StreamMetricSpec(pb.ScaledObjectRef(
+        name=f"w{i}", namespace="ns", scalerMetadata={"podSelector": f"app=w{i}"}))
              for i in range(3000)]
     try:
         first = await asyncio.wait_for(asyncio.gather(*(c.read() for c in calls),

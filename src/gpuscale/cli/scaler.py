@@ -50,6 +50,10 @@ def add_parser(sub: Any) -> None:
                     help="seconds between the moments recorded for gpuscale explain --at "
                          "(30; one hour is kept; devices are sampled every 15 s, or this "
                          "if shorter)")
+    sc.add_argument("--stream-memory-mib", type=int, default=1024,
+                    help="memory the scaler may spend on KEDA's open streams (1024: about "
+                         "40,000; each is about 26 KB); past it new streams get "
+                         "RESOURCE_EXHAUSTED. Keep it under the scaler's memory limit")
     sc.add_argument("--metrics-api-port", type=int, default=0,
                     help="serve custom.metrics.k8s.io for a plain HPA on this port (HTTPS, "
                          "behind an APIService; needs the API); 0: off")
@@ -77,6 +81,9 @@ def config_of(args: argparse.Namespace) -> ScalerConfig:
                           "--agent-tls-ca (mutual TLS), or --agents-insecure")
     if not 0.1 <= args.history_step <= 3600:
         raise ConfigError(f"--history-step: {args.history_step:g} is not 0.1..3600 seconds")
+    if not 1 <= args.stream_memory_mib <= 1024 * 1024:
+        raise ConfigError(f"--stream-memory-mib: {args.stream_memory_mib} is not "
+                          f"1..1048576")
     if args.metrics_api_port and not (args.metrics_api_cert and args.metrics_api_key):
         raise ConfigError("--metrics-api-port needs --metrics-api-cert and "
                           "--metrics-api-key (the APIService's caBundle must be their CA)")
@@ -90,7 +97,7 @@ def config_of(args: argparse.Namespace) -> ScalerConfig:
         resolve_targets=args.resolve_targets or bool(args.metrics_api_port),
         kubeconfig=args.kubeconfig,
         demand=demand, advisory=advisory,
-        history_step_s=args.history_step)
+        history_step_s=args.history_step, stream_memory_mib=args.stream_memory_mib)
 
 
 def run(args: argparse.Namespace) -> int:

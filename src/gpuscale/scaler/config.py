@@ -15,6 +15,7 @@ from gpuscale.scaler import DEFAULT_PORT
 from gpuscale.scaler.advisory import AdvisoryWorkload, parse_advisory
 from gpuscale.scaler.sources.demand import DemandConfig, parse_config
 from gpuscale.scaler.state.history import STEP_S
+from gpuscale.scaler.state.streams import MEMORY_BUDGET_MIB
 from gpuscale.stream.tls import TlsFiles
 
 DEFAULT_METRICS_PORT = 9402
@@ -45,6 +46,7 @@ class ScalerConfig:
     advisory: tuple[AdvisoryWorkload, ...] = ()  # planned beside what scales them today
     history_step_s: float = STEP_S  # between the moments recorded for gpuscale explain
     stale_after_s: float = staleness_bound(1.0)  # for records whose agent names no bound
+    stream_memory_mib: int = MEMORY_BUDGET_MIB  # KEDA's open streams (scaler.state.streams)
     time_scale: float = 1.0  # planner seconds per second (the fast-forwarded demo)
 
     @property

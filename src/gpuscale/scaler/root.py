@@ -29,6 +29,7 @@ from gpuscale.scaler.edges.http import (
     AgentsCollector,
     PlanCollector,
     ScalerHttp,
+    StreamsCollector,
 )
 from gpuscale.scaler.edges.inspect import SERVICE as INSPECT
 from gpuscale.scaler.edges.inspect import Inspector
@@ -39,6 +40,7 @@ from gpuscale.scaler.sources.demand import DemandSources
 from gpuscale.scaler.sources.roster import AgentRoster, PodRoster, Roster
 from gpuscale.scaler.state.fleet import FleetView
 from gpuscale.scaler.state.plan_book import PlanBook
+from gpuscale.scaler.state.streams import StreamBook
 from gpuscale.stream.subscriber import AgentSubscriber
 from gpuscale.stream.tls import channel_credentials, server_credentials
 
@@ -91,8 +93,10 @@ class Scaler:
                            "gRPC status (UNAVAILABLE: missing or stale data).",
                            ["method", "code"], registry=self.registry)
         self.service = ScalerService(self.answers,
-                                     count=lambda m, c: requests.labels(m, c).inc())
+                                     count=lambda m, c: requests.labels(m, c).inc(),
+                                     streams=StreamBook(config.stream_memory_mib * 2**20))
         self.registry.register(PlanCollector(self.answers.plans))
+        self.registry.register(StreamsCollector(self.service.streams))
         self.advisor = (Advisor(self.answers, config.advisory, self.fleet.now,
                                 history=self.service.history)
                         if config.advisory else None)

@@ -13,6 +13,7 @@ from prometheus_client.registry import Collector
 from gpuscale.scaler.advisory import Advisor
 from gpuscale.scaler.state.fleet import FleetView
 from gpuscale.scaler.state.plan_book import PlanBook
+from gpuscale.scaler.state.streams import KINDS, StreamBook
 from gpuscale.stream.subscriber import AgentSubscriber
 
 Readiness = Callable[[], tuple[bool, str]]  # (ready, a line for a person)
@@ -43,6 +44,31 @@ class AgentsCollector(Collector):
         pods = GaugeMetricFamily("gpuscale_scaler_fleet_pods", "Pods in the fleet view.")
         pods.add_metric([], float(self._fleet.pod_count()))
         return [up, age, reconnects, pods]
+
+
+class StreamsCollector(Collector):
+    """KEDA's open streams against their budget (scaler.state.streams)."""
+
+    def __init__(self, streams: StreamBook) -> None:
+        self._streams = streams
+
+    def collect(self) -> Iterable[Metric]:
+        book = self._streams
+        open_ = GaugeMetricFamily("gpuscale_scaler_streams", "KEDA's open streams, by "
+                                  "method.", labels=["method"])
+        for kind in KINDS:
+            open_.add_metric([kind], float(book.count(kind)))
+        used = GaugeMetricFamily("gpuscale_scaler_stream_bytes", "Memory the open streams "
+                                 "are counted as holding, of the budget.", labels=["of"])
+        used.add_metric(["used"], float(book.bytes))
+        used.add_metric(["budget"], float(book.budget_bytes))
+        ended = CounterMetricFamily(
+            "gpuscale_scaler_streams_ended", "Streams ended by the scaler: replaced (a "
+            "newer stream of the same trigger took its place) or refused (over the "
+            "budget).", labels=["why"])
+        ended.add_metric(["replaced"], float(book.replaced))
+        ended.add_metric(["refused"], float(book.refused))
+        return [open_, used, ended]
 
 
 class PlanCollector(Collector):

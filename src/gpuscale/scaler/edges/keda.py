@@ -3,9 +3,12 @@
 Status codes: INVALID_ARGUMENT for metadata that cannot be used (the message names the key
 and the choices), for a namespace or name that cannot be a Kubernetes object's, and for a
 metric name this trigger does not have; UNAVAILABLE when the workload's value cannot be
-given honestly (KEDA then applies its fallback); RESOURCE_EXHAUSTED for a peer holding more
-streams than its share; INTERNAL (logged with its traceback, counted as such) for a bug.
-Nothing here does I/O: no NVML, no scrape, no Kubernetes API call on the request path.
+given honestly (KEDA then applies its fallback); RESOURCE_EXHAUSTED for a stream past the
+scaler's stream budget, ABORTED for a stream that a newer one of the same kind and trigger
+replaced (scaler.state.streams: one live stream per trigger, none capped per connection,
+since KEDA puts every ScaledObject on one connection); INTERNAL (logged with its
+traceback, counted as such) for a bug. Nothing here does I/O: no NVML, no scrape, no
+Kubernetes API call on the request path.
 
 Reflection is served as ``grpc.reflection.v1`` (what grpcurl asks first) and
 ``v1alpha``: the two protocols have the same messages on the wire, so one implementation
@@ -29,7 +32,6 @@ from gpuscale.common.errors import (
     ConfigError,
     DataUnavailable,
     GpuscaleError,
-    Overloaded,
     Unavailable,
 )
 from gpuscale.common.grpc_bind import bind
@@ -42,6 +44,7 @@ from gpuscale.scaler.state.fleet import FleetView
 from gpuscale.scaler.state.history import TriggerHistory
 from gpuscale.scaler.state.plan_book import PlanBook
 from gpuscale.scaler.state.pushes import ActivityPushes
+from gpuscale.scaler.state.streams import Held, StreamBook
 
 log = logging.getLogger(__name__)
 
@@ -49,16 +52,11 @@ STREAM_RESEND_S = 30.0  # StreamIsActive re-sends the current state at least thi
 UNAVAILABLE_GRACE_S = 3.0  # StreamIsActive ends with UNAVAILABLE after this long unknown
 SERVICE = "externalscaler.ExternalScaler"
 REFLECTION_V1 = "grpc.reflection.v1.ServerReflection"
-MAX_CONCURRENT_STREAMS = 1000  # per HTTP/2 connection (gRPC's setting)
-MAX_STREAMS_PER_PEER = 400  # long-lived streams one peer may hold: unary calls keep room
+UNARY_ROOM = 10_000  # unary calls one connection may have in flight beside every stream
 MAX_PENDING_CALLS = 20_000  # arrived, not yet picked up by the server (a burst of streams)
 MAX_VALUE = 9.2e15  # KEDA's quantities are exact below this; nothing real is near it
 
 Context = grpc.aio.ServicerContext[Any, Any]
-
-class TooManyStreams(Overloaded):
-    """A peer holds its share of streams already."""
-
 
 _Reply = TypeVar("_Reply")
 Count = Callable[[str, str], None]  # (method, status code name) -> record one answer
@@ -78,15 +76,15 @@ class _Answered:
 
 class ScalerService(pb_grpc.ExternalScalerServicer):
     def __init__(self, answers: Answers, resend_s: float = STREAM_RESEND_S,
-                 count: Count | None = None) -> None:
+                 count: Count | None = None, streams: StreamBook | None = None) -> None:
         """``answers``: the scaler's one answer function over its fleet view, roster,
-        resolver, plan book and demand sources."""
+        resolver, plan book and demand sources; ``streams``: the bounds on long-lived
+        streams (default budget when None)."""
         self.answers = answers
         self.history = TriggerHistory()  # what KEDA asks about (the recorder fills it)
         self._answered = _Answered(count)
         self.unavailable_grace_s = UNAVAILABLE_GRACE_S
-        self.max_streams_per_peer = MAX_STREAMS_PER_PEER
-        self._streams: dict[str, int] = {}  # peer -> open streams
+        self.streams = streams if streams is not None else StreamBook()
         self.stopping = asyncio.Event()
         self.pushes = ActivityPushes(lambda: answers.fleet.generation, self.stopping,
                                      resend_s, lambda: self.unavailable_grace_s)
@@ -111,26 +109,17 @@ class ScalerService(pb_grpc.ExternalScalerServicer):
         return workload
 
     @contextmanager
-    def _stream_slot(self, context: Context) -> Iterator[None]:
-        """Hold one of the peer's stream slots (RESOURCE_EXHAUSTED when it has none):
-        streams share one connection's MAX_CONCURRENT_STREAMS with unary calls, and a peer
-        that opens thousands would starve its own GetMetrics."""
-        peer = context.peer() or "unknown"
-        held = self._streams.get(peer, 0)
-        if held >= self.max_streams_per_peer:
-            raise TooManyStreams(
-                f"this client already holds {held} streams on one connection (limit "
-                f"{self.max_streams_per_peer} of the connection's {MAX_CONCURRENT_STREAMS}, "
-                f"so unary calls keep room); close some or use another connection")
-        self._streams[peer] = held + 1
+    def _stream_slot(self, kind: str, ref: pb.ScaledObjectRef,
+                     context: Context) -> Iterator[Held]:
+        """Hold the trigger's place for a stream of ``kind`` (scaler.state.streams): a
+        newer stream of the same identity replaces this one; past the budget,
+        RESOURCE_EXHAUSTED."""
+        held = self.streams.hold(kind, ref.namespace, ref.name, ref.scalerMetadata,
+                                 context.peer() or "unknown")
         try:
-            yield
+            yield held
         finally:
-            left = self._streams[peer] - 1
-            if left:
-                self._streams[peer] = left
-            else:
-                del self._streams[peer]
+            self.streams.release(held)
 
     def _active(self, workload: Workload) -> bool:
         """IsActive (scaler.answers). Raises DataUnavailable."""
@@ -189,16 +178,18 @@ class ScalerService(pb_grpc.ExternalScalerServicer):
         stream with backoff; its polling path meanwhile gets UNAVAILABLE too)."""
         try:
             workload = self._workload(request)
-            with self._stream_slot(context):
-                async for answer in self._active_stream(workload):
+            with self._stream_slot("StreamIsActive", request, context) as held:
+                async for answer in self._active_stream(workload, held):
                     yield answer
         except GpuscaleError as exc:
             await abort(context, exc, request)
 
-    async def _active_stream(self, workload: Workload) -> AsyncIterator[pb.IsActiveResponse]:
-        """Decided by the push loop (scaler.push), which wakes this stream only when it
-        has something to send."""
+    async def _active_stream(self, workload: Workload,
+                             held: Held) -> AsyncIterator[pb.IsActiveResponse]:
+        """Decided by the push loop (scaler.state.pushes), which wakes this stream only
+        when it has something to send (or a newer stream replaced it)."""
         sub = self.pushes.open(workload, lambda: self._active(workload))
+        held.on_end = sub.end
         try:
             while (active := await sub.next()) is not None:
                 yield pb.IsActiveResponse(result=active)
@@ -212,13 +203,17 @@ class ScalerService(pb_grpc.ExternalScalerServicer):
 
     async def StreamMetricSpec(self, request: pb.ScaledObjectRef,
                                context: Context) -> AsyncIterator[pb.GetMetricSpecResponse]:
-        """The spec now; it depends only on the metadata, so the stream then stays open
-        (nothing to re-send) until the scaler shuts down."""
+        """The spec at once (KEDA's first rule); it depends only on the metadata, which a
+        stream cannot change, so GetMetricSpec for the same reference always equals it
+        (the second rule) and the stream then stays open with nothing to re-send until
+        the scaler shuts down or a newer stream for the same trigger replaces it."""
         try:
             spec = self._spec(self._workload(request).trigger)
-            with self._stream_slot(context):
+            with self._stream_slot("StreamMetricSpec", request, context) as held:
                 yield spec
-                await self.stopping.wait()
+                await _first(self.stopping, held.ended)
+                if held.reason is not None:
+                    raise held.reason
         except GpuscaleError as exc:
             await abort(context, exc, request)
 
@@ -226,6 +221,16 @@ class ScalerService(pb_grpc.ExternalScalerServicer):
                          context: Context) -> pb.GetMetricsResponse:
         return await self._unary("GetMetrics", context, request.scaledObjectRef,
                                  lambda: self._metrics(request))
+
+
+async def _first(*events: asyncio.Event) -> None:
+    """Wait until any of ``events`` is set."""
+    waits = [asyncio.ensure_future(e.wait()) for e in events]
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waits:
+            w.cancel()
 
 
 async def abort(context: Context, exc: GpuscaleError, ref: pb.ScaledObjectRef) -> None:
@@ -273,7 +278,9 @@ class ScalerServer:
         self.health = HealthServicer()
         self._server = grpc.aio.server(options=[
             ("grpc.max_receive_message_length", 1024 * 1024),
-            ("grpc.max_concurrent_streams", MAX_CONCURRENT_STREAMS),
+            # Every stream the budget allows may share one connection (KEDA's), with room
+            # for unary calls beside them: gRPC queues calls past this per connection.
+            ("grpc.max_concurrent_streams", service.streams.max_streams() + UNARY_ROOM),
             # Calls that arrived and that the asyncio server has not picked up yet: gRPC's
             # defaults (1,000 soft, 3,000 hard) cancel part of a burst - KEDA re-opening
             # thousands of streams after a restart lost a third of them (bench_streams).

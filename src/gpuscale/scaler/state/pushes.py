@@ -71,6 +71,11 @@ class Subscription:
             self.outbox, self.last, self.since = decision, decision, now
             self.wake.set()
 
+    def end(self, error: Exception) -> None:
+        """End the stream now with ``error`` (a newer stream replaced it)."""
+        self.failure, self.done = error, True
+        self.wake.set()
+
     async def next(self) -> bool | None:
         """The next state to send; None when the stream should end normally. Raises what
         ended it (DataUnavailable past the grace; any other error at once)."""
