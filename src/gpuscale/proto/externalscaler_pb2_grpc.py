@@ -89,7 +89,10 @@ class ExternalScalerServicer:
         raise NotImplementedError('Method not implemented!')
 
     def StreamMetricSpec(self, request, context):
-        """Newer, optional: the current spec at once, then again whenever it changes.
+        """Newer, optional (KEDA's main branch since 82ac584, in no release up to v2.20.2): the
+        current spec at once when the stream opens, then again whenever it changes; and
+        GetMetricSpec always equal to the latest streamed value (KEDA falls back to it after
+        rebuilding a ScaledObject's scalers).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
