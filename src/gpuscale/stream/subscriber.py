@@ -27,7 +27,7 @@ import logging
 import random
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import grpc
 
@@ -48,6 +48,22 @@ MAX_MESSAGE = 16 * 1024 * 1024
 Credentials = Callable[[], grpc.ChannelCredentials | None]  # None: plaintext
 
 
+_WATCHED = frozenset({"expected_node", "node", "connected", "error", "reported",
+                      "incomplete"})  # what waiting() and identity read
+
+
+class Version:
+    """A number that changes whenever any link's identity or waiting state does, so the
+    roster's per-answer questions (who is waiting, which nodes are claimed twice) are
+    computed once per change, not once per answer over every link."""
+
+    def __init__(self) -> None:
+        self.value = 0
+
+    def bump(self) -> None:
+        self.value += 1
+
+
 @dataclass
 class LinkState:
     address: str
@@ -62,6 +78,14 @@ class LinkState:
     updates: int = 0
     reported: bool = False  # delivered a complete update at least once
     incomplete: str = ""  # why the last update carried no pods ("" when it did)
+    version: Version | None = field(default=None, repr=False, compare=False)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if name in _WATCHED and self.__dict__.get(name, value) != value:
+            version = self.__dict__.get("version")
+            if version is not None:
+                version.bump()
+        object.__setattr__(self, name, value)
 
     @property
     def identity(self) -> str:
@@ -88,8 +112,8 @@ class AgentLink:
                  monotonic: Callable[[], float] = time.monotonic,
                  server_name: str = DEFAULT_SERVER_NAME,
                  on_delay: Callable[[float], None] | None = None,
-                 expected_node: str = "") -> None:
-        self.state = LinkState(address, expected_node)
+                 expected_node: str = "", version: Version | None = None) -> None:
+        self.state = LinkState(address, expected_node, version=version)
         self.stopped = False  # set by the subscriber's close: no reconnect after it
         self._server_name = server_name
         self._on_delay = on_delay  # seconds from the agent's sample to the update's arrival
@@ -198,6 +222,9 @@ class AgentSubscriber:
         self._monotonic = monotonic
         self.links: dict[str, tuple[AgentLink, asyncio.Task[None]]] = {}
         self._departed: dict[str, float] = {}  # address -> when its agent left discovery
+        self.version = Version()  # bumped by any link's identity or waiting state, and
+        #                           by links coming and going
+        self._summary: tuple[int, dict[str, list[str]], list[tuple[str, str]]] | None = None
 
     def set_addresses(self, addresses: Iterable[str] | Mapping[str, str]) -> None:
         """Reconcile links with the agent addresses: a mapping address -> the node its
@@ -211,11 +238,14 @@ class AgentSubscriber:
                 gone.stopped = True
                 task.cancel()
                 self._departed[addr] = self._monotonic()
+                self.version.bump()
                 log.info("agent %s left discovery", addr)
         for addr in wanted.keys() - self.links.keys():
             link = AgentLink(addr, self.sink, self._name, self._credentials,
                              self._backoff_s, self._monotonic, self._server_name,
-                             self._on_delay, expected_node=wanted[addr])
+                             self._on_delay, expected_node=wanted[addr],
+                             version=self.version)
+            self.version.bump()
             self._departed.pop(addr, None)
             self.links[addr] = (link, asyncio.create_task(link.run(), name=f"agent {addr}"))
 
@@ -224,11 +254,28 @@ class AgentSubscriber:
 
     def conflicts(self) -> dict[str, list[str]]:
         """Node -> the addresses of two or more current links that stand for it."""
-        by_node: dict[str, list[str]] = {}
-        for s in self.states():
-            if s.identity:
-                by_node.setdefault(s.identity, []).append(s.address)
-        return {n: sorted(a) for n, a in by_node.items() if len(a) > 1}
+        return self._summarised()[1]
+
+    def waiting(self) -> list[tuple[str, str]]:
+        """(address, why) of every link whose node cannot be vouched for (LinkState.waiting)."""
+        return self._summarised()[2]
+
+    def _summarised(self) -> tuple[int, dict[str, list[str]], list[tuple[str, str]]]:
+        """Both answers, recomputed over every link only when the version moved: every
+        KEDA answer asks them (O(agents) each made the scaler's answers cost ~5 ms at
+        1,000 agents, bench_keda)."""
+        if self._summary is None or self._summary[0] != self.version.value:
+            by_node: dict[str, list[str]] = {}
+            waiting = []
+            for s in self.states():
+                if s.identity:
+                    by_node.setdefault(s.identity, []).append(s.address)
+                if why := s.waiting():
+                    waiting.append((s.address, why))
+            self._summary = (self.version.value,
+                             {n: sorted(a) for n, a in by_node.items() if len(a) > 1},
+                             waiting)
+        return self._summary
 
     def sweep(self) -> None:
         """Forget what agents that left discovery long ago reported."""

@@ -276,16 +276,7 @@ class ScalerServer:
         registration)."""
         self.service = service
         self.health = HealthServicer()
-        self._server = grpc.aio.server(options=[
-            ("grpc.max_receive_message_length", 1024 * 1024),
-            # Every stream the budget allows may share one connection (KEDA's), with room
-            # for unary calls beside them: gRPC queues calls past this per connection.
-            ("grpc.max_concurrent_streams", service.streams.max_streams() + UNARY_ROOM),
-            # Calls that arrived and that the asyncio server has not picked up yet: gRPC's
-            # defaults (1,000 soft, 3,000 hard) cancel part of a burst - KEDA re-opening
-            # thousands of streams after a restart lost a third of them (bench_streams).
-            ("grpc.server.max_pending_requests", MAX_PENDING_CALLS),
-            ("grpc.server.max_pending_requests_hard_limit", 2 * MAX_PENDING_CALLS)])
+        self._server = grpc.aio.server(options=self.options(service))
         pb_grpc.add_ExternalScalerServicer_to_server(service, self._server)  # type: ignore[no-untyped-call]
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)
         for _, register in extra:
@@ -295,6 +286,20 @@ class ScalerServer:
                            *(name for name, _ in extra)))
         address = host if host.startswith("unix:") else f"{host}:{port}"
         self.port = bind(self._server, address, credentials)
+
+    @staticmethod
+    def options(service: ScalerService) -> list[tuple[str, int]]:
+        """The gRPC server's options (also for benches that build a bare server)."""
+        return [
+            ("grpc.max_receive_message_length", 1024 * 1024),
+            # Every stream the budget allows may share one connection (KEDA's), with room
+            # for unary calls beside them: gRPC queues calls past this per connection.
+            ("grpc.max_concurrent_streams", service.streams.max_streams() + UNARY_ROOM),
+            # Calls that arrived and that the asyncio server has not picked up yet: gRPC's
+            # defaults (1,000 soft, 3,000 hard) cancel part of a burst - KEDA re-opening
+            # thousands of streams after a restart lost a third of them (bench_streams).
+            ("grpc.server.max_pending_requests", MAX_PENDING_CALLS),
+            ("grpc.server.max_pending_requests_hard_limit", 2 * MAX_PENDING_CALLS)]
 
     async def start(self) -> None:
         await self._server.start()

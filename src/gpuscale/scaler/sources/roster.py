@@ -58,8 +58,8 @@ class AgentRoster:
 
     def problems(self, namespace: str, selector: Selector,
                  records: Sequence[PodRecord]) -> list[str]:
-        out = [f"agent {s.address} has not reported ({why}): its node's pods are unknown"
-               for s in self._sub.states() if (why := s.waiting())]
+        out = [f"agent {address} has not reported ({why}): its node's pods are unknown"
+               for address, why in self._sub.waiting()]
         return out + self.conflicts({r.node for r in records})
 
     def conflicts(self, nodes: set[str]) -> list[str]:

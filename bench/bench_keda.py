@@ -1,0 +1,451 @@
+"""A bench that is KEDA: its operator's calls, as its code makes them, against the real
+scaler fed by 1,000 agents (8 pods each, 1 Hz), at 1,000 and 10,000 ScaledObjects.
+
+What KEDA does, read in kedacore/keda at 8b4f083ca8c8c2baf8477e322bd4d16ac4dfa09a:
+- ONE connection per scalerAddress, shared by every ScaledObject (pkg/scalers/
+  external_scaler.go L64-71, L393-431), dialled with grpc.NewClient (DNS resolver) and the
+  service config {"loadBalancingConfig": [{"round_robin":{}}]} (L62): a headless Service's
+  addresses get calls in turn. Here: one channel, the same service config; with
+  ``--replicas`` > 1 its target lists every replica (``ipv4:`` = a headless Service's A
+  records). No keepalive, no deadline in its service config.
+- The poll loop per ScaledObject every pollingInterval (30 s default, apis/keda/v1alpha1/
+  withtriggers_types.go L51), start to start, no jitter: the phase its reconcile gave it
+  (pkg/scaling/scale_handler.go L268-302); per trigger GetMetricSpec (unless a streamed spec
+  is cached, pkg/scaling/cache/scalers_cache.go L218-220), then GetMetrics, then IsActive
+  (external_scaler.go L210, L225; scale_handler.go L1034, L1060); no deadline at all.
+- The HPA path: the HPA controller syncs each HPA every 15 s with 5 workers
+  (kube-controller-manager's defaults); each sync reaches the operator through KEDA's
+  metrics adapter (pkg/provider/provider.go L75-111), which calls GetMetricSpec for every
+  trigger (unless streamed), then GetMetrics and IsActive (scale_handler.go L677-869).
+  The adapter's service config names a 3 s timeout (pkg/metricsservice/client.go L51-61);
+  grpc-go may skip it (its methodConfig has no "name"), and here the chain gets 3 s.
+- An error: the trigger's scaler is rebuilt and the same calls made once more
+  (scalers_cache.go L224-236, L261-272), so errors double calls.
+- external-push (``--push``): one StreamIsActive and one StreamMetricSpec per trigger on
+  the same connection (external_scaler.go L234-240), all opened at once (as after an
+  operator restart), re-opened after 2 s doubling to 60 s (L243, L264-266, L286, L296-298);
+  once StreamMetricSpec has delivered, GetMetricSpec is no longer called.
+
+So one scaler sees ~0.3 calls/s per ScaledObject: 300/s at 1,000 and 3,000/s at 10,000.
+ScaledObjects are so-0..N-1 over 1,000 workloads (10 per workload at 10,000), each with
+podSelector app=wK in namespace nsK%10. Freshness: a node's load is flipped (through the
+agent generator) and the same channel asks GetMetrics every 20 ms until the value moved.
+The scaler is the real ``gpuscale scaler`` (CPU and RSS from /proc); the generators are
+bench_fleet.py's (the real TelemetryPublisher, one gRPC server per agent). The yardstick
+(grpc.aio's empty-handler CPU per call, bench/grpc_floor.py) is measured in the same run.
+
+Usage: .venv/bin/python bench/bench_keda.py [--objects 1000 10000] [--seconds 60]
+       [--push] [--replicas 1] [--pin]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import heapq
+import json
+import os
+import platform
+import random
+import subprocess
+import sys
+import time
+import urllib.request
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+import grpc  # noqa: E402
+
+from bench import grpc_floor  # noqa: E402
+from bench.proc import proc_cpu_seconds, proc_mem_mib  # noqa: E402
+from gpuscale.proto import externalscaler_pb2 as pb  # noqa: E402
+from gpuscale.proto import externalscaler_pb2_grpc as pb_grpc  # noqa: E402
+
+AGENTS, PODS, WORKLOADS = 1000, 8, 1000
+POLL_S, HPA_S, HPA_WORKERS, HPA_DEADLINE_S = 30.0, 15.0, 5, 3.0
+SERVICE_CONFIG = json.dumps({"loadBalancingConfig": [{"round_robin": {}}]})
+METHODS = ("GetMetricSpec", "GetMetrics", "IsActive")
+
+
+def ref(i: int) -> pb.ScaledObjectRef:
+    w = i % WORKLOADS
+    return pb.ScaledObjectRef(name=f"so-{i}", namespace=f"ns{w % 10}",
+                              scalerMetadata={"podSelector": f"app=w{w}"})
+
+
+def pct(values: list[float], q: float) -> float:
+    return grpc_floor.pct(values, q)
+
+
+# -- KEDA (the client process) ------------------------------------------------------------
+
+
+class Keda:
+    """KEDA's operator and the HPA controller behind it, on one channel."""
+
+    def __init__(self, target: str, n: int, push: bool) -> None:
+        self.channel = grpc.aio.insecure_channel(target, options=[
+            ("grpc.service_config", SERVICE_CONFIG),
+            ("grpc.max_receive_message_length", 4 * 1024 * 1024)])
+        self.stub = pb_grpc.ExternalScalerStub(self.channel)
+        self.n, self.push = n, push
+        self.refs = [ref(i) for i in range(n)]
+        self.spec_cached = [False] * n
+        self.measuring = False
+        self.stopping = False
+        self.lat: dict[str, list[float]] = {m: [] for m in METHODS}
+        self.chains: dict[str, list[float]] = {"hpa": [], "poll": []}
+        self.hpa_late: list[float] = []
+        self.errors: Counter[str] = Counter()
+        self.chain_failures: Counter[str] = Counter()
+        self.streams_first: Counter[str] = Counter()  # streams that delivered, by kind
+        self.stream_errors: Counter[str] = Counter()
+        self.pushes = 0
+        self.first_push_s: list[float] = []
+
+    def stopped(self) -> bool:
+        return self.stopping
+
+    async def _call(self, method: str, req: Any, timeout: float | None) -> Any:
+        t0 = time.perf_counter()
+        try:
+            got = await getattr(self.stub, method)(req, timeout=timeout)
+        except grpc.aio.AioRpcError as exc:
+            if self.measuring:
+                self.errors[f"{method} {exc.code().name}"] += 1
+            raise
+        if self.measuring:
+            self.lat[method].append(time.perf_counter() - t0)
+        return got
+
+    async def _trigger(self, i: int, deadline: float | None) -> None:
+        """GetMetricSpec (unless streamed), GetMetrics, IsActive: one trigger's calls."""
+        def left() -> float | None:
+            return None if deadline is None else max(0.001, deadline - time.monotonic())
+
+        r = self.refs[i]
+        name = "gpuscale-gpu-utilization"
+        if not self.spec_cached[i]:
+            spec = await self._call("GetMetricSpec", r, left())
+            name = spec.metricSpecs[0].metricName
+        await self._call("GetMetrics", pb.GetMetricsRequest(scaledObjectRef=r,
+                                                            metricName=name), left())
+        await self._call("IsActive", r, left())
+
+    async def chain(self, kind: str, i: int, deadline_s: float | None) -> None:
+        """One poll or HPA sync: the trigger's calls, once more after an error (KEDA
+        rebuilds the trigger's scaler and retries)."""
+        t0 = time.perf_counter()
+        deadline = None if deadline_s is None else time.monotonic() + deadline_s
+        try:
+            try:
+                await self._trigger(i, deadline)
+            except grpc.aio.AioRpcError:
+                await self._trigger(i, deadline)
+        except grpc.aio.AioRpcError as exc:
+            if self.measuring:
+                self.chain_failures[f"{kind} {exc.code().name}"] += 1
+            return
+        if self.measuring:
+            self.chains[kind].append(time.perf_counter() - t0)
+
+    async def poller(self, i: int, start: float) -> None:
+        due = start + random.uniform(0, POLL_S)  # the phase its reconcile gave it
+        while not self.stopping:
+            await asyncio.sleep(max(0.0, due - time.monotonic()))
+            due += POLL_S  # start to start: a slow check does not shift the phase
+            await self.chain("poll", i, None)
+
+    async def hpa(self, start: float) -> None:
+        """The HPA controller: every HPA every 15 s, 5 workers taking what is due."""
+        queue: asyncio.Queue[tuple[float, int]] = asyncio.Queue()
+
+        async def worker() -> None:
+            while True:
+                due, i = await queue.get()
+                if self.measuring:
+                    self.hpa_late.append(time.monotonic() - due)
+                await self.chain("hpa", i, HPA_DEADLINE_S)
+
+        workers = [asyncio.create_task(worker()) for _ in range(HPA_WORKERS)]
+        heap = [(start + random.uniform(0, HPA_S), i) for i in range(self.n)]
+        heapq.heapify(heap)
+        try:
+            while not self.stopping:
+                due, i = heap[0]
+                if due > time.monotonic():
+                    await asyncio.sleep(due - time.monotonic())
+                heapq.heapreplace(heap, (due + HPA_S, i))
+                queue.put_nowait((due, i))
+        finally:
+            for w in workers:
+                w.cancel()
+
+    async def stream(self, i: int, kind: str, opened: float) -> None:
+        backoff = 2.0
+        while not self.stopping:
+            call = getattr(self.stub, kind)(self.refs[i])
+            first = True
+            try:
+                async for _ in call:
+                    if first:
+                        self.streams_first[kind] += 1
+                        self.first_push_s.append(time.monotonic() - opened)
+                        first = False
+                        if kind == "StreamMetricSpec":  # KEDA resets its backoff once
+                            self.spec_cached[i] = True  # this stream delivered (L310-315)
+                            backoff = 2.0
+                    self.pushes += 1
+                backoff = 2.0  # an orderly end (EOF) resets it for both (L252-257)
+            except grpc.aio.AioRpcError as exc:
+                if self.stopped():
+                    return
+                self.stream_errors[f"{kind} {exc.code().name}"] += 1
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, 60.0)
+            opened = time.monotonic()
+
+    async def freshness(self, controls: list[list[int]], probes: list[float]) -> None:
+        """Flip a node's load; GetMetrics on the same channel until the value moved."""
+        boosted: dict[int, float] = {}
+        while not self.stopping:
+            await asyncio.sleep(2.0 + random.random())
+            node = random.randrange(controls[-1][1])
+            port = next(c[2] for c in controls if c[0] <= node < c[1])
+            w = (node * PODS) % WORKLOADS
+            req = pb.GetMetricsRequest(scaledObjectRef=ref(w),
+                                       metricName="gpuscale-gpu-utilization")
+
+            async def value(req: pb.GetMetricsRequest = req) -> float:
+                got = await self.stub.GetMetrics(req, timeout=10)
+                return float(got.metricValues[0].metricValueFloat)
+
+            try:
+                before = await value()
+                boost = boosted[node] = 0.0 if boosted.get(node) else 300.0
+                _, writer = await asyncio.open_connection("127.0.0.1", port)
+                writer.write(f"{node} {boost}\n".encode())
+                await writer.drain()
+                writer.close()
+                t0 = time.monotonic()
+                while abs(await value() - before) < 150 and time.monotonic() - t0 < 10:
+                    await asyncio.sleep(0.02)
+                if self.measuring:
+                    probes.append(time.monotonic() - t0)
+            except grpc.aio.AioRpcError:
+                continue
+
+    async def run(self, seconds: float, warmup: float, controls: list[list[int]],
+                  ) -> dict[str, Any]:
+        await self.channel.channel_ready()
+        start = time.monotonic()
+        tasks = []
+        if self.push:
+            tasks += [asyncio.create_task(self.stream(i, kind, start))
+                      for i in range(self.n) for kind in ("StreamIsActive",
+                                                          "StreamMetricSpec")]
+        tasks += [asyncio.create_task(self.poller(i, start)) for i in range(self.n)]
+        tasks.append(asyncio.create_task(self.hpa(start)))
+        probes: list[float] = []
+        tasks.append(asyncio.create_task(self.freshness(controls, probes)))
+        await asyncio.sleep(warmup)
+        streams_at_warmup = dict(self.streams_first)
+        self.measuring = True
+        print("window", flush=True)
+        cpu0, t0 = time.process_time(), time.monotonic()
+        await asyncio.sleep(seconds)
+        self.measuring = False
+        wall = time.monotonic() - t0
+        cpu = time.process_time() - cpu0
+        print("end", flush=True)
+        self.stopping = True
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await self.channel.close()
+        every = [x for m in METHODS for x in self.lat[m]]
+        return {
+            "objects": self.n, "push": self.push, "seconds": wall,
+            "calls": len(every), "calls_per_s": len(every) / wall,
+            "call_p50_ms": pct(every, 0.5), "call_p99_ms": pct(every, 0.99),
+            "per_method": {m: {"n": len(v), "p50_ms": pct(v, 0.5), "p99_ms": pct(v, 0.99)}
+                           for m, v in self.lat.items()},
+            "chains": {k: {"n": len(v), "p50_ms": pct(v, 0.5), "p99_ms": pct(v, 0.99)}
+                       for k, v in self.chains.items()},
+            "hpa_late_p99_ms": pct(self.hpa_late, 0.99),
+            "errors": dict(self.errors), "chain_failures": dict(self.chain_failures),
+            "streams_delivered_by_warmup": streams_at_warmup,
+            "streams_delivered": dict(self.streams_first),
+            "stream_errors": dict(self.stream_errors), "pushes": self.pushes,
+            "first_push_p99_s": pct(self.first_push_s, 0.99) / 1e3,
+            "freshness_ms": sorted(p * 1e3 for p in probes),
+            "client_cpu": cpu / wall,
+        }
+
+
+async def keda_main(target: str, n: int, seconds: float, warmup: float, push: bool,
+                    controls: list[list[int]]) -> None:
+    got = await Keda(target, n, push).run(seconds, warmup, controls)
+    print(json.dumps(got), flush=True)
+
+
+# -- the orchestra --------------------------------------------------------------------------
+
+
+def metrics_text(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        return str(r.read().decode())
+
+
+def start_fleet(generators: int, env: dict[str, str]) -> tuple[list[subprocess.Popen[str]],
+                                                              list[list[int]], list[str]]:
+    per = AGENTS // generators
+    gens, controls, addrs = [], [], []
+    for k in range(generators):
+        first, port_base, control = k * per, 21000 + k * per, grpc_floor.free_port()
+        p = subprocess.Popen([sys.executable, str(REPO / "bench" / "bench_fleet.py"),
+                              "--generate", str(first), str(per), str(port_base),
+                              str(control)], stdout=subprocess.PIPE, env=env, text=True)
+        gens.append(p)
+        controls.append([first, first + per, control])
+        addrs += [f"127.0.0.1:{port_base + i}" for i in range(per)]
+    for p in gens:
+        assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+    return gens, controls, addrs
+
+
+def start_scalers(replicas: int, addrs: list[str], env: dict[str, str], pin: bool,
+                  ) -> list[tuple[subprocess.Popen[str], int, int]]:
+    out = []
+    for r in range(replicas):
+        port, mport = grpc_floor.free_port(), grpc_floor.free_port()
+        argv = [sys.executable, "-m", "gpuscale.cli", "--log-level", "WARNING", "scaler",
+                "--host", "127.0.0.1", "--port", str(port), "--metrics-port", str(mport),
+                "--agents", ",".join(addrs), "--agents-insecure"]
+        if pin:
+            argv = ["taskset", "-c", str(r % (os.cpu_count() or 1)), *argv]
+        p = subprocess.Popen(argv, stdout=subprocess.PIPE, env=env, text=True)
+        assert p.stdout is not None and "gpuscale scaler" in p.stdout.readline()
+        out.append((p, port, mport))
+    deadline = time.monotonic() + 180
+    for _, _, mport in out:
+        while f"gpuscale_scaler_fleet_pods {float(AGENTS * PODS)}" not in metrics_text(mport):
+            if time.monotonic() > deadline:
+                raise RuntimeError("the scaler did not see the whole fleet in 180 s")
+            time.sleep(1)
+    return out
+
+
+def run_keda(target: str, n: int, seconds: float, warmup: float, push: bool,
+             controls: list[list[int]], scalers: list[Any], env: dict[str, str],
+             ) -> dict[str, Any]:
+    argv = [sys.executable, __file__, "--keda", target, str(n), str(seconds), str(warmup),
+            "1" if push else "0", json.dumps(controls)]
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, env=env, text=True)
+    assert p.stdout is not None
+    assert p.stdout.readline().strip() == "window"
+    pids = [s[0].pid for s in scalers]
+    c0, t0 = [proc_cpu_seconds(pid) for pid in pids], time.monotonic()
+    assert p.stdout.readline().strip() == "end"
+    wall = time.monotonic() - t0
+    cpu = [(proc_cpu_seconds(pid) - c) / wall for pid, c in zip(pids, c0, strict=True)]
+    rss = [proc_mem_mib(pid)[0] for pid in pids]
+    got: dict[str, Any] = json.loads(p.stdout.readline())
+    p.wait(60)
+    got["scaler_cpu"], got["scaler_rss_mib"] = cpu, rss
+    return got
+
+
+def report(got: dict[str, Any], floor_us: float, idle: list[float]) -> None:
+    n, ch = got["objects"], got["chains"]
+    print(f"\n{n:,} ScaledObjects{' with push' if got['push'] else ''}, "
+          f"{got['seconds']:.0f} s measured:")
+    print(f"  calls {got['calls']:,} ({got['calls_per_s']:,.0f}/s); errors "
+          f"{got['errors'] or 0}; chains failed {got['chain_failures'] or 0}")
+    print(f"  HPA chain p50 {ch['hpa']['p50_ms']:.2f} ms, p99 {ch['hpa']['p99_ms']:.2f} ms "
+          f"({ch['hpa']['n']:,}); sync started late by p99 {got['hpa_late_p99_ms']:.1f} ms")
+    print(f"  poll chain p50 {ch['poll']['p50_ms']:.2f} ms, p99 {ch['poll']['p99_ms']:.2f} ms "
+          f"({ch['poll']['n']:,})")
+    print(f"  per call p50 {got['call_p50_ms']:.2f} ms, p99 {got['call_p99_ms']:.2f} ms; "
+          + ", ".join(f"{m} p99 {v['p99_ms']:.2f} ms ({v['n']:,})"
+                      for m, v in got["per_method"].items()))
+    if got["push"]:
+        print(f"  streams delivered {got['streams_delivered']} (by the window: "
+              f"{got['streams_delivered_by_warmup']}); stream errors "
+              f"{got['stream_errors'] or 0}; pushes {got['pushes']:,}; first message p99 "
+              f"{got['first_push_p99_s']:.2f} s")
+    fresh = got["freshness_ms"]
+    if fresh:
+        print(f"  freshness (load flip -> GetMetrics moved): p50 {fresh[len(fresh) // 2]:.0f}"
+              f" ms, max {fresh[-1]:.0f} ms ({len(fresh)} probes)")
+    print("  scaler CPU " + ", ".join(f"{c:.0%}" for c in got["scaler_cpu"])
+          + " of a core (ingest alone: " + ", ".join(f"{c:.0%}" for c in idle)
+          + "), RSS " + ", ".join(f"{r:.0f}" for r in got["scaler_rss_mib"])
+          + f" MiB; KEDA client CPU {got['client_cpu']:.0%} of a core")
+    extra = [c - i for c, i in zip(got["scaler_cpu"], idle, strict=True)]
+    per_call = sum(extra) / max(got["calls_per_s"], 1) * 1e6
+    print(f"  scaler CPU per call beyond ingest {per_call:.0f} µs = "
+          f"{per_call / floor_us:.1f}x the yardstick")
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--keda":
+        target, n, seconds, warmup, push, ctl = sys.argv[2:8]
+        asyncio.run(keda_main(target, int(n), float(seconds), float(warmup), push == "1",
+                              json.loads(ctl)))
+        return
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--objects", type=int, nargs="+", default=[1000, 10000])
+    ap.add_argument("--seconds", type=float, default=60.0)
+    ap.add_argument("--warmup", type=float, default=20.0,
+                    help="seconds before the window (streams open, first polls)")
+    ap.add_argument("--push", action="store_true", help="external-push: both streams per "
+                    "ScaledObject")
+    ap.add_argument("--replicas", type=int, default=1)
+    ap.add_argument("--generators", type=int, default=2)
+    ap.add_argument("--pin", action="store_true", help="pin scaler replica r to core r")
+    ap.add_argument("--json", type=Path, help="write every figure here too")
+    args = ap.parse_args()
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    floor_us = grpc_floor.floor()
+    print(f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores, "
+          f"Python {platform.python_version()}, grpcio {grpc.__version__}, "
+          f"{time.strftime('%Y-%m-%d')}")
+    print(f"yardstick: grpc.aio empty handler {floor_us:.0f} µs of server CPU per call")
+    gens, controls, addrs = start_fleet(args.generators, env)
+    scalers: list[Any] = []
+    results = []
+    try:
+        scalers = start_scalers(args.replicas, addrs, env, args.pin)
+        c0, t0 = [proc_cpu_seconds(s[0].pid) for s in scalers], time.monotonic()
+        time.sleep(10)
+        idle = [(proc_cpu_seconds(s[0].pid) - c) / (time.monotonic() - t0)
+                for s, c in zip(scalers, c0, strict=True)]
+        target = ("ipv4:" + ",".join(f"127.0.0.1:{s[1]}" for s in scalers)
+                  if len(scalers) > 1 else f"127.0.0.1:{scalers[0][1]}")
+        print(f"{args.replicas} scaler replica(s), {AGENTS:,} agents x {PODS} pods at 1 Hz; "
+              f"one KEDA channel to {target}")
+        for n in args.objects:
+            got = run_keda(target, n, args.seconds, args.warmup, args.push, controls,
+                           scalers, env)
+            got["ingest_cpu"], got["floor_us"] = idle, floor_us
+            report(got, floor_us, idle)
+            results.append(got)
+            for s in scalers:  # a scaler that died is a result too
+                if s[0].poll() is not None:
+                    raise RuntimeError(f"a scaler exited with {s[0].returncode}")
+    finally:
+        for p in [s[0] for s in scalers] + gens:
+            p.terminate()
+            p.wait(10)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()
