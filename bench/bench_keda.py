@@ -301,15 +301,18 @@ def metrics_text(port: int) -> str:
         return str(r.read().decode())
 
 
-def start_fleet(generators: int, env: dict[str, str]) -> tuple[list[subprocess.Popen[str]],
+def start_fleet(generators: int, env: dict[str, str], cpus: str,
+                ) -> tuple[list[subprocess.Popen[str]],
                                                               list[list[int]], list[str]]:
     per = AGENTS // generators
     gens, controls, addrs = [], [], []
     for k in range(generators):
         first, port_base, control = k * per, 21000 + k * per, grpc_floor.free_port()
-        p = subprocess.Popen([sys.executable, str(REPO / "bench" / "bench_fleet.py"),
-                              "--generate", str(first), str(per), str(port_base),
-                              str(control)], stdout=subprocess.PIPE, env=env, text=True)
+        argv = [sys.executable, str(REPO / "bench" / "bench_fleet.py"), "--generate",
+                str(first), str(per), str(port_base), str(control)]
+        if cpus:
+            argv = ["taskset", "-c", cpus, *argv]
+        p = subprocess.Popen(argv, stdout=subprocess.PIPE, env=env, text=True)
         gens.append(p)
         controls.append([first, first + per, control])
         addrs += [f"127.0.0.1:{port_base + i}" for i in range(per)]
@@ -327,7 +330,7 @@ def start_scalers(replicas: int, addrs: list[str], env: dict[str, str], pin: boo
                 "--host", "127.0.0.1", "--port", str(port), "--metrics-port", str(mport),
                 "--agents", ",".join(addrs), "--agents-insecure"]
         if pin:
-            argv = ["taskset", "-c", str(r % (os.cpu_count() or 1)), *argv]
+            argv = ["taskset", "-c", str(r), *argv]
         p = subprocess.Popen(argv, stdout=subprocess.PIPE, env=env, text=True)
         assert p.stdout is not None and "gpuscale scaler" in p.stdout.readline()
         out.append((p, port, mport))
@@ -340,23 +343,57 @@ def start_scalers(replicas: int, addrs: list[str], env: dict[str, str], pin: boo
     return out
 
 
+def gc_pauses(before: str, after: str) -> dict[str, tuple[int, float, float]]:
+    """Generation -> (collections, seconds in all, the largest pause's bucket bound) between
+    two scrapes of the scaler's gpuscale_scaler_gc_pause_seconds."""
+    def parse(text: str) -> dict[tuple[str, str], float]:
+        out = {}
+        for line in text.splitlines():
+            if line.startswith("gpuscale_scaler_gc_pause_seconds"):
+                name, value = line.rsplit(" ", 1)
+                out[(name.split("{")[0], name.split("{", 1)[-1])] = float(value)
+        return out
+    b, a = parse(before), parse(after)
+    got = {}
+    for gen in "012":
+        def delta(kind: str, extra: str = "", gen: str = gen) -> float:
+            key = (f"gpuscale_scaler_gc_pause_seconds_{kind}",
+                   f'generation="{gen}"{extra}}}')
+            return a.get(key, 0.0) - b.get(key, 0.0)
+        count = delta("count")
+        top = 0.0
+        for le in ("0.001", "0.005", "0.01", "0.02", "0.05", "0.1", "0.2", "0.5", "1.0",
+                   "+Inf"):
+            if delta("bucket", f',le="{le}"') < count:
+                top = float("inf") if le == "+Inf" else float(le)
+        got[gen] = (int(count), delta("sum"), top)
+    return got
+
+
 def run_keda(target: str, n: int, seconds: float, warmup: float, push: bool,
-             controls: list[list[int]], scalers: list[Any], env: dict[str, str],
-             ) -> dict[str, Any]:
+             controls: list[list[int]], scalers: list[Any], gens: list[Any],
+             env: dict[str, str], client_cpus: str) -> dict[str, Any]:
     argv = [sys.executable, __file__, "--keda", target, str(n), str(seconds), str(warmup),
             "1" if push else "0", json.dumps(controls)]
+    if client_cpus:
+        argv = ["taskset", "-c", client_cpus, *argv]
     p = subprocess.Popen(argv, stdout=subprocess.PIPE, env=env, text=True)
     assert p.stdout is not None
     assert p.stdout.readline().strip() == "window"
     pids = [s[0].pid for s in scalers]
     c0, t0 = [proc_cpu_seconds(pid) for pid in pids], time.monotonic()
+    g0 = sum(proc_cpu_seconds(g.pid) for g in gens)
+    scrape0 = metrics_text(scalers[0][2])
     assert p.stdout.readline().strip() == "end"
     wall = time.monotonic() - t0
+    got_gc = gc_pauses(scrape0, metrics_text(scalers[0][2]))
+    gens_cpu = (sum(proc_cpu_seconds(g.pid) for g in gens) - g0) / wall
     cpu = [(proc_cpu_seconds(pid) - c) / wall for pid, c in zip(pids, c0, strict=True)]
     rss = [proc_mem_mib(pid)[0] for pid in pids]
     got: dict[str, Any] = json.loads(p.stdout.readline())
     p.wait(60)
     got["scaler_cpu"], got["scaler_rss_mib"] = cpu, rss
+    got["gc"], got["generators_cpu"] = got_gc, gens_cpu
     return got
 
 
@@ -385,7 +422,11 @@ def report(got: dict[str, Any], floor_us: float, idle: list[float]) -> None:
     print("  scaler CPU " + ", ".join(f"{c:.0%}" for c in got["scaler_cpu"])
           + " of a core (ingest alone: " + ", ".join(f"{c:.0%}" for c in idle)
           + "), RSS " + ", ".join(f"{r:.0f}" for r in got["scaler_rss_mib"])
-          + f" MiB; KEDA client CPU {got['client_cpu']:.0%} of a core")
+          + f" MiB; KEDA client CPU {got['client_cpu']:.0%} of a core, agent generators "
+          f"{got['generators_cpu']:.0%}")
+    print("  GC in the (first) scaler: " + "; ".join(
+        f"gen {g}: {n} x, {total * 1e3:.0f} ms in all, largest <= {top * 1e3:.0f} ms"
+        for g, (n, total, top) in got["gc"].items() if n))
     extra = [c - i for c, i in zip(got["scaler_cpu"], idle, strict=True)]
     per_call = sum(extra) / max(got["calls_per_s"], 1) * 1e6
     print(f"  scaler CPU per call beyond ingest {per_call:.0f} µs = "
@@ -408,16 +449,24 @@ def main() -> None:
                     "ScaledObject")
     ap.add_argument("--replicas", type=int, default=1)
     ap.add_argument("--generators", type=int, default=2)
-    ap.add_argument("--pin", action="store_true", help="pin scaler replica r to core r")
+    ap.add_argument("--pin", action="store_true", help="pin scaler replica r to core r, "
+                    "the agents' generators and KEDA to the other cores")
     ap.add_argument("--json", type=Path, help="write every figure here too")
     args = ap.parse_args()
-    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(REPO / "src"), *filter(None, [os.environ.get("PYTHONPATH")])])}
     floor_us = grpc_floor.floor()
     print(f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores, "
           f"Python {platform.python_version()}, grpcio {grpc.__version__}, "
           f"{time.strftime('%Y-%m-%d')}")
     print(f"yardstick: grpc.aio empty handler {floor_us:.0f} µs of server CPU per call")
-    gens, controls, addrs = start_fleet(args.generators, env)
+    others = ""  # with --pin: scaler replica r on core r, everything else on the rest
+    if args.pin:
+        count = os.cpu_count() or 1
+        if count <= args.replicas:
+            raise SystemExit(f"--pin needs more than {args.replicas} cores")
+        others = f"{args.replicas}-{count - 1}"
+    gens, controls, addrs = start_fleet(args.generators, env, others)
     scalers: list[Any] = []
     results = []
     try:
@@ -432,7 +481,7 @@ def main() -> None:
               f"one KEDA channel to {target}")
         for n in args.objects:
             got = run_keda(target, n, args.seconds, args.warmup, args.push, controls,
-                           scalers, env)
+                           scalers, gens, env, others)
             got["ingest_cpu"], got["floor_us"] = idle, floor_us
             report(got, floor_us, idle)
             results.append(got)

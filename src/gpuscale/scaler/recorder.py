@@ -26,6 +26,7 @@ from gpuscale.scaler.state.history import (
     RecordedAnswers,
     TargetAnswer,
     TriggerHistory,
+    owners,
 )
 from gpuscale.stream.records import DeviceRecord
 
@@ -36,6 +37,7 @@ log = logging.getLogger(__name__)
 
 DEVICE_STEP_S = 15.0  # devices sampled this often (four utilization samples a minute)
 CHUNK = 50  # ScaledObjects recorded between two turns of the event loop
+NODE_CHUNK = 50  # nodes' devices sampled between two turns
 
 Links = Callable[[], Iterable["LinkState"]]
 
@@ -114,7 +116,7 @@ class Recorder:
         while True:
             started = time.monotonic()
             try:
-                self.devices.sample(self.wall(), self.live_devices(), self.answers.fleet.pods())
+                await self._sample_devices(NODE_CHUNK)
                 if started - last_moments >= self.history.step_s - period / 2:
                     last_moments = started
                     items = self.history.items()
@@ -124,6 +126,15 @@ class Recorder:
             except Exception as exc:  # a bug here must not end the scaler
                 log.error("recording the history failed: %s", exc, exc_info=exc)
             await asyncio.sleep(max(0.0, period - (time.monotonic() - started)))
+
+    async def _sample_devices(self, chunk: int) -> None:
+        """Every live node's devices, ``chunk`` nodes between two turns of the event loop
+        (8,000 GPUs at once held every answer for ~90 ms, bench_keda)."""
+        now, live = self.wall(), list(self.live_devices().items())
+        owner_of = owners(self.answers.fleet.pods())
+        for i in range(0, len(live), chunk):
+            self.devices.sample_nodes(now, live[i:i + chunk], owner_of)
+            await asyncio.sleep(0)
 
     def record_now(self) -> None:
         """One step of ``run`` at once (all ScaledObjects, no yielding)."""

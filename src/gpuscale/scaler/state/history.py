@@ -185,6 +185,12 @@ class DeviceLog:
         return out
 
 
+def owners(pods: Iterable[PodRecord]) -> dict[str, str]:
+    """namespace/pod -> its owner (kind/name, "" when none), for DeviceHistory."""
+    return {f"{p.namespace}/{p.name}": f"{p.owner.kind}/{p.owner.name}" if p.owner else ""
+            for p in pods}
+
+
 class DeviceHistory:
     """Per device (node, UUID): allocation and mean utilization per minute."""
 
@@ -199,10 +205,16 @@ class DeviceHistory:
                pods: Iterable[PodRecord]) -> None:
         """One sample of every node's devices at wall time ``now``: utilization (absent
         readings are not counted) and who holds each device."""
-        owners = {f"{p.namespace}/{p.name}": f"{p.owner.kind}/{p.owner.name}" if p.owner
-                  else "" for p in pods}
+        self.sample_nodes(now, devices.items(), owners(pods))
+
+    def sample_nodes(self, now: float,
+                     nodes: Iterable[tuple[str, tuple[DeviceRecord, ...]]],
+                     owner_of: Mapping[str, str]) -> None:
+        """``sample`` for some of the nodes (a large fleet is sampled in slices, so the
+        scaler's answers are not held up by all of it at once); ``owner_of``: from
+        ``owners``."""
         start = math.floor(now / MINUTE_S) * MINUTE_S
-        for node, devs in devices.items():
+        for node, devs in nodes:
             gpus = {d.uuid: d for d in devs if not d.parent_uuid}
             for d in devs:
                 if d.sharing == "mig":
@@ -212,7 +224,7 @@ class DeviceHistory:
                         else None)
                 log = self._log(node, d, gpus)
                 if log is not None:
-                    log.add(start, held, tuple(owners.get(p, "") for p in held), util)
+                    log.add(start, held, tuple(owner_of.get(p, "") for p in held), util)
 
     def _log(self, node: str, d: DeviceRecord,
              gpus: Mapping[str, DeviceRecord]) -> DeviceLog | None:
