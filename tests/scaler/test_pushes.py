@@ -119,7 +119,7 @@ async def test_stopping_ends_every_stream_normally() -> None:
 
 async def test_rounds_leave_the_event_loop_time() -> None:
     """With many streams a round is cut into chunks with a turn of the loop between them,
-    and the loop rests after a round as long again (duty 0.5)."""
+    and the loop rests after a round four times as long (duty 0.2)."""
     world = World()
     pushes = world.pushes(min_period=0.001, chunk=10)
     subs = [pushes.open(f"so{i}", world.check) for i in range(200)]
