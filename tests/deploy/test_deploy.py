@@ -356,3 +356,23 @@ def test_the_dashboard_is_provisioned_by_helm_and_compose() -> None:
     assert {"Fleet GPU utilization (mean over GPUs)",
             "Idle GPUs: held by a pod, under 10 % for 15 minutes",
             "Workload value vs replicas (KEDA, kube-state-metrics, the planner)"} <= titles
+
+
+def test_the_scaler_service_is_headless_unless_asked_otherwise() -> None:
+    """KEDA's client resolves scalerAddress with gRPC's DNS resolver and round_robin: a
+    headless Service lets it spread calls and streams over every Ready replica; the port
+    is then the pod's own, so the Service's ports must equal the container's."""
+    def scaler_service(objs: Iterable[dict[str, Any]]) -> dict[str, Any]:
+        return next(o for o in objs if o["kind"] == "Service"
+                    and o["metadata"]["name"] == "gpuscale-scaler")
+
+    for objs in (render("kustomize/base"), helm_render(None)):
+        svc = scaler_service(objs)
+        assert svc["spec"]["clusterIP"] == "None"
+        deployment = next(o for o in objs if o["kind"] == "Deployment"
+                          and o["metadata"]["name"] == "gpuscale-scaler")
+        ports = {p["name"]: p["containerPort"] for c in
+                 deployment["spec"]["template"]["spec"]["containers"] for p in c["ports"]}
+        assert all(ports[p["targetPort"]] == p["port"] for p in svc["spec"]["ports"])
+    assert "clusterIP" not in scaler_service(helm_render(
+        {"scaler": {"headless": False}}))["spec"]
