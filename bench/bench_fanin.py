@@ -11,7 +11,12 @@ API, and at which its RSS would reach 300 MiB. The projection is a model fitted 
 measurements on this machine, not a measurement at the projected size: generators and
 scaler share the same 2 cores, so sizes beyond ~1,500 agents cannot be measured here.
 
+Agents stream their devices too (for the operator tools), as real ones do; ``--no-devices``
+measures pods only. The yardstick (grpc.aio's empty-handler CPU per call,
+bench/grpc_floor.py) is measured first, in the same run.
+
 Usage: .venv/bin/python bench/bench_fanin.py [--sizes 250 500 1000 1500] [--seconds 20]
+       [--no-devices]
 """
 
 from __future__ import annotations
@@ -34,10 +39,10 @@ PATTERNS = {
 }
 
 
-def run(agents: int, seconds: float) -> dict[str, float]:
-    out = subprocess.run([sys.executable, str(REPO / "bench" / "bench_fleet.py"),
-                          "--agents", str(agents), "--seconds", str(seconds)],
-                         capture_output=True, text=True, check=True, timeout=900).stdout
+def run(agents: int, seconds: float, devices: bool) -> dict[str, float]:
+    argv = [sys.executable, str(REPO / "bench" / "bench_fleet.py"), "--agents", str(agents),
+            "--seconds", str(seconds), *([] if devices else ["--no-devices"])]
+    out = subprocess.run(argv, capture_output=True, text=True, check=True, timeout=900).stdout
     got = {}
     for key, pattern in PATTERNS.items():
         m = re.search(pattern, out)
@@ -61,12 +66,21 @@ def main() -> None:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", type=int, nargs="+", default=[250, 500, 1000, 1500])
     ap.add_argument("--seconds", type=float, default=20.0)
+    ap.add_argument("--no-devices", action="store_true",
+                    help="agents stream pods only (the table before the operator tools)")
     args = ap.parse_args()
+    sys.path.insert(0, str(REPO))
+    from bench.grpc_floor import floor
+
+    floor_us = floor()
     print(f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores, "
-          f"Python {platform.python_version()}, {time.strftime('%Y-%m-%d')}")
+          f"Python {platform.python_version()}, {time.strftime('%Y-%m-%d')}; yardstick: "
+          f"grpc.aio empty handler {floor_us:.0f} µs of server CPU per call")
+    print("agents stream " + ("pods only" if args.no_devices else
+                              "pods and their 8 GPUs (as real agents do)"))
     rows = []
     for n in args.sizes:
-        r = run(n, args.seconds)
+        r = run(n, args.seconds, not args.no_devices)
         rows.append((n, r))
         print(f"  {n:5d} agents ({8 * n:6d} pods): scaler CPU {r['cpu']:3.0f} % of a core, "
               f"RSS {r['rss']:4.0f} MiB, update delay p99 <= {r['p99']:.0f} ms, load flip "

@@ -176,7 +176,8 @@ class FaultResult:
     ok: int = 0
     too_small: list[str] = field(default_factory=list)
     to_unavailable_s: float | None = None
-    to_recovery_s: float | None = None
+    to_recovery_s: float | None = None  # from the heal's end to every answer OK again
+    heal_s: float = 0.0  # the heal step itself (an agent's start or shutdown: not ours)
     reasons: set[str] = field(default_factory=set)
 
 
@@ -398,8 +399,10 @@ async def run_matrix(hold_s: float = 3.0, interval: float = 0.2,
             while time.monotonic() - began < hold_s:
                 await poll(stub, name, answers)
                 await asyncio.sleep(POLL_S)
-            healed = time.monotonic()
+            healing = time.monotonic()
             await heal(cluster)
+            healed = time.monotonic()  # recovery is timed from here: the heal's own time
+            res.heal_s = healed - healing  # (starting or stopping an agent) is not ours
             while not await all_ok(stub, answers, name):
                 if time.monotonic() - healed > recover_within_s:
                     break
@@ -461,14 +464,15 @@ async def _hostile_round(stub: pb_grpc.ExternalScalerStub, codes: dict[str, int]
 
 
 def report(out: dict[str, Any]) -> str:
-    rows = ["| fault | answers | OK | too-small OK | to UNAVAILABLE | to recovery | "
-            "a reason given |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    rows = ["| fault | answers | OK | too-small OK | to UNAVAILABLE | heal step | "
+            "heal done to recovery | a reason given |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in out["results"]:
         down = f"{r.to_unavailable_s:.2f} s" if r.to_unavailable_s is not None else "-"
         up = f"{r.to_recovery_s:.2f} s" if r.to_recovery_s is not None else "NOT RECOVERED"
         reason = sorted(r.reasons)[0].replace("|", "/") if r.reasons else "-"
         rows.append(f"| {r.name} | {r.answers} | {r.ok} | {len(r.too_small)} | {down} | "
-                    f"{up} | {reason[:110]} |")
+                    f"{r.heal_s:.2f} s | {up} | {reason[:110]} |")
     m = out["memory"]
     rows.append("")
     rows.append(f"answers checked: {out['answers']}; too-small OK answers: "
