@@ -188,6 +188,9 @@ async def main() -> None:
     if args.generate:
         await generate(*args.generate)
         return
+    from bench.grpc_floor import yardstick
+
+    stick = yardstick()  # before the generators start
     per = args.agents // args.generators
     base = 20000
     gens, controls, addrs = [], [], []
@@ -233,6 +236,7 @@ async def main() -> None:
         delays.sort()
         print(f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores, "
               f"Python {platform.python_version()}, {time.strftime('%Y-%m-%d')}")
+        print(stick)
         print(f"{args.agents} agents x {PODS} pods at 1 Hz into one scaler, measured over "
               f"{args.seconds:.0f} s once all were connected")
         print(f"  update delay (histogram, {n} updates): p50 <= {p50 * 1e3:.0f} ms, "

@@ -133,6 +133,9 @@ def main() -> None:
     devices_mb = (tracemalloc.get_traced_memory()[0] - base) / 2**20
     tracemalloc.stop()
 
+    from bench.grpc_floor import yardstick
+
+    print(yardstick())
     print(f"machine: {platform.machine()}, Python {platform.python_version()}; "
           f"{args.nodes} nodes x 8 GPUs, {fleet.pod_count()} pods, {args.triggers} "
           f"ScaledObjects")

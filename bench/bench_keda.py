@@ -370,6 +370,12 @@ def gc_pauses(before: str, after: str) -> dict[str, tuple[int, float, float]]:
     return got
 
 
+def answered(text: str) -> float:
+    """Calls the scaler counted (gpuscale_scaler_requests_total, every method and code)."""
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("gpuscale_scaler_requests_total{"))
+
+
 def run_keda(target: str, n: int, seconds: float, warmup: float, push: bool,
              controls: list[list[int]], scalers: list[Any], gens: list[Any],
              env: dict[str, str], client_cpus: str) -> dict[str, Any]:
@@ -383,17 +389,19 @@ def run_keda(target: str, n: int, seconds: float, warmup: float, push: bool,
     pids = [s[0].pid for s in scalers]
     c0, t0 = [proc_cpu_seconds(pid) for pid in pids], time.monotonic()
     g0 = sum(proc_cpu_seconds(g.pid) for g in gens)
-    scrape0 = metrics_text(scalers[0][2])
+    scrapes0 = [metrics_text(s[2]) for s in scalers]
     assert p.stdout.readline().strip() == "end"
     wall = time.monotonic() - t0
-    got_gc = gc_pauses(scrape0, metrics_text(scalers[0][2]))
+    scrapes1 = [metrics_text(s[2]) for s in scalers]
+    got_gc = gc_pauses(scrapes0[0], scrapes1[0])
+    shares = [answered(b) - answered(a) for a, b in zip(scrapes0, scrapes1, strict=True)]
     gens_cpu = (sum(proc_cpu_seconds(g.pid) for g in gens) - g0) / wall
     cpu = [(proc_cpu_seconds(pid) - c) / wall for pid, c in zip(pids, c0, strict=True)]
     rss = [proc_mem_mib(pid)[0] for pid in pids]
     got: dict[str, Any] = json.loads(p.stdout.readline())
     p.wait(60)
     got["scaler_cpu"], got["scaler_rss_mib"] = cpu, rss
-    got["gc"], got["generators_cpu"] = got_gc, gens_cpu
+    got["gc"], got["generators_cpu"], got["answered_by_replica"] = got_gc, gens_cpu, shares
     return got
 
 
@@ -410,6 +418,9 @@ def report(got: dict[str, Any], floor_us: float, idle: list[float]) -> None:
     print(f"  per call p50 {got['call_p50_ms']:.2f} ms, p99 {got['call_p99_ms']:.2f} ms; "
           + ", ".join(f"{m} p99 {v['p99_ms']:.2f} ms ({v['n']:,})"
                       for m, v in got["per_method"].items()))
+    if len(got["answered_by_replica"]) > 1:
+        print("  calls answered by each replica: "
+              + ", ".join(f"{n:,.0f}" for n in got["answered_by_replica"]))
     if got["push"]:
         print(f"  streams delivered {got['streams_delivered']} (by the window: "
               f"{got['streams_delivered_by_warmup']}); stream errors "

@@ -317,6 +317,9 @@ async def main() -> None:
     args = parser.parse_args()
     print(f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores, "
           f"Python {platform.python_version()}, {time.strftime('%Y-%m-%d')}")
+    from bench.grpc_floor import yardstick
+
+    print(yardstick())
     print(f"1. custom.metrics.k8s.io, {WORKLOADS} workloads, {NODES * PODS_PER_NODE} pods "
           "updated at 1 Hz, the aggregator's front-proxy certificate, reviews cached 10 s:")
     await latency(args.cycles, args.seconds)

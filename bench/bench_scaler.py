@@ -327,6 +327,9 @@ async def main() -> None:
     print(f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores, "
           f"Python {platform.python_version()}, grpcio {grpc.__version__}, "
           f"{time.strftime('%Y-%m-%d')}")
+    from bench.grpc_floor import yardstick
+
+    print(yardstick())
     print(f"1. GetMetrics, {WORKLOADS} workloads, {NODES * PODS_PER_NODE} pods updated at "
           f"1 Hz, 200 concurrent callers in another process:")
     await latency(args.seconds)

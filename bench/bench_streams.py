@@ -3,12 +3,13 @@ scaler, for BENCHMARKS.md.
 
 The scaler runs in a child process (so its RSS and CPU are its own, read from /proc) with a
 fleet view of 1,000 nodes x 8 pods (8,000 pods, 1,000 workloads in 10 namespaces) updated
-at 1 Hz in-process. A client process opens ``--streams`` streams (half StreamIsActive, half
-StreamMetricSpec, over ``--streams / 400`` connections: 400 is the scaler's per-connection
-stream limit) on the 1,000 workloads, all at once (as KEDA re-opens them after a restart),
-and counts the pushes; from ``--settle`` seconds on, a second client asks GetMetrics at 200
-calls/s while they are open and reports its latency; a last check opens one stream more
-than a connection may hold and prints the error it gets. Every ``--sample`` seconds: the
+at 1 Hz in-process. A client process opens ``--streams`` streams (one StreamIsActive and
+one StreamMetricSpec per ScaledObject, ``--streams / 2`` ScaledObjects over the 1,000
+workloads) on ONE connection, as KEDA's operator shares one per scalerAddress, all at once
+(as KEDA re-opens them after a restart), and counts the pushes; from ``--settle`` seconds
+on, a second client asks GetMetrics at 200 calls/s while they are open and reports its
+latency; a last check opens one trigger's StreamMetricSpec twice and prints how the first
+ends (a newer stream of the same trigger replaces it). Every ``--sample`` seconds: the
 scaler's RSS and CPU (% of one core) over the interval.
 
 Usage: .venv/bin/python bench/bench_streams.py [--streams 10000] [--seconds 600]
@@ -30,7 +31,6 @@ sys.path.insert(0, str(REPO))
 from bench.proc import proc_cpu_seconds, proc_mem_mib  # noqa: E402
 
 NODES, PODS_PER_NODE, WORKLOADS, NAMESPACES = 1000, 8, 1000, 10
-PER_CONNECTION = 400  # scaler.service.MAX_STREAMS_PER_PEER
 
 SERVER = r"""
 import asyncio, sys, time
@@ -68,8 +68,9 @@ import grpc
 from gpuscale.proto import externalscaler_pb2 as pb, externalscaler_pb2_grpc as g
 port, streams, per = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[4])
 seconds = float(sys.argv[3])
-def ref(w):
-    return pb.ScaledObjectRef(name=f"w{w}", namespace=f"ns{w % 10}",
+def ref(j):  # ScaledObject so-j on workload j % 1000: one stream of each kind per trigger
+    w = j % 1000
+    return pb.ScaledObjectRef(name=f"so-{j}", namespace=f"ns{w % 10}",
                               scalerMetadata={"podSelector": f"app=w{w}"})
 async def main():
     conns = (streams + per - 1) // per
@@ -80,7 +81,7 @@ async def main():
     async def one(i):
         nonlocal pushes, opened
         stub = g.ExternalScalerStub(chans[i // per])
-        call = (stub.StreamIsActive if i % 2 == 0 else stub.StreamMetricSpec)(ref(i % 1000))
+        call = (stub.StreamIsActive if i % 2 == 0 else stub.StreamMetricSpec)(ref(i // 2))
         opened += 1
         try:
             async for _ in call:
@@ -132,28 +133,25 @@ async def main():
 asyncio.run(main())
 """
 
-LIMIT = r"""
+REPLACE = r"""
 import asyncio, sys
 import grpc
 from gpuscale.proto import externalscaler_pb2 as pb, externalscaler_pb2_grpc as g
-port, per = int(sys.argv[1]), int(sys.argv[2])
+port = int(sys.argv[1])
 async def main():
-    ch = grpc.aio.insecure_channel(f"127.0.0.1:{port}", options=[("gs.conn", "limit")])
+    ch = grpc.aio.insecure_channel(f"127.0.0.1:{port}", options=[("gs.conn", "replace")])
     stub = g.ExternalScalerStub(ch)
     ref = pb.ScaledObjectRef(name="w1", namespace="ns1", scalerMetadata={"podSelector": "app=w1"})
-    calls = [stub.StreamMetricSpec(ref) for _ in range(per + 1)]
-    async def first(c):
-        try:
-            await c.read()
-            return "ok"
-        except grpc.aio.AioRpcError as exc:
-            return f"{exc.code().name}: {exc.details()}"
-    got = await asyncio.gather(*(first(c) for c in calls))
-    refused = [r for r in got if r != "ok"]
-    print(f"{len(got) - len(refused)} streams open, {len(refused)} refused: "
-          f"{refused[0] if refused else '-'}")
-    for c in calls:
-        c.cancel()
+    old = stub.StreamMetricSpec(ref)
+    await old.read()
+    new = stub.StreamMetricSpec(ref)
+    await new.read()
+    try:
+        await old.read()
+        print("the first stream is still open")
+    except grpc.aio.AioRpcError as exc:
+        print(f"the first ended with {exc.code().name}: {exc.details()}; the second is open")
+    new.cancel()
 asyncio.run(main())
 """
 
@@ -169,12 +167,17 @@ async def main() -> None:
     parser.add_argument("--streams", type=int, default=10_000)
     parser.add_argument("--seconds", type=float, default=600.0)
     parser.add_argument("--sample", type=float, default=60.0)
+    parser.add_argument("--per-connection", type=int, default=0,
+                        help="streams per connection (0: all on one, as KEDA opens them)")
     parser.add_argument("--settle", type=float, default=30.0,
                         help="seconds for the streams to open before GetMetrics is measured")
     args = parser.parse_args()
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
     print(f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores, "
           f"Python {platform.python_version()}, {time.strftime('%Y-%m-%d')}")
+    from bench.grpc_floor import yardstick
+
+    print(yardstick())
     server = await asyncio.create_subprocess_exec(sys.executable, "-c", SERVER,
                                                   stdout=asyncio.subprocess.PIPE, env=env)
     assert server.stdout is not None
@@ -191,7 +194,8 @@ async def main() -> None:
               f"{out.decode().strip()}; scaler CPU {100 * (cpu_b - cpu_a) / 20:.0f} % of a core")
         streams = await asyncio.create_subprocess_exec(
             sys.executable, "-c", STREAMS, str(port), str(args.streams), str(args.seconds),
-            str(PER_CONNECTION), stdout=asyncio.subprocess.PIPE, env=env)
+            str(args.per_connection or args.streams), stdout=asyncio.subprocess.PIPE,
+            env=env)
         assert streams.stdout is not None
         t0 = time.monotonic()
         unary = None
@@ -221,11 +225,11 @@ async def main() -> None:
         out, _ = await unary.communicate()
         print(f"GetMetrics at 200 calls/s with the streams open (from t={args.settle:.0f}s "
               f"on): {out.decode().strip()}")
-        limit = await asyncio.create_subprocess_exec(
-            sys.executable, "-c", LIMIT, str(port), str(PER_CONNECTION),
-            stdout=asyncio.subprocess.PIPE, env=env)
-        out, _ = await limit.communicate()
-        print(f"one connection asking {PER_CONNECTION + 1} streams: {out.decode().strip()}")
+        again = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", REPLACE, str(port), stdout=asyncio.subprocess.PIPE,
+            env=env)
+        out, _ = await again.communicate()
+        print(f"one trigger's StreamMetricSpec opened twice: {out.decode().strip()}")
     finally:
         server.kill()
         await server.wait()

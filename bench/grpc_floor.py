@@ -272,7 +272,9 @@ def start(variant: str) -> tuple[subprocess.Popen[str], int]:
     port = free_port()
     proc = subprocess.Popen([sys.executable, __file__, "--serve", variant, str(port)],
                             stdout=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+                            env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                                [str(REPO / "src"),
+                                 *filter(None, [os.environ.get("PYTHONPATH")])])})
     assert proc.stdout is not None
     if proc.stdout.readline().strip() != "ready":
         raise RuntimeError(f"{variant} did not start")
@@ -312,6 +314,14 @@ def floor(seconds: float = 4.0) -> float:
         return measure("aio-empty", seconds, 0.0)["closed_us"]
     finally:
         pin(mine)
+
+
+def yardstick() -> str:
+    """The line the scaler benches print beside their figures (``floor`` measured now)."""
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:  # callers may run a loop
+        us = pool.submit(floor).result()
+    return (f"yardstick: grpc.aio empty handler {us:.0f} µs of server CPU per call "
+            f"(bench/grpc_floor.py, this run; compare ratios to it across machines)")
 
 
 def main() -> None:
