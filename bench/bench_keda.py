@@ -35,7 +35,7 @@ bench_fleet.py's (the real TelemetryPublisher, one gRPC server per agent). The y
 (grpc.aio's empty-handler CPU per call, bench/grpc_floor.py) is measured in the same run.
 
 Usage: .venv/bin/python bench/bench_keda.py [--objects 1000 10000] [--seconds 60]
-       [--push] [--replicas 1] [--pin]
+       [--push] [--replicas 1] [--pin] [--lag-probe]
 """
 
 from __future__ import annotations
@@ -463,9 +463,17 @@ def main() -> None:
     ap.add_argument("--pin", action="store_true", help="pin scaler replica r to core r, "
                     "the agents' generators and KEDA to the other cores")
     ap.add_argument("--json", type=Path, help="write every figure here too")
+    ap.add_argument("--lag-probe", action="store_true",
+                    help="time the (first) scaler's event-loop callbacks (bench/lagprobe) and "
+                         "print those that held it over 4 ms, over the whole run")
     args = ap.parse_args()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [str(REPO / "src"), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    lag_file = Path(f"/tmp/gpuscale-lag-{os.getpid()}.tsv")
+    if args.lag_probe:
+        env["PYTHONPATH"] = os.pathsep.join([str(REPO / "bench" / "lagprobe"),
+                                             env["PYTHONPATH"]])
+        env["GPUSCALE_LAG_FILE"] = str(lag_file)
     floor_us = grpc_floor.floor()
     print(f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores, "
           f"Python {platform.python_version()}, grpcio {grpc.__version__}, "
@@ -499,6 +507,11 @@ def main() -> None:
             for s in scalers:  # a scaler that died is a result too
                 if s[0].poll() is not None:
                     raise RuntimeError(f"a scaler exited with {s[0].returncode}")
+        if args.lag_probe:
+            time.sleep(6)  # the probe writes every 5 s
+            print("\nevent-loop callbacks of the first scaler over 4 ms, the whole run "
+                  "(count, ms in all, worst ms, what ran):")
+            print(lag_file.read_text() if lag_file.exists() else "  (none written)")
     finally:
         for p in [s[0] for s in scalers] + gens:
             p.terminate()

@@ -196,3 +196,4 @@ def test_the_book_counts_what_is_live(ops: list[tuple[str, int, bool]]) -> None:
     assert book.bytes == sum(h.size for h in live.values())
     for kind in ("StreamIsActive", "StreamMetricSpec"):
         assert book.count(kind) == sum(1 for k in live if k[0] == kind)
+

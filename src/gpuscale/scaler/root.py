@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import os
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
@@ -60,7 +61,7 @@ SWEEP_S = 10.0  # departed agents' links are forgotten this often
 # ScaledObjects, with a 20 ms second generation every 2 s and a 100-200 ms full one every
 # ~15 s; most objects here die by reference count, so a larger young generation collects
 # rarely (bench_keda; gpuscale_scaler_gc_pause_seconds shows it live).
-GC_THRESHOLDS = (50_000, 20, 100)
+GC_THRESHOLDS: tuple[int, int, int] = (50_000, 20, 100)
 
 
 class Component(Protocol):
@@ -221,13 +222,30 @@ class Scaler:
             subscriber.sweep()
 
 
+def gc_thresholds(given: str) -> tuple[int, int, int]:
+    """The collector's thresholds: GC_THRESHOLDS, or ``given`` ("700,10,10": Python's
+    defaults) from GPUSCALE_GC_THRESHOLDS. ConfigError for anything but three positive
+    integers."""
+    if not given:
+        return GC_THRESHOLDS
+    try:
+        parts = [int(v) for v in given.split(",")]
+    except ValueError:
+        parts = []
+    if len(parts) != 3 or min(parts) < 1:
+        raise ConfigError(f"GPUSCALE_GC_THRESHOLDS: {given[:40]!r} is not three positive "
+                          f"integers (e.g. 700,10,10)")
+    return parts[0], parts[1], parts[2]
+
+
 def tune_gc() -> None:
     """For a long-running scaler process (not the tests or demos that build a Scaler):
     what start-up made (modules, the configuration) is moved out of the collector's way,
-    and the young generation is made large (GC_THRESHOLDS)."""
+    and the young generation is made large (gc_thresholds)."""
+    thresholds = gc_thresholds(os.environ.get("GPUSCALE_GC_THRESHOLDS", ""))
     gc.collect()
     gc.freeze()
-    gc.set_threshold(*GC_THRESHOLDS)
+    gc.set_threshold(*thresholds)
 
 
 async def serve(config: ScalerConfig, components: Sequence[Component] = (),
