@@ -14,9 +14,10 @@ from gpuscale.common.errors import (
     GpuscaleError,
     Overloaded,
     PeerError,
+    Superseded,
 )
 
-KINDS = (ConfigError, DataUnavailable, PeerError, Overloaded)
+KINDS = (ConfigError, DataUnavailable, PeerError, Overloaded, Superseded)
 
 
 def defined_errors() -> list[type[BaseException]]:
@@ -48,4 +49,5 @@ def test_the_kinds_map_to_statuses() -> None:
     assert (DataUnavailable.grpc_code, DataUnavailable.http_status) == ("UNAVAILABLE", 503)
     assert (PeerError.grpc_code, PeerError.http_status) == ("UNAVAILABLE", 502)
     assert (Overloaded.grpc_code, Overloaded.http_status) == ("RESOURCE_EXHAUSTED", 429)
+    assert (Superseded.grpc_code, Superseded.http_status) == ("ABORTED", 409)
     assert issubclass(ConfigError, ValueError)  # callers catching ValueError still work

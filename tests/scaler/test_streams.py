@@ -13,13 +13,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpuscale.common.errors import Overloaded
+from gpuscale.common.errors import Overloaded, Superseded
 from gpuscale.proto import externalscaler_pb2 as pb
 from gpuscale.proto import externalscaler_pb2_grpc as pb_grpc
 from gpuscale.scaler.answers import Answers
 from gpuscale.scaler.edges.keda import ScalerServer, ScalerService
 from gpuscale.scaler.state.fleet import FleetView
-from gpuscale.scaler.state.streams import Held, StreamBook, Superseded
+from gpuscale.scaler.state.streams import Held, StreamBook
 from gpuscale.stream.records import PodRecord
 from tests.scaler.test_keda_service import code_of
 from tests.scaler.test_planner_service import METADATA as PLANNER

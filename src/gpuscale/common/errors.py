@@ -1,6 +1,6 @@
 """The errors gpuscale raises on purpose, as one small hierarchy.
 
-Every error a caller may want to handle derives from ``GpuscaleError`` and from one of four
+Every error a caller may want to handle derives from ``GpuscaleError`` and from one of five
 kinds, each of which the edges answer the same way wherever it comes from:
 
 ===================== ================================== ===== ================ ========
@@ -14,8 +14,10 @@ kind                  meaning                            gRPC  HTTP             
 ``PeerError``         a peer (kubelet, NVML, the API     UNAVAILABLE      502   1
                       server, an agent, an engine) failed
                       or answered something unusable
-``Overloaded``        a caller holds more than its share RESOURCE_EXHAUSTED 429 1
-                      (streams per connection)
+``Overloaded``        a caller asks for more than a      RESOURCE_EXHAUSTED 429 1
+                      bound allows (the stream budget)
+``Superseded``        a newer request took this one's    ABORTED          409   1
+                      place (a KEDA stream replaced)
 ===================== ================================== ===== ================ ========
 
 The mapping is data (``grpc_code``, ``http_status``, ``exit_code`` on each class), read by
@@ -81,3 +83,11 @@ class Overloaded(GpuscaleError):
 
     grpc_code = "RESOURCE_EXHAUSTED"
     http_status = 429
+
+
+class Superseded(GpuscaleError):
+    """A newer request took this one's place (a KEDA stream replaced by a newer one of the
+    same trigger); the message says by what."""
+
+    grpc_code = "ABORTED"
+    http_status = 409

@@ -27,7 +27,7 @@ import asyncio
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from gpuscale.common.errors import GpuscaleError, Overloaded
+from gpuscale.common.errors import Overloaded, Superseded
 
 STREAM_BYTES = 26 * 1024  # one open stream, measured (BENCHMARKS.md, many streams)
 MEMORY_BUDGET_MIB = 1024  # default for --stream-memory-mib: ~40,000 streams
@@ -38,13 +38,6 @@ Key = tuple[str, str, str, tuple[tuple[str, str], ...]]
 
 class TooManyStreams(Overloaded):
     """The scaler's stream budget is spent."""
-
-
-class Superseded(GpuscaleError):
-    """A newer stream of the same kind for the same ScaledObject trigger replaced this one."""
-
-    grpc_code = "ABORTED"
-    http_status = 409
 
 
 @dataclass(eq=False)
