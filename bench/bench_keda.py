@@ -106,6 +106,7 @@ class Keda:
         self.stream_errors: Counter[str] = Counter()
         self.pushes = 0
         self.first_push_s: list[float] = []
+        self.unseen: list[str] = []  # freshness probes whose change never showed in 10 s
 
     def stopped(self) -> bool:
         return self.stopping
@@ -232,10 +233,15 @@ class Keda:
                 await writer.drain()
                 writer.close()
                 t0 = time.monotonic()
-                while abs(await value() - before) < 150 and time.monotonic() - t0 < 10:
+                last = await value()
+                while abs(last - before) < 150 and time.monotonic() - t0 < 10:
                     await asyncio.sleep(0.02)
+                    last = await value()
                 if self.measuring:
                     probes.append(time.monotonic() - t0)
+                    if time.monotonic() - t0 >= 10:
+                        self.unseen.append(f"node {node} (+{boost:g}): {before:.0f} -> "
+                                           f"{last:.0f}")
             except grpc.aio.AioRpcError:
                 continue
 
@@ -282,7 +288,7 @@ class Keda:
             "streams_delivered": dict(self.streams_first),
             "stream_errors": dict(self.stream_errors), "pushes": self.pushes,
             "first_push_p99_s": pct(self.first_push_s, 0.99) / 1e3,
-            "freshness_ms": sorted(p * 1e3 for p in probes),
+            "freshness_ms": sorted(p * 1e3 for p in probes), "unseen": self.unseen,
             "client_cpu": cpu / wall,
         }
 
@@ -394,6 +400,10 @@ def run_keda(target: str, n: int, seconds: float, warmup: float, push: bool,
     wall = time.monotonic() - t0
     scrapes1 = [metrics_text(s[2]) for s in scalers]
     got_gc = gc_pauses(scrapes0[0], scrapes1[0])
+    from bench.bench_fleet import histogram_quantiles
+
+    delay = histogram_quantiles(scrapes1[0], "gpuscale_scaler_update_delay_seconds",
+                                scrapes0[0])
     shares = [answered(b) - answered(a) for a, b in zip(scrapes0, scrapes1, strict=True)]
     gens_cpu = (sum(proc_cpu_seconds(g.pid) for g in gens) - g0) / wall
     cpu = [(proc_cpu_seconds(pid) - c) / wall for pid, c in zip(pids, c0, strict=True)]
@@ -402,6 +412,7 @@ def run_keda(target: str, n: int, seconds: float, warmup: float, push: bool,
     p.wait(60)
     got["scaler_cpu"], got["scaler_rss_mib"] = cpu, rss
     got["gc"], got["generators_cpu"], got["answered_by_replica"] = got_gc, gens_cpu, shares
+    got["update_delay_p50_p99_s"] = delay[:2]
     return got
 
 
@@ -426,10 +437,14 @@ def report(got: dict[str, Any], floor_us: float, idle: list[float]) -> None:
               f"{got['streams_delivered_by_warmup']}); stream errors "
               f"{got['stream_errors'] or 0}; pushes {got['pushes']:,}; first message p99 "
               f"{got['first_push_p99_s']:.2f} s")
+    d50, d99 = got["update_delay_p50_p99_s"]
+    print(f"  agent sample -> update applied (the scaler's histogram): p50 <= {d50 * 1e3:.0f} "
+          f"ms, p99 <= {d99 * 1e3:.0f} ms")
     fresh = got["freshness_ms"]
     if fresh:
         print(f"  freshness (load flip -> GetMetrics moved): p50 {fresh[len(fresh) // 2]:.0f}"
-              f" ms, max {fresh[-1]:.0f} ms ({len(fresh)} probes)")
+              f" ms, max {fresh[-1]:.0f} ms ({len(fresh)} probes)"
+              + (f"; not seen in 10 s: {'; '.join(got['unseen'])}" if got["unseen"] else ""))
     print("  scaler CPU " + ", ".join(f"{c:.0%}" for c in got["scaler_cpu"])
           + " of a core (ingest alone: " + ", ".join(f"{c:.0%}" for c in idle)
           + "), RSS " + ", ".join(f"{r:.0f}" for r in got["scaler_rss_mib"])
