@@ -49,6 +49,7 @@ sys.path.insert(0, str(REPO))
 
 import grpc  # noqa: E402
 
+from bench.bench_scaler import fleet_records  # noqa: E402
 from bench.proc import proc_cpu_seconds  # noqa: E402
 from gpuscale.proto import externalscaler_pb2 as pb  # noqa: E402
 from gpuscale.proto import externalscaler_pb2_grpc as g  # noqa: E402
@@ -84,18 +85,6 @@ def pin(cpus: set[int]) -> None:
 # -- the server side (a child process per variant) ----------------------------------------
 
 
-def _records(node: int, t: float) -> list[Any]:
-    from gpuscale.stream.records import PodRecord
-
-    out = []
-    for j in range(PODS):
-        w = (node * PODS + j) % WORKLOADS
-        out.append(PodRecord(f"ns{w % NAMESPACES}", f"w{w}-{node}-{j}", f"node-{node}",
-                             {"app": f"w{w}"}, None, True,
-                             {"gpu-utilization": 50.0 + (node % 7)}, t))
-    return out
-
-
 def _service() -> Any:
     from prometheus_client import CollectorRegistry, Counter
 
@@ -105,7 +94,7 @@ def _service() -> Any:
 
     fleet = FleetView(stale_after=3.0)
     for n in range(NODES):
-        fleet.update_node(f"node-{n}", _records(n, time.monotonic()))
+        fleet.update_node(f"node-{n}", fleet_records(n, time.monotonic()))
     registry = CollectorRegistry(auto_describe=False)
     calls = Counter("gpuscale_scaler_requests", "calls", ["method", "code"],
                     registry=registry)
@@ -118,7 +107,7 @@ async def _updates(service: Any) -> None:
     start = time.monotonic()
     while True:
         for n in range(NODES):
-            service.fleet.update_node(f"node-{n}", _records(n, time.monotonic()))
+            service.fleet.update_node(f"node-{n}", fleet_records(n, time.monotonic()))
             start += 1.0 / NODES
             await asyncio.sleep(max(0.0, start - time.monotonic()))
 
