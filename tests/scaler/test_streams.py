@@ -197,3 +197,16 @@ def test_the_book_counts_what_is_live(ops: list[tuple[str, int, bool]]) -> None:
     for kind in ("StreamIsActive", "StreamMetricSpec"):
         assert book.count(kind) == sum(1 for k in live if k[0] == kind)
 
+
+
+def test_a_stream_replaced_before_it_waits_is_ended_when_it_starts_waiting() -> None:
+    """The place is taken before the stream starts waiting for its first answer; a newer
+    stream arriving in between must still end it, not leave it open unseen."""
+    book = StreamBook()
+    old = book.hold("StreamIsActive", "ns", "so", {"podSelector": "app=a"}, "peer-1")
+    book.hold("StreamIsActive", "ns", "so", {"podSelector": "app=a"}, "peer-2")
+    ended: list[Exception] = []
+    old.watch(ended.append)
+    assert len(ended) == 1
+    assert isinstance(ended[0], Superseded)
+    assert "(from peer-2)" in str(ended[0])

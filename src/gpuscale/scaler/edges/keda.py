@@ -189,7 +189,7 @@ class ScalerService(pb_grpc.ExternalScalerServicer):
         """Decided by the push loop (scaler.state.pushes), which wakes this stream only
         when it has something to send (or a newer stream replaced it)."""
         sub = self.pushes.open(workload, lambda: self._active(workload))
-        held.on_end = sub.end
+        held.watch(sub.end)
         try:
             while (active := await sub.next()) is not None:
                 yield pb.IsActiveResponse(result=active)

@@ -7,11 +7,11 @@ and pushed GetMetrics' p99 past 10 s (BENCHMARKS.md, many streams). Here one loo
 view changed (at most every ``min_period``) or a second has passed (for re-sends and the
 unavailable grace), goes through the streams with a turn of the event loop every ``chunk``
 streams or half a millisecond, whichever comes first (so GetMetrics answers in between),
-decides once per distinct trigger
-(many streams on one ScaledObject share it), and then rests four times as long as the round
-took (``duty``: streams get at most a fifth of the scaler's time). A stream is woken only
-when it has something to send: a changed state, a re-send due, or its end. Streams opened
-together (KEDA re-opening all after a restart) re-send at spread times, not in one round.
+decides once per distinct trigger (many streams on one ScaledObject share it), and then
+rests four times as long as the round took (``duty``: streams get at most a fifth of the
+scaler's time). A stream is woken only when it has something to send: a changed state, a
+re-send due, or its end. Streams opened together (KEDA re-opening all after a restart)
+re-send at spread times, not in one round.
 
 The rules are those the streams had: push when the state changes and at least every
 ``resend_s``; when the state cannot be known for ``grace_s``, end the stream with the

@@ -53,6 +53,13 @@ class Held:
     ended: asyncio.Event = field(default_factory=asyncio.Event)
     on_end: Callable[[Exception], None] | None = None
 
+    def watch(self, on_end: Callable[[Exception], None]) -> None:
+        """Call ``on_end`` when a newer stream replaces this one - at once if one already
+        has (between taking the place and starting to wait)."""
+        self.on_end = on_end
+        if self.reason is not None:
+            on_end(self.reason)
+
     def supersede(self, error: Superseded) -> None:
         self.reason = error
         self.ended.set()
