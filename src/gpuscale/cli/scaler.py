@@ -52,7 +52,7 @@ def add_parser(sub: Any) -> None:
                          "if shorter)")
     sc.add_argument("--stream-memory-mib", type=int, default=1024,
                     help="memory the scaler may spend on KEDA's open streams (1024: about "
-                         "40,000; each is about 26 KB); past it new streams get "
+                         "35,000; each is about 30 KB); past it new streams get "
                          "RESOURCE_EXHAUSTED. Keep it under the scaler's memory limit")
     sc.add_argument("--metrics-api-port", type=int, default=0,
                     help="serve custom.metrics.k8s.io for a plain HPA on this port (HTTPS, "

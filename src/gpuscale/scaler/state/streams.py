@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 
 from gpuscale.common.errors import Overloaded, Superseded
 
-STREAM_BYTES = 26 * 1024  # one open stream, measured (BENCHMARKS.md, many streams)
-MEMORY_BUDGET_MIB = 1024  # default for --stream-memory-mib: ~40,000 streams
+STREAM_BYTES = 30 * 1024  # one open stream, measured (BENCHMARKS.md: streams, one connection)
+MEMORY_BUDGET_MIB = 1024  # default for --stream-memory-mib: ~35,000 streams
 KINDS = ("StreamIsActive", "StreamMetricSpec")
 
 Key = tuple[str, str, str, tuple[tuple[str, str], ...]]
