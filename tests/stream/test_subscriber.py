@@ -35,3 +35,39 @@ def test_the_roster_summary_follows_every_change_that_matters() -> None:
     b.incomplete = "attribution: kubelet unreachable"
     assert sub.waiting() == [("b:1", "its attribution is not complete: attribution: kubelet "
                                      "unreachable")]
+
+
+async def test_a_stream_that_falls_silent_is_dropped_and_redialled() -> None:
+    """A frozen agent keeps its connection open and sends nothing: after the silence
+    bound the link gives the stream up (TimeoutError) and dials again, so its pods age
+    into UNAVAILABLE instead of waiting on a dead stream forever."""
+    import asyncio
+
+    import grpc
+
+    from gpuscale.proto import telemetry_pb2_grpc as tpb_grpc
+    from gpuscale.scaler.state.fleet import FleetView
+    from gpuscale.stream.publisher import TelemetryPublisher
+    from gpuscale.stream.records import NodeReport, PodRecord
+    from gpuscale.stream.subscriber import AgentLink
+    from tests.support.polling import until
+
+    pub = TelemetryPublisher("node-a", 0.05)
+    server = grpc.aio.server()
+    tpb_grpc.add_AgentTelemetryServicer_to_server(pub, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    fleet = FleetView()
+    pub.publish_report(NodeReport("node-a", 1, 0.0, 0.05, (PodRecord(
+        "llm", "v-0", "node-a", {"app": "v"}, None, True, {"gpu-utilization": 5.0},
+        0.0),), ()))
+    link = AgentLink(f"127.0.0.1:{port}", fleet, "t", backoff_s=(0.05,), silence_s=0.3)
+    task = asyncio.create_task(link.run())
+    try:
+        await until(lambda: link.state.updates >= 1, 5.0, "the first update")
+        await until(lambda: link.state.error == "TimeoutError", 5.0, "the silence noticed")
+        await until(lambda: link.state.reconnects >= 1, 5.0, "a new dial")
+    finally:
+        link.stopped = True
+        task.cancel()
+        await server.stop(0)
