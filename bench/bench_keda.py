@@ -328,13 +328,14 @@ def start_fleet(generators: int, env: dict[str, str], cpus: str,
 
 
 def start_scalers(replicas: int, addrs: list[str], env: dict[str, str], pin: bool,
-                  ) -> list[tuple[subprocess.Popen[str], int, int]]:
+                  stream_mib: int) -> list[tuple[subprocess.Popen[str], int, int]]:
     out = []
     for r in range(replicas):
         port, mport = grpc_floor.free_port(), grpc_floor.free_port()
         argv = [sys.executable, "-m", "gpuscale.cli", "--log-level", "WARNING", "scaler",
                 "--host", "127.0.0.1", "--port", str(port), "--metrics-port", str(mport),
-                "--agents", ",".join(addrs), "--agents-insecure"]
+                "--agents", ",".join(addrs), "--agents-insecure",
+                "--stream-memory-mib", str(stream_mib)]
         if pin:
             argv = ["taskset", "-c", str(r), *argv]
         p = subprocess.Popen(argv, stdout=subprocess.PIPE, env=env, text=True)
@@ -475,6 +476,9 @@ def main() -> None:
                     "ScaledObject")
     ap.add_argument("--replicas", type=int, default=1)
     ap.add_argument("--generators", type=int, default=2)
+    ap.add_argument("--stream-memory-mib", type=int, default=1024,
+                    help="each scaler's stream budget (1024, so one replica may hold "
+                         "20,000 streams; the scaler's own default is 256)")
     ap.add_argument("--pin", action="store_true", help="pin scaler replica r to core r, "
                     "the agents' generators and KEDA to the other cores")
     ap.add_argument("--json", type=Path, help="write every figure here too")
@@ -504,7 +508,7 @@ def main() -> None:
     scalers: list[Any] = []
     results = []
     try:
-        scalers = start_scalers(args.replicas, addrs, env, args.pin)
+        scalers = start_scalers(args.replicas, addrs, env, args.pin, args.stream_memory_mib)
         c0, t0 = [proc_cpu_seconds(s[0].pid) for s in scalers], time.monotonic()
         time.sleep(10)
         idle = [(proc_cpu_seconds(s[0].pid) - c) / (time.monotonic() - t0)

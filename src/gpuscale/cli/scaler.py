@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from gpuscale.cli.common import fail, tls_files
 from gpuscale.common.errors import ConfigError
 from gpuscale.scaler import DEFAULT_PORT
+from gpuscale.scaler.state.streams import MEMORY_BUDGET_MIB
 
 if TYPE_CHECKING:
     from gpuscale.scaler.config import ScalerConfig
@@ -50,10 +51,11 @@ def add_parser(sub: Any) -> None:
                     help="seconds between the moments recorded for gpuscale explain --at "
                          "(30; one hour is kept; devices are sampled every 15 s, or this "
                          "if shorter)")
-    sc.add_argument("--stream-memory-mib", type=int, default=1024,
-                    help="memory the scaler may spend on KEDA's open streams (1024: about "
-                         "35,000; each is about 30 KB); past it new streams get "
-                         "RESOURCE_EXHAUSTED. Keep it under the scaler's memory limit")
+    sc.add_argument("--stream-memory-mib", type=int, default=MEMORY_BUDGET_MIB,
+                    help=f"memory the scaler may spend on KEDA's open streams "
+                         f"({MEMORY_BUDGET_MIB}: about 8,700; each is about 30 KB); past it "
+                         f"new streams get RESOURCE_EXHAUSTED. Keep it and the scaler's "
+                         f"own ~200 MiB (1,000 agents) under its memory limit")
     sc.add_argument("--metrics-api-port", type=int, default=0,
                     help="serve custom.metrics.k8s.io for a plain HPA on this port (HTTPS, "
                          "behind an APIService; needs the API); 0: off")

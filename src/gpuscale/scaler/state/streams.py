@@ -30,7 +30,9 @@ from dataclasses import dataclass, field
 from gpuscale.common.errors import Overloaded, Superseded
 
 STREAM_BYTES = 30 * 1024  # one open stream, measured (BENCHMARKS.md: streams, one connection)
-MEMORY_BUDGET_MIB = 1024  # default for --stream-memory-mib: ~35,000 streams
+MEMORY_BUDGET_MIB = 256  # default for --stream-memory-mib: ~8,700 streams (4,350 push
+#                          ScaledObjects), inside the deploy's 512 MiB limit beside the
+#                          ~200 MiB a scaler holds for 1,000 agents
 KINDS = ("StreamIsActive", "StreamMetricSpec")
 
 Key = tuple[str, str, str, tuple[tuple[str, str], ...]]
