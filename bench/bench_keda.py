@@ -59,9 +59,12 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 import grpc  # noqa: E402
+from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
 from bench import grpc_floor  # noqa: E402
-from bench.proc import proc_cpu_seconds, proc_mem_mib  # noqa: E402
+from bench.bench_fleet import free_port, histogram_quantiles  # noqa: E402
+from bench.bench_scaler import pct  # noqa: E402
+from bench.proc import child_env, proc_cpu_seconds, proc_mem_mib  # noqa: E402
 from gpuscale.proto import externalscaler_pb2 as pb  # noqa: E402
 from gpuscale.proto import externalscaler_pb2_grpc as pb_grpc  # noqa: E402
 
@@ -75,10 +78,6 @@ def ref(i: int) -> pb.ScaledObjectRef:
     w = i % WORKLOADS
     return pb.ScaledObjectRef(name=f"so-{i}", namespace=f"ns{w % 10}",
                               scalerMetadata={"podSelector": f"app=w{w}"})
-
-
-def pct(values: list[float], q: float) -> float:
-    return grpc_floor.pct(values, q)
 
 
 # -- KEDA (the client process) ------------------------------------------------------------
@@ -313,7 +312,7 @@ def start_fleet(generators: int, env: dict[str, str], cpus: str,
     per = AGENTS // generators
     gens, controls, addrs = [], [], []
     for k in range(generators):
-        first, port_base, control = k * per, 21000 + k * per, grpc_floor.free_port()
+        first, port_base, control = k * per, 21000 + k * per, free_port()
         argv = [sys.executable, str(REPO / "bench" / "bench_fleet.py"), "--generate",
                 str(first), str(per), str(port_base), str(control)]
         if cpus:
@@ -331,7 +330,7 @@ def start_scalers(replicas: int, addrs: list[str], env: dict[str, str], pin: boo
                   stream_mib: int) -> list[tuple[subprocess.Popen[str], int, int]]:
     out = []
     for r in range(replicas):
-        port, mport = grpc_floor.free_port(), grpc_floor.free_port()
+        port, mport = free_port(), free_port()
         argv = [sys.executable, "-m", "gpuscale.cli", "--log-level", "WARNING", "scaler",
                 "--host", "127.0.0.1", "--port", str(port), "--metrics-port", str(mport),
                 "--agents", ",".join(addrs), "--agents-insecure",
@@ -350,37 +349,36 @@ def start_scalers(replicas: int, addrs: list[str], env: dict[str, str], pin: boo
     return out
 
 
+def samples(text: str, family: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """(sample name, labels) -> value of one family in a /metrics text (prometheus_client's
+    own parser)."""
+    return {(smp.name, tuple(sorted(smp.labels.items()))): smp.value
+            for fam in text_string_to_metric_families(text) if fam.name == family
+            for smp in fam.samples}
+
+
 def gc_pauses(before: str, after: str) -> dict[str, tuple[int, float, float]]:
     """Generation -> (collections, seconds in all, the largest pause's bucket bound) between
     two scrapes of the scaler's gpuscale_scaler_gc_pause_seconds."""
-    def parse(text: str) -> dict[tuple[str, str], float]:
-        out = {}
-        for line in text.splitlines():
-            if line.startswith("gpuscale_scaler_gc_pause_seconds"):
-                name, value = line.rsplit(" ", 1)
-                out[(name.split("{")[0], name.split("{", 1)[-1])] = float(value)
-        return out
-    b, a = parse(before), parse(after)
+    family = "gpuscale_scaler_gc_pause_seconds"
+    b, a = samples(before, family), samples(after, family)
     got = {}
     for gen in "012":
-        def delta(kind: str, extra: str = "", gen: str = gen) -> float:
-            key = (f"gpuscale_scaler_gc_pause_seconds_{kind}",
-                   f'generation="{gen}"{extra}}}')
+        def delta(name: str, gen: str = gen, **labels: str) -> float:
+            key = (f"{family}_{name}", tuple(sorted({"generation": gen, **labels}.items())))
             return a.get(key, 0.0) - b.get(key, 0.0)
         count = delta("count")
-        top = 0.0
-        for le in ("0.001", "0.005", "0.01", "0.02", "0.05", "0.1", "0.2", "0.5", "1.0",
-                   "+Inf"):
-            if delta("bucket", f',le="{le}"') < count:
-                top = float("inf") if le == "+Inf" else float(le)
-        got[gen] = (int(count), delta("sum"), top)
+        bounds = sorted({dict(k[1])["le"] for k in a if k[0].endswith("_bucket")},
+                        key=float)
+        top = next((float(le) for le in bounds if delta("bucket", le=le) >= count), 0.0)
+        got[gen] = (int(count), delta("sum"), top if count else 0.0)
     return got
 
 
 def answered(text: str) -> float:
     """Calls the scaler counted (gpuscale_scaler_requests_total, every method and code)."""
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith("gpuscale_scaler_requests_total{"))
+    return sum(v for (name, _), v in samples(text, "gpuscale_scaler_requests").items()
+               if name.endswith("_total"))
 
 
 def run_keda(target: str, n: int, seconds: float, warmup: float, push: bool,
@@ -401,8 +399,6 @@ def run_keda(target: str, n: int, seconds: float, warmup: float, push: bool,
     wall = time.monotonic() - t0
     scrapes1 = [metrics_text(s[2]) for s in scalers]
     got_gc = gc_pauses(scrapes0[0], scrapes1[0])
-    from bench.bench_fleet import histogram_quantiles
-
     delay = histogram_quantiles(scrapes1[0], "gpuscale_scaler_update_delay_seconds",
                                 scrapes0[0])
     shares = [answered(b) - answered(a) for a, b in zip(scrapes0, scrapes1, strict=True)]
@@ -486,12 +482,9 @@ def main() -> None:
                     help="time the (first) scaler's event-loop callbacks (bench/lagprobe) and "
                          "print those that held it over 4 ms, over the whole run")
     args = ap.parse_args()
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        [str(REPO / "src"), *filter(None, [os.environ.get("PYTHONPATH")])])}
     lag_file = Path(f"/tmp/gpuscale-lag-{os.getpid()}.tsv")
+    env = child_env(*([REPO / "bench" / "lagprobe"] if args.lag_probe else []))
     if args.lag_probe:
-        env["PYTHONPATH"] = os.pathsep.join([str(REPO / "bench" / "lagprobe"),
-                                             env["PYTHONPATH"]])
         env["GPUSCALE_LAG_FILE"] = str(lag_file)
     floor_us = grpc_floor.floor()
     print(f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores, "

@@ -55,6 +55,9 @@ NODES, PODS_PER_NODE, WORKLOADS, NAMESPACES = 1000, 8, 1000, 10
 
 
 def pct(values: list[float], q: float) -> float:
+    """The q-quantile of ``values`` in milliseconds (nan when empty)."""
+    if not values:
+        return float("nan")
     values = sorted(values)
     return values[min(len(values) - 1, int(q * len(values)))] * 1e3
 
@@ -110,12 +113,13 @@ SERVER_CORE, CLIENT_CORE = 0, 1  # the scaler has one core; its clients the othe
 PATH = "/externalscaler.ExternalScaler/GetMetrics"
 
 
-def pin_process(core: int) -> None:
-    """Pin every thread of this process (grpc's C-core threads too) to ``core``; threads
+def pin_process(cores: int | set[int]) -> None:
+    """Pin every thread of this process (grpc's C-core threads too) to ``cores``; threads
     started later inherit the mask."""
+    mask = {cores} if isinstance(cores, int) else cores
     for tid in os.listdir("/proc/self/task"):
         with suppress(OSError):  # a thread that has just ended
-            os.sched_setaffinity(int(tid), {core})
+            os.sched_setaffinity(int(tid), mask)
 
 
 def on_client_core(argv: list[str]) -> list[str]:

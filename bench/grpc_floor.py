@@ -31,12 +31,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import concurrent.futures
-import contextlib
 import gc
 import json
 import os
 import platform
-import socket
 import subprocess
 import sys
 import threading
@@ -49,8 +47,9 @@ sys.path.insert(0, str(REPO))
 
 import grpc  # noqa: E402
 
-from bench.bench_scaler import fleet_records  # noqa: E402
-from bench.proc import proc_cpu_seconds  # noqa: E402
+from bench.bench_fleet import free_port  # noqa: E402
+from bench.bench_scaler import fleet_records, pct, pin_process  # noqa: E402
+from bench.proc import child_env, proc_cpu_seconds  # noqa: E402
 from gpuscale.proto import externalscaler_pb2 as pb  # noqa: E402
 from gpuscale.proto import externalscaler_pb2_grpc as g  # noqa: E402
 
@@ -73,13 +72,6 @@ def cores() -> tuple[set[int], set[int]]:
     """(server cores, client cores): one core for the server, the rest for its client."""
     mine = sorted(os.sched_getaffinity(0))
     return ({mine[0]}, set(mine[1:])) if len(mine) > 1 else (set(mine), set(mine))
-
-
-def pin(cpus: set[int]) -> None:
-    """Pin every thread of this process (grpc's C-core threads too); later threads inherit."""
-    for tid in os.listdir("/proc/self/task"):
-        with contextlib.suppress(OSError):  # a thread that has just ended
-            os.sched_setaffinity(int(tid), cpus)
 
 
 # -- the server side (a child process per variant) ----------------------------------------
@@ -157,7 +149,7 @@ async def _serve_aio(variant: str, port: int, cpus: set[int]) -> None:
         if variant == "scaler-gcfreeze":
             gc.collect()
             gc.freeze()
-    pin(cpus)
+    pin_process(cpus)
     print("ready", flush=True)
     if service is not None:
         await _updates(service)
@@ -166,7 +158,7 @@ async def _serve_aio(variant: str, port: int, cpus: set[int]) -> None:
 
 def serve(variant: str, port: int) -> None:
     cpus = cores()[0]
-    pin(cpus)
+    pin_process(cpus)
     if variant.startswith("sync"):
         if variant == "sync-empty":
             def answer(req: Any, context: Any) -> Any:
@@ -185,7 +177,7 @@ def serve(variant: str, port: int) -> None:
                 response_serializer=pb.GetMetricsResponse.SerializeToString)}),))
         server.add_insecure_port(f"127.0.0.1:{port}")
         server.start()
-        pin(cpus)
+        pin_process(cpus)
         print("ready", flush=True)
         server.wait_for_termination()
         return
@@ -198,14 +190,6 @@ def serve(variant: str, port: int) -> None:
 
 
 # -- the driving side ---------------------------------------------------------------------
-
-
-def pct(values: list[float], q: float) -> float:
-    """The q-quantile of ``values`` in milliseconds (nan when empty)."""
-    if not values:
-        return float("nan")
-    values = sorted(values)
-    return values[min(len(values) - 1, int(q * len(values)))] * 1e3
 
 
 async def drive(port: int, seconds: float, rate: float, in_flight: int = 64,
@@ -251,19 +235,11 @@ async def drive(port: int, seconds: float, rate: float, in_flight: int = 64,
         return len(lat), lat, errors
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def start(variant: str) -> tuple[subprocess.Popen[str], int]:
     port = free_port()
     proc = subprocess.Popen([sys.executable, __file__, "--serve", variant, str(port)],
                             stdout=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPATH": os.pathsep.join(
-                                [str(REPO / "src"),
-                                 *filter(None, [os.environ.get("PYTHONPATH")])])})
+                            env=child_env())
     assert proc.stdout is not None
     if proc.stdout.readline().strip() != "ready":
         raise RuntimeError(f"{variant} did not start")
@@ -298,11 +274,11 @@ def floor(seconds: float = 4.0) -> float:
     """The yardstick: grpc.aio's empty-handler server CPU per call (µs), closed loop on one
     channel, measured now on this machine. Other figures are printed beside it."""
     mine = os.sched_getaffinity(0)
-    pin(cores()[1])
+    pin_process(cores()[1])
     try:
         return measure("aio-empty", seconds, 0.0)["closed_us"]
     finally:
-        pin(mine)
+        pin_process(mine)
 
 
 def yardstick() -> str:
@@ -326,7 +302,7 @@ def main() -> None:
                     help="run the whole set this many times, interleaved (noise)")
     args = ap.parse_args()
     server_cpus, client_cpus = cores()
-    pin(client_cpus)
+    pin_process(client_cpus)
     print(f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores, "
           f"Python {platform.python_version()}, grpcio {grpc.__version__}, "
           f"{time.strftime('%Y-%m-%d')}; server on cores {sorted(server_cpus)}, client on "

@@ -5,6 +5,16 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+REPO = Path(__file__).resolve().parent.parent
+
+
+def child_env(*first: Path) -> dict[str, str]:
+    """This environment for a bench's child process: ``first`` folders, then the source
+    tree, then whatever PYTHONPATH already held (a device run's own dependencies)."""
+    path = [str(p) for p in (*first, REPO / "src")]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [*path, *filter(None, [os.environ.get("PYTHONPATH")])])}
+
 
 def proc_cpu_seconds(pid: int) -> float:
     """User + system CPU seconds of ``pid`` (all its threads)."""
