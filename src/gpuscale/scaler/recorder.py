@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 DEVICE_STEP_S = 15.0  # devices sampled this often (four utilization samples a minute)
-CHUNK = 10  # ScaledObjects recorded between two turns of the event loop (50: ~4 ms)
+CHUNK = 10  # ScaledObjects recorded between two turns of the event loop
 NODE_CHUNK = 10  # nodes' devices (80 GPUs) sampled between two turns
 
 Links = Callable[[], Iterable["LinkState"]]

@@ -37,8 +37,8 @@ IDLE_ROUND_S = 1.0  # a round at least this often (re-sends, the grace for unkno
 #                     more often when they are shorter)
 CHUNK = 10  # streams decided between two turns of the event loop, at most
 SLICE_S = 0.0005  # and at most this long: a unary call takes several turns of the loop,
-#                   and 50 decisions (~1-3 ms with their wake-ups) between turns put its
-#                   p99 at ~14 ms at 1,000 streams; 10, ~7 ms (bench_keda)
+#                   and 50 streams between turns put its p99 at 13.5-13.8 ms at 1,000
+#                   streams; 10, 6.7-9.0 ms (bench_keda, one run each)
 DUTY = 0.2  # the share of the scaler's time rounds may take when streams are many: at
 #            10,000 streams a round takes ~80 ms, so pushes wait up to ~0.4 s more, and
 #            the rest of the core answers KEDA's calls (0.5 saturated it, bench_keda)
@@ -64,15 +64,13 @@ class Subscription:
     def decide(self, decision: bool | Exception, now: float, resend_s: float,
                grace_s: float) -> None:
         if isinstance(decision, Exception) and not isinstance(decision, DataUnavailable):
-            self.failure, self.done = decision, True  # bad input or a bug: end it now
-            self.wake.set()
+            self.end(decision)  # bad input or a bug: end it now
             return
         if isinstance(decision, DataUnavailable):
             if self.unknown_since is None:
                 self.unknown_since = now
             if now - self.unknown_since >= grace_s:
-                self.failure, self.done = decision, True
-                self.wake.set()
+                self.end(decision)
             return
         self.unknown_since = None
         if decision != self.last or now - self.since >= resend_s:
@@ -83,7 +81,8 @@ class Subscription:
             self.wake.set()
 
     def end(self, error: Exception) -> None:
-        """End the stream now with ``error`` (a newer stream replaced it)."""
+        """End the stream now with ``error`` (past the grace, a bug, or a newer stream
+        that replaced it)."""
         self.failure, self.done = error, True
         self.wake.set()
 
@@ -151,8 +150,7 @@ class ActivityPushes:
         except Exception as exc:  # a bug: every stream ends (INTERNAL), none hangs
             log.exception("StreamIsActive push loop failed")
             for sub in self._subs.values():
-                sub.failure, sub.done = exc, True
-                sub.wake.set()
+                sub.end(exc)
         finally:
             if self._stopping.is_set():
                 for sub in self._subs.values():
