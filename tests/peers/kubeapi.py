@@ -25,6 +25,10 @@ What it reproduces of the real kube-apiserver, and where that behaviour lives th
   ``handleCompactedErrorForPaging``); a token it cannot decode is a 400.
 - Auth failures are Status objects: 401 for a bearer token it cannot authenticate (a
   wrong or rotated one), 403 for the right token while ``allowed`` is False (RBAC).
+- Objects carry ``metadata.creationTimestamp``, set when stored without one and kept
+  across changes (immutable, as the API server keeps it); pods from ``make_pod`` carry
+  what the kubelet writes: the Ready condition's ``lastTransitionTime`` and each
+  container's ``restartCount``.
 - ConfigMaps can be read (``configmaps``), e.g. kube-system/extension-apiserver-authentication.
 - SubjectAccessReviews (``authorization.k8s.io/v1``) are answered as the real endpoint
   does (``pkg/registry/authorization/subjectaccessreview/rest.go``): 201 with the review
@@ -47,6 +51,7 @@ import copy
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -62,13 +67,19 @@ from tests.peers.kubeselect import (
     selection,
 )
 
+CREATED = "2026-11-26T08:00:00Z"  # make_pod's creationTimestamp unless given
+
 
 def make_pod(ns: str, name: str, uid: str, node: str = "node-a", *,
              owner: tuple[str, str] | None = None, ready: bool = True, ip: str = "10.0.0.1",
              containers: tuple[tuple[str, str], ...] = (("main", "c" * 64),),
-             labels: dict[str, str] | None = None, phase: str = "Running") -> dict[str, Any]:
+             labels: dict[str, str] | None = None, phase: str = "Running",
+             created: str = CREATED, ready_since: str = "2026-11-26T08:02:30Z",
+             restarts: int = 0) -> dict[str, Any]:
+    """A pod as the API server returns it: the kubelet's Ready condition with its last
+    transition (``ready_since``), each container's restart count."""
     meta: dict[str, Any] = {"namespace": ns, "name": name, "uid": uid,
-                            "labels": labels or {"app": name}}
+                            "labels": labels or {"app": name}, "creationTimestamp": created}
     if owner:
         meta["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": owner[0],
                                     "name": owner[1], "uid": "o-" + owner[1],
@@ -76,9 +87,15 @@ def make_pod(ns: str, name: str, uid: str, node: str = "node-a", *,
     return {
         "apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": {"nodeName": node},
         "status": {"phase": phase, "podIP": ip,
-                   "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
-                   "containerStatuses": [{"name": c, "containerID": f"containerd://{cid}"}
+                   "conditions": [{"type": "Ready", "status": "True" if ready else "False",
+                                   "lastProbeTime": None, "lastTransitionTime": ready_since}],
+                   "containerStatuses": [{"name": c, "containerID": f"containerd://{cid}",
+                                          "ready": ready, "restartCount": restarts}
                                          for c, cid in containers]}}
+
+
+def _now_rfc3339() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def status(code: int, reason: str, message: str,
@@ -192,7 +209,12 @@ class KubeApiPeer:
             obj = store.pop(uid)
         else:
             obj = copy.deepcopy(obj)
-            obj["metadata"]["resourceVersion"] = str(self.rv)
+            meta = obj["metadata"]
+            meta["resourceVersion"] = str(self.rv)
+            # Set at creation (now, where the stored object has none), immutable after.
+            meta["creationTimestamp"] = (prev["metadata"].get("creationTimestamp")
+                                         if prev is not None else
+                                         meta.get("creationTimestamp") or _now_rfc3339())
             store[uid] = obj
         change = Change(self.rv, path, kind, copy.deepcopy(obj), copy.deepcopy(prev))
         self.history.append(change)

@@ -8,6 +8,7 @@ from dataclasses import replace
 import pytest
 
 from gpuscale.scaler.core.planner import (
+    DEFAULT_STARTUP_S,
     Observation,
     Planner,
     PlannerConfig,
@@ -328,3 +329,55 @@ def test_burst_memory_is_bounded_by_buckets() -> None:
     for t in range(2000):  # a slow decline: every second a new, lower rate
         p.observe(float(t), busy(max(0.1, 20.0 - 0.01 * t), ready=20))
     assert len(p._bursts) <= 900 // 10 + 2
+
+
+def test_the_start_up_is_measured_from_the_pods_unless_configured() -> None:
+    """Without startupSeconds the planner plans with the 90th percentile of the pods'
+    creation to first Ready: the default until three pods have shown theirs, each pod
+    counted once however often it is seen, the newest 32 kept, nonsense left out."""
+    cfg = replace(CFG, startup_s=None)
+    p = Planner(cfg)
+    two = replace(busy(1.0), startups=(("a", 100.0), ("b", 140.0)))
+    run(p, range(0, 5), two)
+    plan = p.current(4.0)
+    assert (plan.startup, plan.startup_source) == (DEFAULT_STARTUP_S, "default")
+    assert p.hold() == DEFAULT_STARTUP_S
+    # A third pod; a pod restarted later would have said 7,201 s: not a start-up.
+    run(p, range(5, 10), replace(busy(1.0), startups=(
+        ("a", 100.0), ("b", 140.0), ("c", 260.0), ("d", 7201.0), ("e", 0.0))))
+    plan = p.current(9.0)
+    # Nearest rank: ceil(0.9 x 3) = the 3rd of (100, 140, 260).
+    assert (plan.startup, plan.startup_source, plan.startup_pods) == (260.0, "measured", 3)
+    assert plan.terms()["startup"] == 260.0
+    assert p.hold() == 260.0  # the hold follows it (holdSeconds not given)
+    # Ten quick starts later the slow one is the tail: ceil(0.9 x 13) = the 12th.
+    quick = tuple((f"q{i}", 90.0 + i) for i in range(10))
+    run(p, range(10, 12), replace(busy(1.0), startups=quick))
+    assert p.current(11.0).startup == 140.0
+    # Only the newest STARTUP_SAMPLES pods are kept: 40 more at 120 s push the rest out.
+    later = tuple((f"n{i}", 120.0) for i in range(40))
+    run(p, range(12, 14), replace(busy(1.0), startups=later))
+    assert p.current(13.0).startup == 120.0
+    # startupSeconds given: measurements change nothing.
+    fixed = Planner(CFG)
+    run(fixed, range(0, 5), replace(busy(1.0), startups=later))
+    plan = fixed.current(4.0)
+    assert (plan.startup, plan.startup_source) == (100.0, "configured")
+
+
+def test_a_measured_start_up_moves_the_backlog_and_the_hold() -> None:
+    """The same queue over a measured 50 s start-up asks for the backlog's work twice as
+    fast as over the configured 100 s, and a scale-down is held 50 s, not 100."""
+    cfg = replace(CFG, memory_s=1.0, burst_s=1.0)  # no remembered burst in the way
+    slow, fast = Planner(cfg), Planner(replace(cfg, startup_s=None))
+    starts = tuple((f"p{i}", 50.0) for i in range(3))
+    for p in (slow, fast):  # (3 s: too short a queue to teach a capacity)
+        run(p, range(0, 3), replace(busy(0.5, ready=5, waiting=40.0), startups=starts))
+    assert fast.current(2.0).startup == 50.0
+    assert fast.current(2.0).backlog == pytest.approx(2 * slow.current(2.0).backlog)
+    for p in (slow, fast):
+        run(p, range(3, 600), replace(busy(4.0, ready=5), startups=starts))
+        run(p, range(600, 700), replace(busy(0.4, ready=5), startups=starts))
+    # The steady term fell a minute after the load (t=660); 40 s later the 50-s hold has
+    # let the peak go and the 100-s one still holds it.
+    assert fast.current(699.0).replicas < slow.current(699.0).replicas == 5

@@ -18,6 +18,7 @@ from gpuscale.stream.records import PodRecord
 from gpuscale.telemetry.model import Absent, Reading
 from tests.support.clock import Clock
 from tests.support.polling import until
+from tests.support.vllm import vllm_pod
 
 Served = tuple[ScalerService, pb_grpc.ExternalScalerStub]
 METADATA = {"podSelector": "app=vllm", "profile": "vllm-planner", "targetValue": "10",
@@ -27,13 +28,7 @@ METADATA = {"podSelector": "app=vllm", "profile": "vllm-planner", "targetValue":
 
 def pod(name: str, busy: float, *, at: float, ready: bool = True, waiting: float = 0.0,
         override: dict[str, Reading] | None = None) -> PodRecord:
-    """A vLLM pod doing ``busy`` replica-seconds of work per second (half prefill)."""
-    signals: dict[str, Reading] = {
-        "vllm-prompt-tps": busy / 2 * 30_000, "vllm-generation-tps": busy / 2 * 12_000,
-        "vllm-finished-rate": 0.0, "vllm-waiting": waiting, "vllm-running": 10.0,
-        "vllm-kv-cache": 20.0, **(override or {})}
-    return PodRecord("llm", name, "node-a", {"app": "vllm"}, None, ready,
-                     signals if ready else {}, at)
+    return vllm_pod(name, busy, at=at, ready=ready, waiting=waiting, override=override)
 
 
 @pytest.fixture

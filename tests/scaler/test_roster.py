@@ -9,20 +9,26 @@ from typing import Any
 
 import grpc
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from gpuscale.common.errors import Unavailable
 from gpuscale.proto import externalscaler_pb2 as pb
 from gpuscale.proto import externalscaler_pb2_grpc as pb_grpc
-from gpuscale.scaler.answers import Answers
+from gpuscale.scaler.answers import Answers, Workload
 from gpuscale.scaler.core.selector import parse_selector
+from gpuscale.scaler.core.trigger import parse_metadata
 from gpuscale.scaler.edges.keda import ScalerServer, ScalerService
-from gpuscale.scaler.sources.roster import AgentRoster, PodRoster
+from gpuscale.scaler.sources.roster import AgentRoster, PodRoster, running_pod
 from gpuscale.scaler.state.fleet import FleetView
 from gpuscale.stream.subscriber import AgentSubscriber
 from gpuscale.telemetry.scenario import NodeSpec, parse_scenario
 from tests.peers.kubeapi import KubeApiPeer, api_client, make_pod
 from tests.support.agents import running_agents
+from tests.support.clock import Clock
 from tests.support.polling import until
 from tests.support.ports import free_port
+from tests.support.vllm import vllm_pod
 
 
 def node(name: str, pod: str, load: float) -> NodeSpec:
@@ -235,3 +241,89 @@ async def test_the_planner_does_not_plan_from_a_partial_fleet(
     with pytest.raises(grpc.aio.AioRpcError) as active:
         await stub.IsActive(planner, timeout=5)
     assert active.value.code() is grpc.StatusCode.UNAVAILABLE
+
+
+def _pod_at(name: str, created: str, ready_since: str, *, restarts: int = 0,
+            ready: bool = True) -> dict[str, Any]:
+    raw = gpu_pod(name, "n-a", ready=ready)
+    raw["metadata"]["creationTimestamp"] = created
+    raw["status"]["conditions"][0]["lastTransitionTime"] = ready_since
+    raw["status"]["containerStatuses"] = [{"name": "main", "ready": ready,
+                                           "restartCount": restarts}]
+    return raw
+
+
+@pytest.mark.parametrize(("created", "ready_since", "restarts", "ready", "want"), [
+    ("2026-11-26T08:00:00Z", "2026-11-26T08:02:30Z", 0, True, 150.0),
+    ("2026-11-26T08:00:00+01:00", "2026-11-26T07:01:00Z", 0, True, 60.0),  # offsets
+    ("2026-11-26T08:00:00Z", "2026-11-26T09:00:00Z", 1, True, None),  # restarted: later
+    ("2026-11-26T08:00:00Z", "2026-11-26T08:02:30Z", 0, False, None),  # not Ready
+    ("2026-11-26T08:00:00Z", "2026-11-26T07:59:00Z", 0, True, None),  # out of order
+    ("2026-11-26T08:00:00", "2026-11-26T08:02:30", 0, True, None),  # no zone: unknown
+    ("yesterday", "2026-11-26T08:02:30Z", 0, True, None),
+    ("2026-11-26T08:00:00Z" + " " * 100, "2026-11-26T08:02:30Z", 0, True, None),
+])
+def test_a_pods_start_up_is_creation_to_its_first_ready(
+        created: str, ready_since: str, restarts: int, ready: bool,
+        want: float | None) -> None:
+    assert running_pod(_pod_at("a-0", created, ready_since, restarts=restarts,
+                               ready=ready)).startup_s == want
+
+
+_JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
+                     lambda inner: st.lists(inner, max_size=3)
+                     | st.dictionaries(st.text(max_size=20), inner, max_size=3), max_leaves=8)
+
+
+@settings(max_examples=300, deadline=None)
+@given(created=_JSON, ready_since=_JSON, containers=_JSON, conditions=_JSON)
+def test_any_pod_json_gives_a_start_up_or_none(created: Any, ready_since: Any,
+                                               containers: Any, conditions: Any) -> None:
+    """Whatever the API (or something in front of it) puts in these fields, the pod is
+    kept and its start-up is a positive number or unknown - never an exception."""
+    raw = _pod_at("a-0", "2026-11-26T08:00:00Z", "2026-11-26T08:01:00Z")
+    raw["metadata"]["creationTimestamp"] = created
+    raw["status"]["conditions"][0]["lastTransitionTime"] = ready_since
+    raw["status"]["containerStatuses"] = containers
+    got = running_pod(raw)
+    assert got.startup_s is None or got.startup_s > 0
+    raw["status"]["conditions"] = conditions
+    got = running_pod(raw)
+    assert got.startup_s is None or got.startup_s > 0
+
+
+async def test_the_planner_plans_with_the_start_ups_the_pod_watch_shows(
+        kubeapi: KubeApiPeer, clock: Clock) -> None:
+    """A planned trigger without startupSeconds: the planner takes the 90th percentile of
+    the workload's Ready pods' creation to Ready from the pod watch (not a pod that
+    restarted, not another workload's), and /metrics and explain see it as a term."""
+    fleet = FleetView(monotonic=clock)
+    api = api_client(kubeapi)
+    roster = PodRoster(api, AgentRoster(AgentSubscriber(fleet, "test")), backoff_s=(0.05,))
+    watch = asyncio.create_task(roster.run())
+    answers = Answers(fleet, startups=roster)
+    for i, ready_since in enumerate(("08:01:40", "08:02:00", "08:04:10", "08:03:00")):
+        kubeapi.add(_pod_at(f"chat-{i}", "2026-11-26T08:00:00Z",
+                            f"2026-11-26T{ready_since}Z"))
+    kubeapi.add(_pod_at("chat-9", "2026-11-26T08:00:00Z", "2026-11-26T11:00:00Z",
+                        restarts=2))  # Ready again after restarts: not a start-up
+    other = _pod_at("other-0", "2026-11-26T08:00:00Z", "2026-11-26T08:30:00Z")
+    kubeapi.add(other)
+    sel = parse_selector("app=chat")
+    workload = Workload("llm", "chat", parse_metadata(
+        {"podSelector": "app=chat", "profile": "vllm-planner"}))
+    try:
+        await until(lambda: len(roster.startups("llm", sel)) == 4, what="the pods listed")
+        assert dict(roster.startups("llm", sel)) == {
+            "chat-0": 100.0, "chat-1": 120.0, "chat-2": 250.0, "chat-3": 180.0}
+        fleet.update_node("n-a", [vllm_pod(f"chat-{i}", 1.0, at=clock.now, app="chat")
+                                  for i in range(4)])
+        got = answers.value(workload, workload.trigger.targets[0])
+        assert not isinstance(got, Unavailable), got
+        assert got.plan is not None
+        # Nearest rank of 4: ceil(0.9 x 4) = the 4th of (100, 120, 180, 250).
+        assert (got.plan.startup, got.plan.startup_source) == (250.0, "measured")
+    finally:
+        watch.cancel()
+        await asyncio.gather(watch, return_exceptions=True)
+        await api.close()

@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gpuscale.scaler.core.planner import Planner
 from gpuscale.scaler.core.profiles import PROFILES, SIGNALS, ProfileName
 from gpuscale.scaler.core.selector import SelectorError, parse_selector
 from gpuscale.scaler.core.trigger import KNOWN, MetadataError, parse_metadata
@@ -190,15 +191,19 @@ def test_planner_profile_defaults_and_keys() -> None:
     p = cfg.planner
     assert p is not None
     assert (p.delay_s, p.startup_s, p.prefill_tps, p.decode_tps, p.max_batch, p.utilization,
-            p.hold, p.memory_s) == (0.5, 240.0, 20_000.0, 8_000.0, 128, 0.7, 600.0, 3600.0)
+            p.hold_s, p.memory_s) == (0.5, 240.0, 20_000.0, 8_000.0, 128, 0.7, 600.0, 3600.0)
     assert p.ttft_s is None  # a queue-delay objective does not move with the prompts
     assert cfg.targets[0].target == 10.0
     none = parse_metadata({"profile": "vllm-planner", "holdSeconds": "0"}).planner
     assert none is not None
-    assert none.hold == 0.0  # the documented range starts at 0
+    assert Planner(none).hold() == 0.0  # the documented range starts at 0
     short = parse_metadata({"profile": "vllm-planner", "startupSeconds": "90"}).planner
     assert short is not None
-    assert short.hold == 90.0  # the hold follows the start-up time unless given
+    assert Planner(short).hold() == 90.0  # the hold follows the start-up time unless given
+    measured = parse_metadata({"profile": "vllm-planner"}).planner
+    assert measured is not None
+    assert measured.startup_s is None  # measured from the pods
+    assert (Planner(measured).startup, Planner(measured).startup_source) == (300.0, "default")
 
 
 @pytest.mark.parametrize(("md", "message"), [

@@ -154,6 +154,12 @@ def test_the_planner_for_vllm_with_its_settings() -> None:
         "name": "gpuscale_planned_replicas",
         "selector": {"matchLabels": {"startupSeconds": "240", "ttftSeconds": "2"}}}
     validate(out.hpa)
+    # Without --startup-seconds the scaler measures the start-up: nothing is written.
+    measured = generate(w, Options(planner=True))
+    md = measured.scaled_object["spec"]["triggers"][0]["metadata"]
+    assert "startupSeconds" not in md
+    assert parse_metadata(md).planner.startup_s is None  # type: ignore[union-attr]
+    assert any("the scaler measures it" in n for n in measured.notes)
     with pytest.raises(ConfigError, match="needs a vLLM workload"):
         generate(workload_from(deployment("ghcr.io/acme/trainer:1")), Options(planner=True))
 

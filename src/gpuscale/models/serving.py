@@ -345,12 +345,17 @@ def needed_replicas(requests: Sequence[TraceRequest], duration: float, params: S
     return out
 
 
-def planner_metadata(params: ServingParams, slo_s: float = 2.0) -> dict[str, str]:
+def planner_metadata(params: ServingParams, slo_s: float = 2.0,
+                     measure_startup: bool = False) -> dict[str, str]:
     """The trigger metadata a user who measured these replicas would write: start-up time
-    (a high percentile of the cold starts, as the README says to take), capacity, batch,
+    (a high percentile of the cold starts, as the README says to take; left out with
+    ``measure_startup``: the planner then measures it from the pods), capacity, batch,
     and the SLO."""
     startup = max(params.cold_start_s, params.cold_start_spread[1])
-    return {"ttftSeconds": f"{slo_s:.10g}", "startupSeconds": f"{startup:.10g}",
-            "prefillTokensPerSecond": f"{params.prefill_tps:.10g}",
-            "decodeTokensPerSecond": f"{params.decode_tps_max:.10g}",
-            "maxBatch": str(params.max_batch)}
+    md = {"ttftSeconds": f"{slo_s:.10g}", "startupSeconds": f"{startup:.10g}",
+          "prefillTokensPerSecond": f"{params.prefill_tps:.10g}",
+          "decodeTokensPerSecond": f"{params.decode_tps_max:.10g}",
+          "maxBatch": str(params.max_batch)}
+    if measure_startup:
+        del md["startupSeconds"]
+    return md

@@ -54,6 +54,13 @@ class Roster(Protocol):
         ...
 
 
+class Startups(Protocol):
+    def startups(self, namespace: str, selector: Selector) -> tuple[tuple[str, float], ...]:
+        """(pod, seconds from its creation to its first Ready) of the selected pods whose
+        start-up is known (the planner's measured start-up)."""
+        ...
+
+
 class Resolver(Protocol):
     def resolve(self, namespace: str, name: str) -> Selector | Unavailable:
         """The pod selector of ScaledObject ``namespace/name``'s scale target."""
@@ -87,6 +94,7 @@ class Selection:
 
     pods: Sequence[PodRecord]
     gaps: Sequence[str] = ()
+    selector: Selector | None = None  # whose pods they are
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,19 +112,23 @@ class Value:
 
 class Answers:
     """The scaler's inputs, read from memory: the fleet view, the roster of pods that must
-    have reported, the ScaledObject resolver, the plan book and the demand sources."""
+    have reported, the ScaledObject resolver, the plan book, the demand sources and the
+    pods' measured start-ups."""
 
     def __init__(self, fleet: FleetView, roster: Roster | None = None,
                  resolver: Resolver | None = None, plans: PlanBook | None = None,
-                 demand: DemandCheck | None = None) -> None:
+                 demand: DemandCheck | None = None, startups: Startups | None = None) -> None:
         """``roster``: None only where the fleet view is complete by construction (fed in
         the same process: the simulator, tests). ``resolver``: None where the scaler has
-        no Kubernetes API (a trigger must then name its podSelector)."""
+        no Kubernetes API (a trigger must then name its podSelector). ``startups``: None
+        where nothing watches the pods (planners then use ``startupSeconds`` or the
+        default)."""
         self.fleet = fleet
         self.roster = roster
         self.resolver = resolver
         self.plans = plans if plans is not None else PlanBook()
         self.demand = demand
+        self.startups = startups
 
     def check(self, workload: Workload) -> None:
         """Whether this scaler can answer the trigger at all (before any data): ConfigError
@@ -154,7 +166,7 @@ class Answers:
         records = self.fleet.select(workload.namespace, selector)
         gaps = ([] if self.roster is None else
                 self.roster.problems(workload.namespace, selector, records))
-        return Selection(records, gaps)
+        return Selection(records, gaps, selector)
 
     # -- the value -----------------------------------------------------------------------
 
@@ -190,7 +202,9 @@ class Answers:
                 got = self.selection(workload)
                 if isinstance(got, Unavailable):
                     raise got.error()
-                return observe(self.fleet, got.pods, got.gaps)
+                startups = () if self.startups is None or got.selector is None else \
+                    self.startups.startups(workload.namespace, got.selector)
+                return observe(self.fleet, got.pods, got.gaps, startups)
             try:
                 plan = self.plans.plan(workload.plan_key, (workload.namespace, workload.name),
                                        config, sample, now)

@@ -97,7 +97,8 @@ class Scaler:
             self.resolver = WorkloadResolver(api)
         self.demand = DemandSources(config.demand)
         self.answers = Answers(self.fleet, roster, self.resolver,
-                               PlanBook(time_scale=config.time_scale), self.demand.pending)
+                               PlanBook(time_scale=config.time_scale), self.demand.pending,
+                               startups=self.pod_roster)
         requests = Counter("gpuscale_scaler_requests", "KEDA calls answered, by method and "
                            "gRPC status (UNAVAILABLE: missing or stale data).",
                            ["method", "code"], registry=self.registry)

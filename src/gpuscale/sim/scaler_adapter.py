@@ -56,9 +56,15 @@ class _SimScaler:
         self.now = 0.0
         self.fleet = FleetView(monotonic=lambda: self.now)
         self.roster = _OneNode()
+        self.started: tuple[tuple[str, float], ...] = ()  # the pod watch's start-ups
         # Asked at every HPA sync and KEDA poll: a planner is never idle long enough to go.
-        self.answers = Answers(self.fleet, self.roster, plans=PlanBook(idle_s=math.inf))
+        self.answers = Answers(self.fleet, self.roster, plans=PlanBook(idle_s=math.inf),
+                               startups=self)
         self.workload = Workload(NAMESPACE, NAME, self.trigger)
+
+    def startups(self, namespace: str, selector: Selector) -> tuple[tuple[str, float], ...]:
+        """The Ready replicas' creation to Ready, as the scaler's pod watch reads them."""
+        return self.started
 
     def report(self, now: float, signals: list[tuple[bool, dict[str, Reading]]],
                numbers: list[int] | None = None) -> None:
@@ -140,6 +146,11 @@ class PlannerPolicy:
             replicas.append((s.ready, signals))
         self._counters = seen
         sim = self._sim
+        # A replica running when the simulation began started once too: its own draw.
+        sim.started = tuple(
+            (f"{NAME}-{rep.number}", rep.ready_at - rep.created if rep.ready_at > rep.created
+             else model.p.cold_start(rep.number))
+            for rep in model.replicas if now >= rep.ready_at)
         sim.report(now, replicas, [rep.number for rep in model.replicas])
         if sim.workload.plan_key in self.plans:
             self.plans.tick(now)  # the scaler's plan loop, once a planner second
@@ -150,13 +161,14 @@ class PlannerPolicy:
         return self._sim.metrics(now)
 
 
-def planner_policy(params: ServingParams, slo_s: float = 2.0,
+def planner_policy(params: ServingParams, slo_s: float = 2.0, measure_startup: bool = False,
                    **metadata: str) -> dict[str, Any]:
     """``run_policy`` keyword arguments for the planner as the README configures it: its
     value as the HPA's signal, the per-second observation through the decider hook (which
     never decides), and the HPA's scale-down stabilization at 0 s (the planner holds its
-    plan for a start-up itself; the HPA's 300 s on top only bills idle replicas)."""
-    policy = PlannerPolicy({**planner_metadata(params, slo_s), **metadata})
+    plan for a start-up itself; the HPA's 300 s on top only bills idle replicas).
+    ``measure_startup``: no ``startupSeconds``; the planner measures the replicas'."""
+    policy = PlannerPolicy({**planner_metadata(params, slo_s, measure_startup), **metadata})
 
     def tick(model: ServingModel, now: float, replicas: int) -> int | None:
         policy.tick(model, now)

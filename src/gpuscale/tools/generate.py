@@ -207,7 +207,12 @@ def generate(w: Workload, opts: Options) -> Generated:
     if opts.demand_source:
         metadata["demandSource"] = opts.demand_source
     if profile == "vllm-planner":
-        metadata["startupSeconds"] = f"{startup:g}"
+        if opts.startup_s is not None:
+            metadata["startupSeconds"] = f"{startup:g}"
+        else:
+            notes.append("planner start-up: not written - the scaler measures it from the "
+                         "pods' creation to first Ready (the 90th percentile; 300 s until "
+                         "three pods have shown theirs); --startup-seconds fixes it")
         if opts.ttft_s is not None:
             metadata["ttftSeconds"] = f"{opts.ttft_s:g}"
     fallback = max(1, opts.min_replicas)

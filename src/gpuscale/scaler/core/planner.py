@@ -13,7 +13,7 @@ replica does in one second (a "replica-second"):
   requests, over the last minutes).
 - **steady** (Little's law): the mean arrived work over the last minute, plus its growth
   over one start-up (the least-squares slope of the last ``TREND_S`` seconds, when
-  positive, times ``startup_s``, at most ``TREND_CAP`` of the load: a replica asked for
+  positive, times the start-up, at most ``TREND_CAP`` of the load: a replica asked for
   now serves the load of a start-up from now), over the target busy fraction
   ``utilization``: replicas that carry the work in flight with room left.
 - **burst**: the smallest service rate that keeps every arrival of the remembered
@@ -28,8 +28,15 @@ replica does in one second (a "replica-second"):
   KV-cache use, plus its growth over one start-up (the ``TREND_S`` slope, at most
   ``TREND_CAP`` of the use: long generations fill the cache for minutes while the work
   per second stays low), over ``kv_target`` (a full cache stops the batch from growing).
-- **backlog**: the waiting queue's work spread over ``startup_s``, the time a new
+- **backlog**: the waiting queue's work spread over the start-up, the time a new
   replica needs to become Ready: the extra capacity that drains it by the time it arrives.
+- **start-up** (the look-ahead of ``steady`` and ``kv``, the backlog's spread and the
+  hold): ``startup_s`` when the trigger gives one; otherwise measured - each Ready pod's
+  creation to its first Ready, from the caller's pod watch (``Observation.startups``),
+  the newest ``STARTUP_SAMPLES`` pods kept, and their ``STARTUP_QUANTILE`` taken (a
+  distribution with a long tail: a node pulling the image; the slow starts are the ones
+  a plan must cover) once ``STARTUP_MIN_SAMPLES`` pods have shown one; until then
+  ``DEFAULT_STARTUP_S``.
 - **capacity**: while requests have waited at a pod for ``SATURATED_S``, it serves all it
   can, so its work is what one replica delivers of the configured capacity (batch or KV
   limits, a slower GPU than configured); learned per pod from the pods that wait (the
@@ -79,6 +86,11 @@ CURRENT_S = 10  # the window of the current term
 SATURATED_S = 5  # a queue this long means the Ready pods serve all they can
 CAPACITY_WEIGHT = 0.05  # of each saturated second in the learned capacity
 MIN_CAPACITY = 0.25
+DEFAULT_STARTUP_S = 300.0  # until pods have shown theirs: a slow start (cold node, big image)
+STARTUP_SAMPLES = 32  # the newest pods' start-ups kept
+STARTUP_MIN_SAMPLES = 3  # measured start-ups needed before they replace the default
+STARTUP_QUANTILE = 0.9  # of the measured start-ups: what the plan looks ahead by
+MAX_STARTUP_S = 7200.0  # a longer "start-up" is not one (a Ready pod restarted later)
 
 
 class PlanUnavailable(DataUnavailable):
@@ -91,7 +103,7 @@ class PlannerConfig:
 
     delay_s: float = 2.0  # the queueing-delay budget (the SLO less the prefill itself)
     ttft_s: float | None = None  # a TTFT objective: the budget follows the mean prompt
-    startup_s: float = 180.0  # creation to Ready of a new replica
+    startup_s: float | None = None  # creation to Ready of a new replica; None: measured
     prefill_tps: float = 30_000.0  # prompt tokens/s one replica prefills, fully busy
     decode_tps: float = 12_000.0  # generated tokens/s one replica decodes at full batch
     max_batch: int = 256  # sequences one replica runs at once (vLLM's max_num_seqs)
@@ -100,15 +112,11 @@ class PlannerConfig:
     memory_s: float = 900.0  # how long a burst is remembered
     burst_s: float = 120.0  # the longest burst the burst term looks at
     trend: bool = True  # plan for the load's growth over a start-up
-    hold_s: float | None = None  # scale-down hold; None: startup_s
+    hold_s: float | None = None  # scale-down hold; None: one start-up
     prompt_tokens: float = 1_000.0  # a request's tokens until the engine has shown its own
     output_tokens: float = 250.0
     stale_s: float = 10.0  # no usable observation for this long: UNAVAILABLE
     resolution_s: float = 1.0  # the width of one bin of history (the planner's "second")
-
-    @property
-    def hold(self) -> float:
-        return self.startup_s if self.hold_s is None else self.hold_s
 
     def bins(self, seconds: float) -> int:
         """How many bins of history ``seconds`` are (at least one)."""
@@ -144,6 +152,9 @@ class Observation:
     ready: int
     starting: int  # pods of the workload that are not Ready yet
     pods: tuple[PodLoad, ...] = ()
+    # (pod, seconds from its creation to its first Ready) for the workload's pods whose
+    # start-up the caller measured (its pod watch); seen again every second, counted once
+    startups: tuple[tuple[str, float], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,13 +178,17 @@ class Plan:
     warming: bool  # the planner has not seen a whole hold window yet
     growth: float = 0.0  # load growth over a start-up in steady, replica-seconds per second
     kv_growth: float = 0.0  # KV-cache fill over a start-up in kv, percent points
+    startup: float = DEFAULT_STARTUP_S  # the start-up planned with, seconds
+    startup_source: str = "default"  # "configured", "measured" or "default"
+    startup_pods: int = 0  # pods whose start-up was measured (0: configured or default)
 
     def terms(self) -> dict[str, float]:
         return {"steady": self.steady, "burst": self.burst, "concurrency": self.concurrency,
                 "kv": self.kv, "backlog": self.backlog, "required": self.required,
                 "arrived": self.arrived, "request_work": self.request_work,
                 "capacity": self.capacity, "growth": self.growth,
-                "kv_growth": self.kv_growth,
+                "kv_growth": self.kv_growth, "startup": self.startup,
+                "startup_pods": float(self.startup_pods),
                 "ready": float(self.ready), "starting": float(self.starting)}
 
 
@@ -255,9 +270,44 @@ class Planner:
         self._queued = 0  # bins in a row with requests waiting
         self._queued_pods: dict[str, int] = {}  # the same, per Ready pod
         self.capacity = 1.0  # learned: what a Ready pod delivers of the configured
+        self._startups: dict[str, float] = {}  # pod -> measured start-up, oldest first
+        self._startup = (config.startup_s, "configured") if config.startup_s is not None \
+            else (DEFAULT_STARTUP_S, "default")
         self.plan: Plan | None = None
         self._failed_at: float | None = None
         self._why = "no observation yet"
+
+    @property
+    def startup(self) -> float:
+        """The start-up planned with now, seconds (configured, measured or the default)."""
+        return self._startup[0]
+
+    @property
+    def startup_source(self) -> str:
+        return self._startup[1]
+
+    def hold(self) -> float:
+        """The scale-down hold: ``hold_s``, or one start-up."""
+        c = self.config
+        return self.startup if c.hold_s is None else c.hold_s
+
+    def _learn_startups(self, obs: Observation) -> None:
+        """Keep each pod's measured start-up once (the newest ``STARTUP_SAMPLES`` pods),
+        and plan with their ``STARTUP_QUANTILE`` unless the trigger gave one."""
+        if self.config.startup_s is not None or not obs.startups:
+            return
+        added = False
+        for pod, seconds in obs.startups:
+            if pod in self._startups or not 0 < seconds <= MAX_STARTUP_S:
+                continue
+            self._startups[pod] = seconds
+            added = True
+            if len(self._startups) > STARTUP_SAMPLES:
+                del self._startups[next(iter(self._startups))]
+        if added and len(self._startups) >= STARTUP_MIN_SAMPLES:
+            ordered = sorted(self._startups.values())
+            rank = math.ceil(STARTUP_QUANTILE * len(ordered)) - 1  # nearest rank
+            self._startup = (ordered[max(0, rank)], "measured")
 
     def fail(self, now: float, why: str) -> None:
         """An observation could not be made (the caller's reason, for the answer)."""
@@ -306,6 +356,7 @@ class Planner:
             self._prompts.push(obs.prompt_tps)
             self._kv.push(obs.kv_cache)
         self._learn_capacity(obs, served, gap)
+        self._learn_startups(obs)
         self._second, self._waiting = second, obs.waiting
         if self._since is None:
             self._since = second
@@ -390,6 +441,7 @@ class Planner:
     def _make(self, now: float, obs: Observation, served: float,
               arrived: float | None = None) -> Plan:
         c = self.config
+        startup = self.startup
         second = self._second if self._second is not None else math.floor(now)
         request = self._request_work()
         held = len(self._arrived.values)
@@ -398,7 +450,7 @@ class Planner:
         growth = 0.0
         if c.trend and held >= c.bins(TREND_S):
             slope = self._arrived.slope(c.bins(TREND_S)) / c.resolution_s  # per second
-            growth = min(max(0.0, slope) * c.startup_s,
+            growth = min(max(0.0, slope) * startup,
                          TREND_CAP * now_rate)
         k = self.capacity
         steady = (now_rate + growth) / c.utilization / k
@@ -409,9 +461,9 @@ class Planner:
             # Long generations fill the cache over minutes (each sequence's context grows
             # until it ends): plan for the fill a start-up ahead, as for the load.
             slope = self._kv.slope(c.bins(TREND_S)) / c.resolution_s
-            kv_growth = min(max(0.0, slope) * c.startup_s, TREND_CAP * obs.kv_cache)
+            kv_growth = min(max(0.0, slope) * startup, TREND_CAP * obs.kv_cache)
         kv = (obs.kv_cache + kv_growth) / c.kv_target
-        backlog = obs.waiting * request / c.startup_s / k
+        backlog = obs.waiting * request / startup / k
         # Never below the work the Ready pods have been doing these last seconds (a mean:
         # one second of prefill alone would hold a replica for a start-up).
         m = min(c.bins(CURRENT_S), len(self._served.values))
@@ -421,14 +473,17 @@ class Planner:
         while self._unheld and self._unheld[-1][1] <= unheld:
             self._unheld.pop()
         self._unheld.append((second, unheld))
-        while self._unheld[0][0] <= second - c.bins(c.hold):
+        hold = c.bins(self.hold())
+        while self._unheld[0][0] <= second - hold:
             self._unheld.popleft()
         replicas = self._unheld[0][1]
-        warming = self._since is None or second - self._since < c.bins(c.hold)
+        warming = self._since is None or second - self._since < hold
         if warming:
             replicas = max(replicas, obs.ready + obs.starting)
         self.plan = Plan(replicas, now, steady, burst, concurrency, kv, backlog, required,
                          unheld, arrived if arrived is not None else
                          (self.plan.arrived if self.plan else served),
-                         request, k, obs.ready, obs.starting, warming, growth, kv_growth)
+                         request, k, obs.ready, obs.starting, warming, growth, kv_growth,
+                         startup, self.startup_source,
+                         len(self._startups) if self.startup_source == "measured" else 0)
         return self.plan

@@ -23,14 +23,18 @@ key                      meaning                                    default
 ======================== ========================================== ==================
 ttftSeconds              time-to-first-token objective, seconds     2
 queueDelaySeconds        or: queueing-delay objective, seconds      (from ttftSeconds)
-startupSeconds           creation to Ready of a new replica          180
+startupSeconds           creation to Ready of a new replica          measured (*)
 prefillTokensPerSecond   prompt tokens/s one replica prefills        30000
 decodeTokensPerSecond    generated tokens/s one replica decodes      12000
 maxBatch                 sequences one replica batches (max_num_seqs)  256
 utilization              busy fraction to plan for, 0.1 to 1          0.85
-holdSeconds              scale-down hold                            startupSeconds
+holdSeconds              scale-down hold                            the start-up
 memorySeconds            how long a burst is remembered, 1 to 86400    900
 ======================== ========================================== ==================
+
+(*) Without ``startupSeconds`` the planner measures it: the 90th percentile of the
+workload's pods' creation to first Ready, from the scaler's pod watch (300 s until three
+pods have shown theirs; always 300 s where the scaler has no Kubernetes API).
 
 With ``ttftSeconds`` the queueing budget is the objective less the prefill of the mean
 prompt the engines have shown (of a ``promptTokens`` prompt, 1000 unless given, until
@@ -253,13 +257,14 @@ def _planner(md: Mapping[str, str]) -> PlannerConfig:
             raise MetadataError(f"ttftSeconds: {ttft:g}s leaves no time to queue: a "
                                 f"{prompt:g}-token prompt alone takes {prompt / prefill:.3g}s "
                                 f"to prefill at {prefill:g} tokens/s")
-    startup = get("startupSeconds", base.startup_s, 1.0, 7200.0)
+    startup = (get("startupSeconds", 0.0, 1.0, 7200.0) if "startupSeconds" in md
+               else None)  # None: measured
     return PlannerConfig(
         delay_s=delay, ttft_s=ttft, startup_s=startup, prefill_tps=prefill,
         decode_tps=get("decodeTokensPerSecond", base.decode_tps, 1.0, 1e8),
         max_batch=int(get("maxBatch", base.max_batch, 1.0, 1e6)),
         utilization=get("utilization", base.utilization, 0.1, 1.0),
-        hold_s=get("holdSeconds", startup, 0.0, 86400.0) if "holdSeconds" in md else None,
+        hold_s=get("holdSeconds", 0.0, 0.0, 86400.0) if "holdSeconds" in md else None,
         memory_s=get("memorySeconds", base.memory_s, 1.0, 86400.0),
         prompt_tokens=prompt)
 

@@ -87,7 +87,9 @@ class PlanCollector(Collector):
             "arrived in the last second; request_work: of one request; growth: the "
             "load's growth over a start-up, inside steady; capacity: the fraction of the "
             "configured a Ready pod delivers), KV-cache percent points (kv_growth: the "
-            "fill over a start-up, inside kv) or pods (ready, starting).",
+            "fill over a start-up, inside kv), seconds (startup: the start-up planned with, "
+            "configured or measured from the pods) or pods (ready, starting; startup_pods: "
+            "the pods it was measured over, 0 when configured or the default).",
             labels=[*labels, "term"])
         for (namespace, name), plan in self._plans.plans():
             replicas.add_metric([namespace, name], float(plan.replicas))

@@ -23,8 +23,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
+from gpuscale.kube.replies import int_at, list_at, obj_at, str_at
 from gpuscale.scaler.core.selector import Selector
 from gpuscale.stream.records import PodRecord
 from gpuscale.stream.subscriber import AgentSubscriber, LinkState
@@ -104,23 +106,50 @@ class RunningPod:
     labels: Mapping[str, str]
     ready: bool
     gpus: bool  # holds a GPU resource
+    startup_s: float | None = None  # creation to first Ready (see ``startup_of``)
+
+
+def _timestamp(text: str) -> float | None:
+    """An RFC 3339 time as the API writes it (``2026-11-26T07:56:14Z``), as POSIX
+    seconds; None when absent or not one."""
+    if not 0 < len(text) <= 40:
+        return None
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return when.timestamp() if when.tzinfo is not None else None
+
+
+def startup_of(raw: Mapping[str, Any], ready: Mapping[str, Any]) -> float | None:
+    """Seconds from the pod's creation to its first Ready: the Ready condition's last
+    transition, while no container has restarted (a restart makes it a later one). None
+    when not measurable that way: a container restarted or not reported yet, timestamps
+    missing or out of order."""
+    containers = list_at(raw, "status", "containerStatuses")
+    if not containers or any(int_at(c, "restartCount", default=-1) != 0 for c in containers):
+        return None
+    created = _timestamp(str_at(raw, "metadata", "creationTimestamp"))
+    became = _timestamp(str_at(ready, "lastTransitionTime"))
+    if created is None or became is None or became <= created:
+        return None
+    return became - created
 
 
 def running_pod(raw: dict[str, Any]) -> RunningPod:
-    """The fields the roster reads, from a pod as the API returns it (JSON)."""
-    meta, spec, status = (raw.get("metadata") or {}, raw.get("spec") or {},
-                          raw.get("status") or {})
+    """The fields the roster reads, from a pod as the API returns it (JSON; a field of the
+    wrong type reads as absent)."""
     gpus = False
-    for c in spec.get("containers") or []:
-        resources = (c or {}).get("resources") or {}
-        names = [*(resources.get("limits") or {}), *(resources.get("requests") or {})]
+    for c in list_at(raw, "spec", "containers"):
+        names = [*obj_at(c, "resources", "limits"), *obj_at(c, "resources", "requests")]
         gpus = gpus or any(str(n).startswith(GPU_RESOURCE_PREFIX) for n in names)
-    ready = any(c.get("type") == "Ready" and c.get("status") == "True"
-                for c in status.get("conditions") or [] if isinstance(c, dict))
-    labels = meta.get("labels") or {}
-    return RunningPod(str(meta.get("namespace", "")), str(meta.get("name", "")),
-                      str(spec.get("nodeName") or ""),
-                      {str(k): str(v) for k, v in labels.items()}, ready, gpus)
+    ready = next((c for c in list_at(raw, "status", "conditions")
+                  if str_at(c, "type") == "Ready" and str_at(c, "status") == "True"), None)
+    labels = obj_at(raw, "metadata", "labels")
+    return RunningPod(str_at(raw, "metadata", "namespace"), str_at(raw, "metadata", "name"),
+                      str_at(raw, "spec", "nodeName"),
+                      {str(k): str(v) for k, v in labels.items()}, ready is not None, gpus,
+                      None if ready is None else startup_of(raw, ready))
 
 
 class PodRoster:
@@ -171,6 +200,12 @@ class PodRoster:
                          if p.ready and selector.matches(p.labels))
             hit = self._cache[key] = (self._version, pods)
         return hit[1]
+
+    def startups(self, namespace: str, selector: Selector) -> tuple[tuple[str, float], ...]:
+        """(pod, seconds from creation to first Ready) of the workload's Ready GPU pods
+        whose start-up the watch shows (the planner's measured start-up)."""
+        return tuple((p.name, p.startup_s) for p in self.expected(namespace, selector)
+                     if p.startup_s is not None)
 
     def problems(self, namespace: str, selector: Selector,
                  records: Sequence[PodRecord]) -> list[str]:

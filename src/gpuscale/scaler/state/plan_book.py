@@ -45,9 +45,10 @@ class TooManyPlans(Overloaded):
     """More distinct planned workloads than the scaler keeps."""
 
 
-def observe(fleet: FleetView, pods: Sequence[PodRecord],
-            gaps: Sequence[str]) -> Observation:
-    """The workload's sums now. Raises WorkloadUnavailable (naming pods and why)."""
+def observe(fleet: FleetView, pods: Sequence[PodRecord], gaps: Sequence[str],
+            startups: tuple[tuple[str, float], ...] = ()) -> Observation:
+    """The workload's sums now, and its pods' measured start-ups (passed through). Raises
+    WorkloadUnavailable (naming pods and why)."""
     sums = {}
     ready = 0
     for name in PLANNER_SIGNALS:
@@ -66,7 +67,7 @@ def observe(fleet: FleetView, pods: Sequence[PodRecord],
         prompt_tps=sums["vllm-prompt-tps"], generation_tps=sums["vllm-generation-tps"],
         finished_rate=sums["vllm-finished-rate"], waiting=sums["vllm-waiting"],
         running=sums["vllm-running"], kv_cache=sums["vllm-kv-cache"], ready=ready,
-        starting=sum(1 for p in pods if not p.ready), pods=tuple(loads))
+        starting=sum(1 for p in pods if not p.ready), pods=tuple(loads), startups=startups)
 
 
 @dataclass(slots=True)
