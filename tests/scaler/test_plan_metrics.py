@@ -32,6 +32,7 @@ def test_plans_and_terms_are_exported_per_scaledobject() -> None:
     assert (terms["ready"], terms["starting"]) == (3.0, 1.0)
     assert set(terms) == {"steady", "burst", "concurrency", "kv", "backlog", "required",
                           "arrived", "request_work", "capacity", "ready", "starting",
-                          "growth", "kv_growth", "startup", "startup_pods"}
+                          "growth", "kv_growth", "burst_excess", "startup",
+                          "startup_pods"}
     # No pod watch here: the default, measured over no pod.
     assert (terms["startup"], terms["startup_pods"]) == (300.0, 0.0)

@@ -381,3 +381,35 @@ def test_a_measured_start_up_moves_the_backlog_and_the_hold() -> None:
     # The steady term fell a minute after the load (t=660); 40 s later the 50-s hold has
     # let the peak go and the 100-s one still holds it.
     assert fast.current(699.0).replicas < slow.current(699.0).replicas == 5
+
+
+def test_a_burst_keeps_its_excess_over_the_level_not_the_old_level() -> None:
+    """Headroom for the workload's own bursts, not for a level it has left: after a busy
+    hour with 5-s bursts on top, the load falls to a fifth; the burst term follows the
+    new level plus the bursts' excess, not the old level's rate for the memory's span."""
+    p = Planner(CFG)  # memory 600 s
+    for t in range(0, 1200):  # level 4/s, and every 5 min a 5-s burst of +6/s
+        run(p, range(t, t + 1), busy(10.0 if t % 300 < 5 else 4.0, ready=5))
+    plan = p.current(1199.0)
+    high = plan.burst
+    assert plan.burst_excess > 0
+    run(p, range(1200, 1500), busy(0.8, ready=5))  # 5 minutes at a fifth of the level
+    plan = p.current(1499.0)
+    # The remembered rate (the old level with a burst: above 4) is still in memory ...
+    assert p._bursts[0][1] > 4.0
+    # ... but the term is the level now plus the excess the bursts showed.
+    assert plan.burst == pytest.approx(0.8 + plan.burst_excess)
+    assert plan.burst < high
+
+
+def test_bursts_that_recur_within_the_window_are_not_hidden_in_their_level() -> None:
+    """A level taken as the window's mean would rise with bursts that come every few
+    minutes and shrink their excess; the quietest minute does not: between two bursts
+    the term still carries the whole burst."""
+    cfg = replace(CFG, memory_s=900.0)
+    p = Planner(cfg)
+    for t in range(0, 1800):  # level 1/s, a 90-s burst at 6/s every 4 minutes
+        run(p, range(t, t + 1), busy(6.0 if t % 240 < 90 else 1.0, ready=6))
+    plan = p.current(1799.0)  # 150 s after the last burst began: quiet for 60 s
+    absolute = p._bursts[0][1]
+    assert plan.burst == pytest.approx(absolute)  # level + excess >= the burst's own rate

@@ -22,11 +22,17 @@ replica does in one second (a "replica-second"):
   a server of rate c keeps each arrival's wait within D exactly when the work arriving in
   every interval of length L is at most c x (L + D) (the delay bound of a constant-rate
   server). Taken over intervals up to ``BURST_SPANS[-1]`` seconds (longer ones are what
-  ``steady`` follows). This is what a 15 s scrape cannot see.
+  ``steady`` follows). This is what a 15 s scrape cannot see. A burst is remembered as
+  two figures: that rate, and its **excess** over the level it stood on (the quietest
+  minute of the ``BURST_BASE_S`` before it); the term is the smaller of the largest
+  remembered rate and the current level (the steady term's mean) plus the largest
+  remembered excess. So a workload that bursts keeps its headroom *above its level*
+  for ``memory_s``, and when the level itself falls (the evening side of a day), the
+  capacity of the morning's level is not held for the memory's 15 minutes.
 - **concurrency**: running sequences over ``max_batch`` at ``utilization`` (full batches
   cannot take the next request; waiting ones are the backlog's); **kv**: the Ready pods'
   KV-cache use, plus its growth over one start-up (the ``TREND_S`` slope, at most
-  ``TREND_CAP`` of the use: long generations fill the cache for minutes while the work
+  ``KV_TREND_CAP`` of the use: long generations fill the cache for minutes while the work
   per second stays low), over ``kv_target`` (a full cache stops the batch from growing).
 - **backlog**: the waiting queue's work spread over the start-up, the time a new
   replica needs to become Ready: the extra capacity that drains it by the time it arrives.
@@ -76,9 +82,12 @@ from gpuscale.common.errors import DataUnavailable
 #: the nearest shorter one plus its neighbours' quiet seconds (at most ~4 % low at 10 s).
 BURST_SPANS = (1, 2, 3, 4, 5, 6, 8, 10, 12, 15, 20, 25, 30, 40, 50, 60, 75, 90, 105, 120)
 BURST_BUCKET_S = 10  # remembered burst rates within this many seconds share one entry
+BURST_BASE_S = 600  # a burst's excess is over the quietest minute of this window before it
+BASE_BLOCK_S = 60
 STEADY_S = 60  # the window of the steady term
 TREND_S = 300  # the load's growth is the least-squares slope over this window
 TREND_CAP = 0.5  # growth planned for over a start-up, at most this fraction of the load
+KV_TREND_CAP = 0.5  # the KV cache's fill planned for, at most this fraction of its use
 REQUEST_MEMORY_S = 300  # the window of the mean work of one request
 MAX_GAP_S = 30  # a longer gap between observations restarts the arrival history
 REBASE_AFTER = 1 << 16  # values pushed before a window's running sums are recomputed
@@ -178,6 +187,7 @@ class Plan:
     warming: bool  # the planner has not seen a whole hold window yet
     growth: float = 0.0  # load growth over a start-up in steady, replica-seconds per second
     kv_growth: float = 0.0  # KV-cache fill over a start-up in kv, percent points
+    burst_excess: float = 0.0  # the remembered excess inside burst, replica-seconds/s
     startup: float = DEFAULT_STARTUP_S  # the start-up planned with, seconds
     startup_source: str = "default"  # "configured", "measured" or "default"
     startup_pods: int = 0  # pods whose start-up was measured (0: configured or default)
@@ -187,7 +197,8 @@ class Plan:
                 "kv": self.kv, "backlog": self.backlog, "required": self.required,
                 "arrived": self.arrived, "request_work": self.request_work,
                 "capacity": self.capacity, "growth": self.growth,
-                "kv_growth": self.kv_growth, "startup": self.startup,
+                "kv_growth": self.kv_growth, "burst_excess": self.burst_excess,
+                "startup": self.startup,
                 "startup_pods": float(self.startup_pods),
                 "ready": float(self.ready), "starting": float(self.starting)}
 
@@ -251,6 +262,21 @@ class _Window:
         self.count = 0
 
 
+def _remember(memory: deque[tuple[int, float]], second: int, value: float, bucket: int,
+              span: int) -> None:
+    """Keep ``value`` in ``memory`` (decreasing; the largest of the last ``span`` seconds
+    first): a smaller value just after a larger one keeps the larger one a few seconds
+    longer instead (never less, and at most ``span / bucket`` entries)."""
+    while memory and memory[-1][1] <= value:
+        memory.pop()
+    if memory and memory[-1][0] // bucket == second // bucket:
+        memory[-1] = (second, memory[-1][1])
+    else:
+        memory.append((second, value))
+    while memory[0][0] <= second - span:
+        memory.popleft()
+
+
 class Planner:
     """One workload's planner; call ``observe`` about once a second."""
 
@@ -260,11 +286,17 @@ class Planner:
         self._waiting = 0.0
         bins = config.bins
         self._arrived = _Window(bins(max(BURST_SPANS[-1], STEADY_S, TREND_S)))
+        # Arrived work per whole minute (BASE_BLOCK_S), the newest last, and the minute
+        # being filled: the levels bursts stand on, kept small (a number a minute).
+        self._blocks: deque[float] = deque(maxlen=math.ceil(
+            (BURST_BASE_S + BURST_SPANS[-1]) / BASE_BLOCK_S) + 1)
+        self._block = (0, 0.0)  # (bins in it, their sum)
         self._served = _Window(bins(REQUEST_MEMORY_S))
         self._finished = _Window(bins(REQUEST_MEMORY_S))
         self._prompts = _Window(bins(REQUEST_MEMORY_S))  # prompt tokens/s
         self._kv = _Window(bins(TREND_S))  # KV-cache use, percent summed over Ready pods
         self._bursts: deque[tuple[int, float]] = deque()  # (second, rate), decreasing
+        self._excess: deque[tuple[int, float]] = deque()  # (second, excess), decreasing
         self._unheld: deque[tuple[int, int]] = deque()  # (second, count), decreasing
         self._since: int | None = None  # first second of the current history
         self._queued = 0  # bins in a row with requests waiting
@@ -349,8 +381,14 @@ class Planner:
         request = self._request_work()
         grown = 0.0 if fresh else (obs.waiting - self._waiting) * request
         arrived = max(0.0, served + grown / (gap * c.resolution_s))
+        block = c.bins(BASE_BLOCK_S)
         for _ in range(gap):  # unseen seconds are taken as the one seen after them
             self._arrived.push(arrived)
+            n, total = self._block
+            self._block = (n + 1, total + arrived)
+            if n + 1 == block:
+                self._blocks.append((total + arrived) / block)
+                self._block = (0, 0.0)
             self._served.push(served)
             self._finished.push(obs.finished_rate)
             self._prompts.push(obs.prompt_tps)
@@ -367,6 +405,9 @@ class Planner:
         for window in (self._arrived, self._served, self._finished, self._prompts, self._kv):
             window.clear()
         self._bursts.clear()
+        self._excess.clear()
+        self._blocks.clear()
+        self._block = (0, 0.0)
         self._unheld.clear()
         self._since = None
         self._queued = 0
@@ -424,19 +465,21 @@ class Planner:
 
     def _remember_burst(self, second: int, delay: float) -> None:
         c = self.config
-        rate = max(self._arrived.last(c.bins(span)) * c.resolution_s / (span + delay)
-                   for span in BURST_SPANS if span <= c.burst_s)
-        while self._bursts and self._bursts[-1][1] <= rate:
-            self._bursts.pop()
-        bucket = c.bins(BURST_BUCKET_S)
-        if self._bursts and self._bursts[-1][0] // bucket == second // bucket:
-            # A lower rate just after a higher one: the higher one is kept a few seconds
-            # longer instead (never less, and the memory stays memory_s / bucket entries).
-            self._bursts[-1] = (second, self._bursts[-1][1])
-        else:
-            self._bursts.append((second, rate))
-        while self._bursts[0][0] <= second - c.bins(c.memory_s):
-            self._bursts.popleft()
+        arrived = self._arrived
+        spans = [span for span in BURST_SPANS if span <= c.burst_s]
+        rates = [arrived.last(c.bins(span)) * c.resolution_s / (span + delay)
+                 for span in spans]
+        rate = max(rates)
+        # The level the bursts stand on: the quietest whole minute of the BURST_BASE_S
+        # before the longest span (a minute, not the window's mean: bursts that recur
+        # within the window would raise a mean and hide their own excess).
+        recent = math.ceil(spans[-1] / BASE_BLOCK_S)  # minutes the spans may cover
+        blocks = list(self._blocks)[:-recent or None][-(BURST_BASE_S // BASE_BLOCK_S):]
+        # (Until a minute before the longest span is known, the level is taken as 0: the
+        # whole rate is excess, as the burst term was before it had a level.)
+        excess = max(0.0, rate - (min(blocks) if blocks else 0.0))
+        _remember(self._bursts, second, rate, c.bins(BURST_BUCKET_S), c.bins(c.memory_s))
+        _remember(self._excess, second, excess, c.bins(BURST_BUCKET_S), c.bins(c.memory_s))
 
     def _make(self, now: float, obs: Observation, served: float,
               arrived: float | None = None) -> Plan:
@@ -454,14 +497,15 @@ class Planner:
                          TREND_CAP * now_rate)
         k = self.capacity
         steady = (now_rate + growth) / c.utilization / k
-        burst = (self._bursts[0][1] if self._bursts else 0.0) / k
+        excess = self._excess[0][1] if self._excess else 0.0
+        burst = min(self._bursts[0][1] if self._bursts else 0.0, now_rate + excess) / k
         concurrency = obs.running / (c.max_batch * c.utilization)
         kv_growth = 0.0
         if c.trend and len(self._kv.values) >= c.bins(TREND_S):
             # Long generations fill the cache over minutes (each sequence's context grows
             # until it ends): plan for the fill a start-up ahead, as for the load.
             slope = self._kv.slope(c.bins(TREND_S)) / c.resolution_s
-            kv_growth = min(max(0.0, slope) * startup, TREND_CAP * obs.kv_cache)
+            kv_growth = min(max(0.0, slope) * startup, KV_TREND_CAP * obs.kv_cache)
         kv = (obs.kv_cache + kv_growth) / c.kv_target
         backlog = obs.waiting * request / startup / k
         # Never below the work the Ready pods have been doing these last seconds (a mean:
@@ -484,6 +528,6 @@ class Planner:
                          unheld, arrived if arrived is not None else
                          (self.plan.arrived if self.plan else served),
                          request, k, obs.ready, obs.starting, warming, growth, kv_growth,
-                         startup, self.startup_source,
+                         excess, startup, self.startup_source,
                          len(self._startups) if self.startup_source == "measured" else 0)
         return self.plan
