@@ -41,7 +41,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gpuscale.agent.app import Agent, AgentConfig
 from gpuscale.attribution.model import PodInfo
-from gpuscale.attribution.sources import SIM_ENGINE_PORT, AttributionInputs, ScenarioSources
+from gpuscale.attribution.sources import AttributionInputs, ScenarioSources
+from gpuscale.engines.simulated_engines import EngineSockets
 from gpuscale.proto import externalscaler_pb2 as pb
 from gpuscale.proto import externalscaler_pb2_grpc as pb_grpc
 from gpuscale.scaler.answers import Answers
@@ -83,8 +84,8 @@ class HiddenPods(ScenarioSources):
     """A node whose pod cache has not synced yet: the kubelet's allocations are there,
     the pods' metadata not (as after an agent's start, before its first pod list)."""
 
-    def __init__(self, node: NodeSpec) -> None:
-        super().__init__(node, ip_base="127.1.9")
+    def __init__(self, node: NodeSpec, engine_port: int) -> None:
+        super().__init__(node, ip_base="127.1.9", engine_port=lambda _ip: engine_port)
         self.synced = False
 
     async def gather(self, snapshot: NodeSnapshot) -> AttributionInputs:
@@ -104,6 +105,8 @@ class Engine:
     def __init__(self) -> None:
         self.mode = "ok"
         self.runner: web.AppRunner | None = None
+        self.sockets = EngineSockets()
+        self.port = self.sockets.claim(ENGINE_IP)  # free: the matrix runs beside others
 
     def text(self, waiting: str) -> bytes:
         return (f"# TYPE vllm:num_requests_waiting gauge\n"
@@ -128,7 +131,7 @@ class Engine:
         app.router.add_get("/metrics", self.handle)
         self.runner = web.AppRunner(app, access_log=None)
         await self.runner.setup()
-        await web.TCPSite(self.runner, ENGINE_IP, SIM_ENGINE_PORT).start()
+        await web.SockSite(self.runner, self.sockets.take(ENGINE_IP, self.port)).start()
 
 
 class Queue:
@@ -200,7 +203,8 @@ class Cluster:
         port = self.stream_ports.setdefault(key, free_port())
         agent = Agent(SimulatedBackend(spec),
                       AgentConfig("127.0.0.1", 0, self.interval, spec.name, port),
-                      sources or ScenarioSources(spec, ip_base="127.1.9"))
+                      sources or ScenarioSources(spec, ip_base="127.1.9",
+                                                 engine_port=lambda _ip: self.engine.port))
         bound: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         self.tasks[key] = asyncio.create_task(agent.run(bound.set_result))
         await bound
@@ -260,7 +264,7 @@ async def _restart(c: Cluster) -> None:
 async def _startup(c: Cluster) -> None:
     await c.stop_agent("n2")
     spec = node_spec("n2", LOADS["n2"])
-    c.hidden = HiddenPods(spec)
+    c.hidden = HiddenPods(spec, c.engine.port)
     await c.start_agent("n2", spec, c.hidden)
 
 

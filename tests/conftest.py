@@ -57,8 +57,8 @@ async def kubelet(tmp_path: Path) -> AsyncIterator[KubeletPeer]:
 def scenario_scaler() -> Iterator[Served]:
     """A real scaler process serving the ``mig-node`` scenario (two H100s and an A100 split
     into MIG instances, six pods, Triton and TGI engines; the A100's instances report no
-    utilization), shared by a test module. One at a time per machine: its simulated engines
-    listen on fixed loopback addresses (127.1.0.x:18080)."""
+    utilization), shared by a test module. Its simulated engines listen on ports they
+    chose free, so it runs beside any other demo or test run."""
     proc = start_scenario_scaler(port := free_port())
     try:
         yield Served(f"127.0.0.1:{port}", proc)

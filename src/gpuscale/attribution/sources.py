@@ -140,8 +140,9 @@ class ClusterSources:
         return AttributionInputs(allocations, allocated_at, pods, owners, tuple(notes))
 
 
-# Simulated engines listen on their own loopback IPs; one unprivileged port for all (a real
-# TGI's default, 80, would need root to bind).
+# Simulated engines listen on their own loopback IPs, each on a port chosen free where the
+# caller serves them (``engine_port``); this one where nobody serves them (an unprivileged
+# port: a real TGI's default, 80, would need root to bind).
 SIM_ENGINE_PORT = 18080
 
 _UID_NS = uuid.UUID("0b5c1a8e-3f6d-4e2a-9c7b-5d4e3f2a1b0c")
@@ -156,11 +157,14 @@ class ScenarioSources:
     pod name without its last ``-<suffix>``, as a Deployment. Pod IPs are loopback addresses
     ``<ip_base>.<10+k>`` (all of 127/8 is loopback on Linux), and a pod with an ``engine``
     carries the engine opt-in annotations, so the agent's real scraper can read the
-    simulated engines the demo serves there (gpuscale.engines.simulated_engines).
+    simulated engines the demo serves there (gpuscale.engines.simulated_engines): at the
+    pod's own ``port``, else one ``engine_port(ip)`` chose (``EngineSockets.claim``: free,
+    so several demos run side by side), else ``SIM_ENGINE_PORT``.
     """
 
     def __init__(self, node: NodeSpec, clock: Callable[[], float] = time.time,
-                 ip_base: str = "127.1.0") -> None:
+                 ip_base: str = "127.1.0",
+                 engine_port: Callable[[str], int] | None = None) -> None:
         self._clock = clock
         allocs: dict[tuple[str, str, str], list[str]] = {}
         self._pods: dict[tuple[str, str], PodInfo] = {}
@@ -189,9 +193,10 @@ class ScenarioSources:
             containers = dict(prev.container_ids) if prev else {}
             containers[p.pod.container] = cid
             ip = prev.ip if prev else (p.pod.ip or f"{ip_base}.{len(self._pods) + 10}")
+            port = p.pod.port or (engine_port(ip) if engine_port and p.pod.engine
+                                  and not prev else SIM_ENGINE_PORT)
             annotations = (prev.annotations if prev else ()) or (
-                (("gpuscale.io/engine", p.pod.engine),
-                 ("gpuscale.io/metrics-port", str(SIM_ENGINE_PORT)))
+                (("gpuscale.io/engine", p.pod.engine), ("gpuscale.io/metrics-port", str(port)))
                 if p.pod.engine else ())
             self._pods[(p.pod.namespace, p.pod.name)] = PodInfo(
                 p.pod.namespace, p.pod.name, uid, labels=(("app", workload),),

@@ -21,7 +21,7 @@ from gpuscale.agent.app import Agent, AgentConfig
 from gpuscale.attribution.sources import ScenarioSources
 from gpuscale.common.freshness import staleness_bound
 from gpuscale.common.shutdown import cancel_on_signals
-from gpuscale.engines.simulated_engines import engines_for, start_engines
+from gpuscale.engines.simulated_engines import EngineSockets, engines_for, start_engines
 from gpuscale.scaler.config import ScalerConfig, load_file
 from gpuscale.scaler.root import Scaler
 from gpuscale.scaler.sources.demand import DemandConfig
@@ -39,9 +39,10 @@ async def serve_scenario(args: argparse.Namespace) -> None:
     scenario = load_scenario(args.scenario)
     agents = []
     engines: list[web.AppRunner] = []
+    sockets = EngineSockets()  # each engine on a port chosen free: demos side by side
     for i, node in enumerate(scenario.nodes):
         backend = SimulatedBackend(node, speed=args.speed)
-        sources = ScenarioSources(node, ip_base=f"127.{i + 1}.0")
+        sources = ScenarioSources(node, ip_base=f"127.{i + 1}.0", engine_port=sockets.claim)
         agent = Agent(backend, AgentConfig(args.host, args.metrics_port + i if
                                            args.metrics_port else 0, args.interval, node.name),
                       sources)
@@ -50,7 +51,7 @@ async def serve_scenario(args: argparse.Namespace) -> None:
         pods = sources.pod_infos()
         assert not isinstance(pods, Absent)
         engines.extend(await start_engines(engines_for(dict(pods), loads),
-                                           backend.scenario_time))
+                                           backend.scenario_time, sockets))
     demand, advisory = (load_file(args.scaler_config) if args.scaler_config
                         else (DemandConfig(), ()))
     scaler = Scaler(ScalerConfig(
@@ -89,3 +90,4 @@ async def serve_scenario(args: argparse.Namespace) -> None:
         log.info("stopping on signal")
     finally:
         await asyncio.gather(*(r.cleanup() for r in engines))
+        sockets.close()

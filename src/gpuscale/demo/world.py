@@ -14,14 +14,14 @@ import string
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from aiohttp import web
 
 from gpuscale.attribution.model import PodInfo
-from gpuscale.attribution.sources import SIM_ENGINE_PORT, AttributionInputs, ScenarioSources
+from gpuscale.attribution.sources import AttributionInputs, ScenarioSources
 from gpuscale.demo.defaults import DEFAULT_SPEED, GPUS_PER_NODE
-from gpuscale.engines.simulated_engines import VllmCounters, serve_metrics, vllm_metrics
+from gpuscale.engines.simulated_engines import EngineSockets, VllmCounters, vllm_metrics
 from gpuscale.models.serving import InFlightRequest, ServingModel, ServingParams
 from gpuscale.telemetry.model import Absent, NodeSnapshot
 from gpuscale.telemetry.scenario import NodeSpec, PodRef, ProcessSpec, parse_scenario
@@ -64,6 +64,7 @@ class Pod:
     node: int
     gpu: int
     pid: int
+    port: int = 0  # its engine's, claimed free when the pod is created
 
     @property
     def ip(self) -> str:
@@ -106,7 +107,7 @@ class World:
         self.sources = [LiveSources(n, f"127.{i + 1}.0") for i, n in enumerate(self.base)]
         self._ready: set[str] = set()
         self.changes = 0
-
+        self.sockets = EngineSockets()  # the engines' ports, chosen free
     # -- the serving side ---------------------------------------------------------------
 
     def advance(self, to: float) -> None:
@@ -150,7 +151,10 @@ class World:
             node, gpu = free.pop(0)
             self._seq += 1
             suffix = "".join(random.Random(self._seq).choices(string.ascii_lowercase, k=5))
-            self.pods.append(Pod(f"{WORKLOAD}-{suffix}", node, gpu, 20_000 + self._seq))
+            pod = Pod(f"{WORKLOAD}-{suffix}", node, gpu, 20_000 + self._seq)
+            self.pods.append(replace(pod, port=self.sockets.claim(pod.ip)))
+        for gone in self.pods[n:]:
+            self.sockets.release(gone.ip, gone.port)  # (not served yet: still starting)
         del self.pods[n:]
         self.model.set_replicas(n, self.now, warm=warm)
         self._signals = self.model.signals(self.now)
@@ -163,7 +167,7 @@ class World:
                 ProcessSpec(p.pid, p.gpu, None, base.gpus[p.gpu].model.memory_mib * 0.9,
                             _DutyCycle(self, p),
                             PodRef(NAMESPACE, p.name, "vllm", engine="vllm", ip=p.ip,
-                                   ready=p.name in self._ready))
+                                   port=p.port, ready=p.name in self._ready))
                 for p in self.pods if p.node == i)
             node = NodeSpec(base.name, base.gpus, procs)
             self.backends[i].replace_node(node)
@@ -245,10 +249,11 @@ class Engines:
             await self._runners.pop(name).cleanup()
         for name, pod in up.items():
             if name not in self._runners:
-                self._runners[name] = await serve_metrics(
-                    pod.ip, SIM_ENGINE_PORT, lambda pod=pod: self._world.engine_text(pod))  # type: ignore[misc]
+                self._runners[name] = await self._world.sockets.serve(
+                    pod.ip, pod.port, lambda pod=pod: self._world.engine_text(pod))  # type: ignore[misc]
         self._world.mark_ready([p for p in serving if p in self._world.pods])
 
     async def close(self) -> None:
         await asyncio.gather(*(r.cleanup() for r in self._runners.values()))
         self._runners.clear()
+        self._world.sockets.close()

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -127,9 +128,55 @@ def vllm_metrics(model: str, running: int, waiting: int, kv_fraction: float,
             f'vllm:request_success_total{{{labels},finished_reason="abort"}} 0.0\n')
 
 
-async def serve_metrics(ip: str, port: int, render: Callable[[], str]) -> web.AppRunner:
-    """An HTTP server at ``ip:port`` answering ``/metrics`` with ``render()``; the caller
-    cleans the returned runner up."""
+class EngineSockets:
+    """Addresses for simulated engines, chosen free, so that any number of demos, agents
+    and test runs serve their engines side by side: ``claim(ip)`` binds a socket to
+    ``(ip, 0)`` - the kernel picks a port no one holds - and keeps it. Until ``serve``
+    listens on it, a connection to it is refused, as to a real engine still loading its
+    model; ``release`` (or the runner's cleanup, once served) frees it."""
+
+    def __init__(self) -> None:
+        self._held: dict[tuple[str, int], socket.socket] = {}
+
+    def claim(self, ip: str) -> int:
+        """A free port on ``ip``, held for this engine."""
+        sock = socket.socket(socket.AF_INET6 if ":" in ip else socket.AF_INET,
+                             socket.SOCK_STREAM)
+        try:
+            sock.bind((ip, 0))
+        except OSError:
+            sock.close()
+            raise
+        port = int(sock.getsockname()[1])
+        self._held[(ip, port)] = sock
+        return port
+
+    def take(self, ip: str, port: int) -> socket.socket:
+        """The claimed socket, for a server of the caller's own (KeyError for an address
+        not claimed here); the caller closes it."""
+        return self._held.pop((ip, port))
+
+    async def serve(self, ip: str, port: int, render: Callable[[], str]) -> web.AppRunner:
+        """``/metrics`` from ``render()`` on the claimed ``ip:port`` (KeyError for an
+        address not claimed here)."""
+        return await serve_metrics(ip, port, render, self.take(ip, port))
+
+    def release(self, ip: str, port: int) -> None:
+        """Free a claimed address that was never served (a pod gone while starting)."""
+        sock = self._held.pop((ip, port), None)
+        if sock is not None:
+            sock.close()
+
+    def close(self) -> None:
+        for sock in self._held.values():
+            sock.close()
+        self._held.clear()
+
+
+async def serve_metrics(ip: str, port: int, render: Callable[[], str],
+                        sock: socket.socket | None = None) -> web.AppRunner:
+    """An HTTP server at ``ip:port`` (on ``sock`` when given: bound there already)
+    answering ``/metrics`` with ``render()``; the caller cleans the returned runner up."""
     async def metrics(_: web.Request) -> web.Response:
         return web.Response(text=render(), content_type="text/plain")
 
@@ -138,22 +185,30 @@ async def serve_metrics(ip: str, port: int, render: Callable[[], str]) -> web.Ap
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
     await runner.setup()
     try:
-        await web.TCPSite(runner, ip, port).start()
+        site = (web.TCPSite(runner, ip, port) if sock is None
+                else web.SockSite(runner, sock))
+        await site.start()
     except BaseException:
         await runner.cleanup()
+        if sock is not None:
+            sock.close()
         raise
     return runner
 
 
-async def start_engines(engines: list[SimulatedEngine],
-                        clock: Callable[[], float]) -> list[web.AppRunner]:
-    """Serve every engine at its pod's IP and annotated port; clean the runners up after."""
+async def start_engines(engines: list[SimulatedEngine], clock: Callable[[], float],
+                        sockets: EngineSockets | None = None) -> list[web.AppRunner]:
+    """Serve every engine at its pod's IP and annotated port (claimed in ``sockets`` when
+    given); clean the runners up after."""
     runners: list[web.AppRunner] = []
     try:
         for e in engines:
             port = int(dict(e.pod.annotations)[PORT_ANNOTATION])
-            runners.append(await serve_metrics(e.pod.ip, port,
-                                               lambda e=e: e.render(clock())))  # type: ignore[misc]
+
+            def render(e: SimulatedEngine = e) -> str:
+                return e.render(clock())
+            runners.append(await (sockets.serve(e.pod.ip, port, render) if sockets
+                                  else serve_metrics(e.pod.ip, port, render)))
     except BaseException:
         await asyncio.gather(*(r.cleanup() for r in runners))
         raise

@@ -73,6 +73,7 @@ class PodRef:
     container: str
     engine: str = ""  # "vllm" | "triton" | "tgi": the demo serves simulated engine metrics
     ip: str = ""  # fixed pod IP (the live demo's pods keep theirs while others come and go)
+    port: int = 0  # fixed engine port (the live demo's, claimed free); 0: the sources choose
     ready: bool = True  # False: a pod still starting (the live demo's cold starts)
 
 
