@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 import socket
@@ -13,6 +14,8 @@ from typing import Any
 
 import pytest
 
+from gpuscale.telemetry.scenario import parse_scenario
+from tests.support.agents import running_agents
 from tests.support.polling import until, until_sync
 from tests.support.ports import free_port
 
@@ -176,3 +179,48 @@ def test_profiles_lists_every_profile() -> None:
     assert "gpu-utilization target 70% per pod" in out.stdout
     assert "vllm-requests target 32 requests per pod" in out.stdout
     assert "triton-queue-time target 50 ms per pod" in out.stdout
+
+
+async def _gpuscale(*args: str) -> tuple[int, str, str]:
+    proc = await asyncio.create_subprocess_exec(*GPUSCALE, *args, stdout=subprocess.PIPE,
+                                                stderr=subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    return proc.returncode or 0, out.decode(), err.decode()
+
+
+async def test_gpus_reads_a_running_agent_not_a_simulation_of_its_own() -> None:
+    """``gpuscale gpus --agent`` shows what the running agent reads (its devices, holders
+    and pods' signals) - the numbers the scaler gets - and says plainly when no agent
+    answers there."""
+    node = parse_scenario({"nodes": [{"name": "n-live", "gpus": [
+        {"model": "H100-SXM5-80GB", "count": 1},
+        {"model": "A100-SXM4-80GB", "sharing": "mig", "mig": ["3g.40gb", "3g.40gb"]}],
+        "processes": [
+            {"gpu": 0, "memory_mib": 20_000, "load": {"constant": 37.0},
+             "pod": {"namespace": "llm", "name": "chat-0", "container": "c"}},
+            {"gpu": 1, "mig": 0, "memory_mib": 1_000, "load": {"constant": 10.0},
+             "pod": {"namespace": "llm", "name": "ocr-0", "container": "c"}}]}]}).nodes[0]
+    async with running_agents([node]) as (agent,):
+        code, out, err = await _gpuscale("gpus", "--agent",
+                                         f"127.0.0.1:{agent.stream_port}")
+        assert code == 0, err
+        assert f"node n-live  (agent 127.0.0.1:{agent.stream_port}" in out
+        (h100,) = [line for line in out.splitlines() if "llm/chat-0" in line
+                   and "H100" in line]
+        assert "37%" in h100  # the agent's reading of the scenario's load
+        assert any("3g.40gb" in line and "llm/ocr-0" in line for line in out.splitlines())
+        (chat,) = [line for line in out.splitlines() if line.startswith("pod llm/chat-0:")]
+        assert "gpu-memory-used 20000" in chat
+        assert "gpu-utilization 37" in chat
+        (ocr,) = [line for line in out.splitlines() if line.startswith("pod llm/ocr-0:")]
+        assert "gpu-utilization unsupported" in ocr  # an A100 MIG instance: as NVML says
+        code, out, _ = await _gpuscale("gpus", "--agent", f"127.0.0.1:{agent.stream_port}",
+                                       "--json")
+        assert code == 0
+        got = json.loads(out)
+        assert got["node"] == "n-live"
+        assert {p["name"] for p in got["pods"]} == {"chat-0", "ocr-0"}
+    code, out, err = await _gpuscale("gpus", "--agent", f"127.0.0.1:{free_port()}")
+    assert code == 1
+    assert err.startswith("gpuscale: agent 127.0.0.1:")
+    assert "UNAVAILABLE" in err

@@ -7,24 +7,43 @@ import asyncio
 import json
 from dataclasses import asdict
 from enum import Enum
+from pathlib import Path
 from typing import Any
 
 from gpuscale.attribution.model import NodeAttribution
 from gpuscale.attribution.sources import attribute_tick
 from gpuscale.cli.backend import add_backend_args, make_backend, make_sources
-from gpuscale.cli.common import fail
-from gpuscale.common.errors import ConfigError
+from gpuscale.cli.common import fail, tls_files
+from gpuscale.common.errors import ConfigError, GpuscaleError, Unavailable
+from gpuscale.stream.records import NodeReport
+from gpuscale.stream.subscriber import read_node
+from gpuscale.stream.tls import DEFAULT_SERVER_NAME, channel_credentials
 from gpuscale.telemetry.model import Absent, BackendState, NodeSnapshot
 
 
 def add_parser(sub: Any) -> None:
-    gpus = sub.add_parser("gpus", help="show this node's GPUs, MIG instances and processes")
+    gpus = sub.add_parser("gpus", help="show this node's GPUs, MIG instances and processes "
+                                       "(or what a running agent reads: --agent)")
     add_backend_args(gpus)
     gpus.add_argument("--json", action="store_true", help="print the snapshot as JSON")
+    a = gpus.add_argument_group("a running agent instead of this node's GPUs")
+    a.add_argument("--agent", metavar="HOST:PORT",
+                   help="read the agent's telemetry stream (its --stream-port; the demo "
+                        "prints it) and show its node's GPUs, MIG instances and pods as "
+                        "the agent reads them: the numbers the scaler gets")
+    a.add_argument("--agent-tls-cert", type=Path, help="client certificate for an agent "
+                                                       "that requires mutual TLS (PEM)")
+    a.add_argument("--agent-tls-key", type=Path, help="its private key (PEM)")
+    a.add_argument("--agent-tls-ca", type=Path, help="the CA that signed the agent's "
+                                                     "certificate")
+    a.add_argument("--agent-tls-server-name", default=DEFAULT_SERVER_NAME,
+                   help=f"the name in the agent's certificate ({DEFAULT_SERVER_NAME})")
     gpus.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.agent:
+        return _from_agent(args)
     try:
         backend = make_backend(args)
     except ConfigError as exc:
@@ -53,7 +72,51 @@ def run(args: argparse.Namespace) -> int:
     return 0 if snap.state is BackendState.OK else 1
 
 
-def snapshot_to_json(snap: NodeSnapshot | NodeAttribution) -> dict[str, Any]:
+def _from_agent(args: argparse.Namespace) -> int:
+    try:
+        files = tls_files(args.agent_tls_cert, args.agent_tls_key, args.agent_tls_ca)
+    except ValueError as exc:
+        return fail(str(exc))
+    credentials = channel_credentials(files) if files is not None else (lambda: None)
+    try:
+        report = asyncio.run(read_node(args.agent, credentials, args.agent_tls_server_name))
+    except GpuscaleError as exc:
+        return fail(exc)
+    if args.json:
+        print(json.dumps(snapshot_to_json(report), indent=2, default=str))
+    else:
+        print(format_report(report, args.agent))
+    return 0
+
+
+def format_report(report: NodeReport, address: str) -> str:
+    """A node as its agent's stream shows it: each GPU and MIG instance with its use and
+    holders, then each pod with its signals (Absent ones with their reason)."""
+    gib = 1 / 1024
+    lines = [f"node {report.node}  (agent {address}, update {report.seq}, every "
+             f"{report.interval:g}s)",
+             f"{'GPU':<4}{'NAME / PROFILE':<28}{'SHARING':<14}{'UTIL':>12}{'MEMORY':>20}"
+             f"  HELD BY"]
+    for d in report.devices or ():
+        mem = f"{_fmt(d.memory_used_mib, '', gib, 1)}/{_fmt(d.memory_total_mib, '', gib, 1)}G"
+        name = d.model if not d.parent_uuid else f"  {d.model}"
+        lines.append(f"{d.index:<4}{name[:27]:<28}{d.sharing[:13]:<14}"
+                     f"{_fmt(d.utilization, '%'):>12}{mem:>20}  "
+                     f"{', '.join(d.pods) or 'idle'}")
+    if isinstance(report.pods, Unavailable):
+        lines.append(f"pods: unknown ({report.pods.reason})")
+        return "\n".join(lines)
+    for p in report.pods:
+        signals = ", ".join(
+            f"{k} {v:.6g}" if not isinstance(v, Absent) else
+            f"{k} {v.value}" + (f" ({p.reasons[k]})" if k in p.reasons else "")
+            for k, v in sorted(p.signals.items()))
+        lines.append(f"pod {p.namespace}/{p.name}{'' if p.ready else ' (not Ready)'}: "
+                     f"{signals or 'no signals'}")
+    return "\n".join(lines)
+
+
+def snapshot_to_json(snap: NodeSnapshot | NodeAttribution | NodeReport) -> dict[str, Any]:
     def clean(v: Any) -> Any:
         if isinstance(v, Enum):
             return v.value

@@ -31,11 +31,12 @@ from dataclasses import dataclass, field
 
 import grpc
 
+from gpuscale.common.errors import PeerError
 from gpuscale.common.freshness import staleness_bound
 from gpuscale.proto import telemetry_pb2 as pb
 from gpuscale.proto import telemetry_pb2_grpc as pb_grpc
 from gpuscale.stream.codec import DecodeError, decode_report
-from gpuscale.stream.records import NodeSink, deliver
+from gpuscale.stream.records import NodeReport, NodeSink, deliver
 from gpuscale.stream.tls import DEFAULT_SERVER_NAME
 
 log = logging.getLogger(__name__)
@@ -304,3 +305,39 @@ class AgentSubscriber:
                 log.warning("%d agent links did not stop within %gs", len(pending),
                             timeout_s)
         self.links.clear()
+
+
+async def read_node(address: str, credentials: Credentials = lambda: None,
+                    server_name: str = DEFAULT_SERVER_NAME, timeout_s: float = 10.0,
+                    name: str = "gpuscale-gpus") -> NodeReport:
+    """One agent's node as its stream shows it now: the first update that carries its
+    devices (the agent sends them with its first update and every few after). Raises
+    PeerError naming the agent and why when it cannot (refused, TLS, silent, not an
+    agent's stream)."""
+    options: list[tuple[str, str | int]] = [
+        ("grpc.max_receive_message_length", MAX_MESSAGE), ("grpc.enable_retries", 0)]
+    creds = credentials()
+    if creds is not None:
+        options.append(("grpc.ssl_target_name_override", server_name))
+    channel = (grpc.aio.secure_channel(address, creds, options) if creds is not None
+               else grpc.aio.insecure_channel(address, options))
+    try:
+        async with channel, asyncio.timeout(timeout_s):
+            stub = pb_grpc.AgentTelemetryStub(channel)  # type: ignore[no-untyped-call]
+            call = stub.Subscribe(pb.SubscribeRequest(subscriber=name))
+            while True:
+                msg = await call.read()
+                if msg is grpc.aio.EOF:
+                    raise PeerError(f"agent {address}: it closed the stream")
+                report = decode_report(msg, time.monotonic(), staleness_bound(msg.interval))
+                if report.devices is not None:
+                    call.cancel()
+                    return report
+    except TimeoutError:
+        raise PeerError(f"agent {address}: no update with its devices within "
+                        f"{timeout_s:g}s") from None
+    except grpc.aio.AioRpcError as exc:
+        raise PeerError(f"agent {address}: {exc.code().name}: "
+                        f"{(exc.details() or '')[:200]}") from None
+    except DecodeError as exc:
+        raise PeerError(f"agent {address}: {exc}") from None
