@@ -147,3 +147,15 @@ def test_plot_writes_a_png(mig_demo: HistoryDemo, tmp_path: Any) -> None:
     bad = idle("--scaler", mig_demo.address, "--plot", str(tmp_path / "no" / "x.png"))
     assert bad.returncode == 1
     assert "cannot write" in bad.stderr
+
+
+def test_the_demos_agent_hint_reads_what_the_scaler_gets(mig_demo: HistoryDemo) -> None:
+    """The scenario demo prints each agent's stream; ``gpuscale gpus --agent`` on it shows
+    that agent's node: its MIG instances and the pods holding them."""
+    (node, stream), = mig_demo.streams.items()
+    out = subprocess.run([sys.executable, "-m", "gpuscale.cli", "gpus", "--agent", stream],
+                         capture_output=True, text=True, timeout=60, check=False)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith(f"node {node}  (agent {stream}")
+    assert any("3g.40gb" in line and "llm/triton-embed-0" in line
+               for line in out.stdout.splitlines())

@@ -91,7 +91,8 @@ class Served:
 class HistoryDemo:
     """``gpuscale demo --scenario`` on a free port whose scaler records its history every
     ``history_step`` seconds (not 15: ``gpuscale idle`` tests see minutes fill at once);
-    ``metrics`` are its agents' /metrics URLs by node. Stop it with ``stop()``."""
+    ``metrics`` are its agents' /metrics URLs by node, ``streams`` their telemetry streams.
+    Stop it with ``stop()``."""
 
     def __init__(self, scenario: str, history_step: float = 0.5, interval: float = 0.5) -> None:
         self.port = free_port()
@@ -103,6 +104,7 @@ class HistoryDemo:
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         assert self.p.stdout is not None
         self.metrics: dict[str, str] = {}
+        self.streams: dict[str, str] = {}  # the agents' telemetry streams (host:port)
         nodes = len(load_scenario(scenario).nodes)
         up = False
         while not up or len(self.metrics) < nodes:
@@ -113,7 +115,8 @@ class HistoryDemo:
             up = up or line.startswith("KEDA external scaler on")
             if line.startswith("agent ") and "metrics at " in line:
                 node = line.split()[1].rstrip(":")
-                self.metrics[node] = line.split("metrics at ")[1].strip()
+                self.metrics[node] = line.split("metrics at ")[1].split(";")[0].strip()
+                self.streams[node] = line.split("gpuscale gpus --agent ")[1].strip()
 
     def stop(self) -> None:
         stop(self.p)

@@ -44,8 +44,8 @@ async def serve_scenario(args: argparse.Namespace) -> None:
         backend = SimulatedBackend(node, speed=args.speed)
         sources = ScenarioSources(node, ip_base=f"127.{i + 1}.0", engine_port=sockets.claim)
         agent = Agent(backend, AgentConfig(args.host, args.metrics_port + i if
-                                           args.metrics_port else 0, args.interval, node.name),
-                      sources)
+                                           args.metrics_port else 0, args.interval, node.name,
+                                           stream_port=0), sources)
         agents.append(agent)
         loads = {(p.pod.namespace, p.pod.name): p.load for p in node.processes if p.pod}
         pods = sources.pod_infos()
@@ -64,9 +64,10 @@ async def serve_scenario(args: argparse.Namespace) -> None:
     host = "localhost" if args.host in ("0.0.0.0", "::", "[::]") else args.host
     cancel_on_signals()
 
-    def agent_up(node: str) -> Callable[[int], None]:
-        return lambda port: print(f"agent {node}: metrics at http://{host}:{port}/metrics",
-                                  flush=True)
+    def agent_up(agent: Agent) -> Callable[[int], None]:
+        return lambda port: print(
+            f"agent {agent.config.hostname}: metrics at http://{host}:{port}/metrics; what "
+            f"it reads: gpuscale gpus --agent {host}:{agent.stream_port}", flush=True)
 
     def scaler_up(port: int) -> None:
         pod = next((p.pod for n in scenario.nodes for p in n.processes if p.pod), None)
@@ -83,8 +84,9 @@ async def serve_scenario(args: argparse.Namespace) -> None:
 
     try:
         async with asyncio.TaskGroup() as tg:
-            for agent, node in zip(agents, scenario.nodes, strict=True):
-                tg.create_task(agent.run(agent_up(node.name)), name=f"agent-{node.name}")
+            for agent in agents:
+                tg.create_task(agent.run(agent_up(agent)),
+                               name=f"agent-{agent.config.hostname}")
             tg.create_task(scaler.run(scaler_up), name="scaler")
     except asyncio.CancelledError:
         log.info("stopping on signal")
