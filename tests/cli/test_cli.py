@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from gpuscale.cli import join_dashed
 from gpuscale.telemetry.scenario import parse_scenario
 from tests.support.agents import running_agents
 from tests.support.polling import until, until_sync
@@ -224,3 +225,14 @@ async def test_gpus_reads_a_running_agent_not_a_simulation_of_its_own() -> None:
     assert code == 1
     assert err.startswith("gpuscale: agent 127.0.0.1:")
     assert "UNAVAILABLE" in err
+
+
+@pytest.mark.parametrize(("argv", "want"), [
+    (["explain", "a/b", "--at", "-5m"], ["explain", "a/b", "--at=-5m"]),
+    (["explain", "a/b", "--at", "03:12"], ["explain", "a/b", "--at", "03:12"]),
+    (["explain", "a/b", "--at", "--json"], ["explain", "a/b", "--at", "--json"]),  # argparse's
+    (["explain", "a/b", "--at"], ["explain", "a/b", "--at"]),
+    (["top", "--interval", "-1"], ["top", "--interval", "-1"]),  # only --at's values
+])
+def test_a_negative_duration_after_at_is_its_value(argv: list[str], want: list[str]) -> None:
+    assert join_dashed(argv) == want

@@ -212,6 +212,10 @@ def test_explain_a_live_workload(scaler: int) -> None:
     past = explain("llm/embed", "--scaler", address, "--at=-1s")
     assert past.returncode == 0, past.stderr
     assert "(recorded)" in past.stdout
+    # As the help writes it, with a space: a negative duration is a value, not an option.
+    spaced = explain("llm/embed", "--scaler", address, "--at", "-1s")
+    assert spaced.returncode == 0, spaced.stderr
+    assert "(recorded)" in spaced.stdout
 
 
 @pytest.mark.slow

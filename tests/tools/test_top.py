@@ -80,6 +80,12 @@ def test_once_prints_mig_instances_pods_and_workloads_in_80_columns(
     assert "/ 70 %" in triton
     ocr = next(line for line in lines if line.startswith("batch/ocr "))
     assert "UNAVAILABLE" in ocr
+    # The reason a row had no room for is printed whole below its table, wrapped at 80.
+    detail = out[out.index("  batch/ocr "):].split("\n\n")[0]
+    assert "…" not in detail
+    reason = " ".join(detail.split())
+    assert "UNAVAILABLE" in reason
+    assert "ocr-worker" in reason  # the pods it names, not cut off
 
 
 def test_json_is_the_fleet_reply(scaler: str, capsys: pytest.CaptureFixture[str]) -> None:

@@ -39,8 +39,26 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: Options whose value may be a negative duration ("--at -5m"): argparse would take it
+#: for an option, so such a value is joined to its option ("--at=-5m") before parsing.
+DASHED_VALUES = ("--at",)
+
+
+def join_dashed(argv: Sequence[str]) -> list[str]:
+    """``argv`` with each ``--at -5m`` (a value of a DASHED_VALUES option that starts with
+    "-" and a digit) written as ``--at=-5m``; everything else as it is."""
+    out = list(argv)
+    i = 0
+    while i < len(out) - 1:
+        value = out[i + 1]
+        if out[i] in DASHED_VALUES and value[:1] == "-" and value[1:2].isdigit():
+            out[i:i + 2] = [f"{out[i]}={value}"]
+        i += 1
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(join_dashed(sys.argv[1:] if argv is None else argv))
     logging.basicConfig(level=args.log_level, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # httpx2 logs every request at INFO: 56 lines a second on an agent scraping 56 engines.

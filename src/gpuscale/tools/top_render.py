@@ -59,15 +59,20 @@ def rich_tables(view: View, width: int) -> list[RichTable | Text]:
         for col, w in zip(table.columns, cols, strict=True):
             t.add_column(col.title, width=w, no_wrap=True, overflow="ellipsis",
                          justify="right" if col.right else "left")
+        cut: list[str] = []  # the whole text of each cell the width shortened
         for row in table.rows:
-            t.add_row(*(text(c) for c in fitted(row, cols)))
-            for cell in row.cells:
+            shown = fitted(row, cols)
+            t.add_row(*(text(c) for c in shown))
+            for col, cell, fit in zip(table.columns, row.cells, shown, strict=True):
                 if cell.text == "-" and cell.note:
                     reason = cell.note.split(": ", 1)[-1]
                     notes[reason] = notes.get(reason, 0) + 1
+                elif fit.text != cell.text:
+                    cut.append(f"  {row.cells[0].text} {col.title.lower()}: {cell.text}")
         if not table.rows:
             t.add_row(Text("(none)", style="dim"), *(Text("") for _ in cols[1:]))
         out.append(t)
+        out.extend(Text(line, style="dim") for line in cut)  # wrapped, never cut
     if notes:
         out.append(Text("- means: " + "; ".join(f"{why} ({n})" for why, n in notes.items()),
                         style="dim"))
