@@ -16,7 +16,14 @@ from hypothesis import given, settings
 
 from gpuscale.common.errors import ConfigError
 from gpuscale.scaler.core.trigger import parse_metadata
-from gpuscale.tools.generate import Options, behavior, detect_engine, generate, workload_from
+from gpuscale.tools.generate import (
+    Generated,
+    Options,
+    behavior,
+    detect_engine,
+    generate,
+    workload_from,
+)
 from tests.peers.kubeapi import DEPLOYMENTS, KubeApiPeer
 from tests.support.kubeconfig import write_kubeconfig
 from tests.support.schemas import validate
@@ -247,3 +254,91 @@ async def test_from_the_cluster(kubeapi: KubeApiPeer, tmp_path: Path) -> None:
         wrong = await asyncio.to_thread(generate_cmd, *bad, "--kubeconfig", str(config))
         assert wrong.returncode == 2, wrong.stderr
         assert "Traceback" not in wrong.stderr
+
+
+def _planner(args: list[str], gpus: int = 1, annotations: dict[str, str] | None = None,
+             **opts: Any) -> Generated:
+    doc = deployment(args=args, annotations=annotations)
+    doc["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"][
+        "nvidia.com/gpu"] = gpus
+    return generate(workload_from(doc), Options(planner=True, **opts))
+
+
+@pytest.mark.parametrize("args", [
+    ["--model", "m", "--max-num-seqs", "128"], ["--max-num-seqs=128"],
+    ["--max-num-seqs", "64", "--max-num-seqs", "128"],  # the last one wins, as in argparse
+])
+def test_the_planner_takes_the_engines_batch_from_its_flags(args: list[str]) -> None:
+    out = _planner(args)
+    md = out.scaled_object["spec"]["triggers"][0]["metadata"]
+    assert md["maxBatch"] == "128"
+    cfg = parse_metadata(md).planner
+    assert cfg is not None
+    assert cfg.max_batch == 128
+    (metric,) = out.hpa["spec"]["metrics"]
+    assert metric["object"]["metric"]["selector"]["matchLabels"]["maxBatch"] == "128"
+    assert any("--max-num-seqs" in n for n in out.notes)
+
+
+def test_flags_that_are_not_numbers_leave_the_defaults() -> None:
+    out = _planner(["--max-num-seqs", "$(SEQS)", "--port"])
+    assert "maxBatch" not in out.scaled_object["spec"]["triggers"][0]["metadata"]
+
+
+def test_parallelism_is_gpus_per_replica_checked_against_the_request() -> None:
+    out = _planner(["--tensor-parallel-size", "4", "-pp", "2"], gpus=4)
+    assert "GPUs per replica: 8 (tensor-parallel 4 x pipeline-parallel 2)" in out.notes
+    assert any(n.startswith("WARNING: the containers request 4 nvidia.com/gpu but the "
+                            "engine's parallelism needs 8") for n in out.notes)
+    assert any(n.startswith("capacity:") for n in out.notes)
+    assert not any(n.startswith("WARNING: the containers")
+                   for n in _planner(["-tp=2"], gpus=2).notes)
+
+
+def test_the_metrics_port_hint_follows_the_engines_port() -> None:
+    out = generate(workload_from(deployment(args=["--port", "9000"])), Options())
+    (hint,) = [n for n in out.notes if "opt in" in n]
+    assert "gpuscale.io/metrics-port: '9000' (its --port)" in hint
+    triton = generate(workload_from(deployment("nvcr.io/nvidia/tritonserver:24.08-py3",
+                                               args=["--metrics-port=9102"])), Options())
+    assert any("'9102' (its --metrics-port)" in n for n in triton.notes)
+    wrong = _planner(["--port", "9000"], annotations={"gpuscale.io/engine": "vllm",
+                                                      "gpuscale.io/metrics-port": "8000"})
+    assert any("serve on 9000: the agent would scrape the wrong port" in n
+               for n in wrong.notes)
+
+
+def test_the_planners_scale_down_is_the_readmes_no_window_of_its_own() -> None:
+    """README's planner ScaledObject sets stabilizationWindowSeconds 0 and no step policy
+    (the planner holds its plan): generate writes the same, for KEDA and the plain HPA."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme[readme.index("### Planning ahead of LLM traffic"):]
+    block = section[section.index("```yaml") + 7:]
+    documented = yaml.safe_load(block[:block.index("```")])
+    want = documented["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]["scaleDown"]
+    out = _planner([])
+    so = out.scaled_object["spec"]["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]
+    assert so["scaleDown"] == want == {"stabilizationWindowSeconds": 0}
+    assert out.hpa["spec"]["behavior"]["scaleDown"] == want
+    validate(out.scaled_object)
+    validate(out.hpa)
+
+
+def test_options_that_would_do_nothing_and_workloads_without_gpus_are_refused() -> None:
+    with pytest.raises(ConfigError, match="--ttft-seconds: only with --planner"):
+        generate(workload_from(deployment()), Options(ttft_s=2.0))
+    with pytest.raises(ConfigError, match=r"no container requests an nvidia\.com/ GPU"):
+        generate(workload_from(deployment(gpu=False)), Options())
+    path = EXAMPLES / "vllm.yaml"
+    no_gpu = path.read_text().replace("nvidia.com/gpu", "example.com/widget")
+    for argv, stdin, why in (
+            ([str(path), "--ttft-seconds", "2"], "", "--ttft-seconds: only with --planner"),
+            (["-"], no_gpu, "no container requests")):
+        got = subprocess.run([sys.executable, "-m", "gpuscale.cli", "generate", *argv],
+                             input=stdin, capture_output=True, text=True, timeout=60,
+                             check=False)
+        assert got.returncode == 2, got.stdout
+        assert got.stderr.startswith("gpuscale: ")
+        assert why in got.stderr
+        assert len(got.stderr.splitlines()) == 1
+        assert got.stdout == ""

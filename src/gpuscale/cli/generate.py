@@ -31,13 +31,15 @@ def add_parser(sub: Any) -> None:
                    help="minReplicaCount (0 only with --demand-source)")
     g.add_argument("--max", type=int, default=8, dest="max_replicas")
     g.add_argument("--startup-seconds", type=float, default=None,
-                   help="how long a new replica takes to become Ready (default 180)")
+                   help="how long a new replica takes to become Ready (default 180 for the "
+                        "scale-down steps; with --planner, left out: the scaler measures it "
+                        "from the pods)")
     g.add_argument("--demand-source", default="", help="a demand source of the scaler's "
                                                        "config (needed for --min 0)")
     g.add_argument("--planner", action="store_true",
                    help="vLLM: plan ahead of traffic (profile vllm-planner)")
     g.add_argument("--ttft-seconds", type=float, default=None,
-                   help="with --planner: the time-to-first-token objective")
+                   help="with --planner (only): the time-to-first-token objective")
     g.add_argument("--keda-version", default="2.17",
                    help="the KEDA the cluster runs (a fallback that keeps the current "
                         "replicas needs 2.17; older gets none, and the HPA holds on errors)")

@@ -13,14 +13,24 @@ else can wake them), and HPA behaviour from the workload's start-up time:
   one replica per start-up time (at least a minute), so a falling load steps down instead
   of dropping to a cliff.
 
+The engine's own flags are read from the containers' command and args: vLLM's
+``--max-num-seqs`` (the planner's ``maxBatch``), ``--tensor-parallel-size`` and
+``--pipeline-parallel-size`` (the GPUs one replica needs, checked against what the
+container requests), and the port it serves ``/metrics`` on (vLLM's and TGI's
+``--port``, Triton's ``--metrics-port``) for the annotation to add. With the planner the
+HPA's scale-down has no window of its own: the planner holds its plan for a start-up.
+
 What it cannot see it says: an engine the agent will not scrape (the pod template lacks
-the opt-in annotations) is a warning with the two annotations to add.
+the opt-in annotations) is a warning with the two annotations to add. What would not work
+it refuses (ConfigError: exit 2, one line): a workload that requests no GPU (the agents
+see no GPU pods there, so every answer would be UNAVAILABLE), an option that would do
+nothing (``ttft_s`` without the planner).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,6 +59,33 @@ class Workload:
     annotations: Mapping[str, str]  # the pod template's
     replicas: int
     gpus: bool
+    gpu_count: int = 0  # the nvidia.com/gpu the containers request (0: none or not a count)
+
+
+#: Engine flags read, by engine: flag (and its short forms) -> the name it is kept under.
+ENGINE_FLAGS = {
+    "vllm": {"--max-num-seqs": "max_num_seqs", "--tensor-parallel-size": "tp", "-tp": "tp",
+             "--pipeline-parallel-size": "pp", "-pp": "pp", "--port": "port"},
+    "tgi": {"--port": "port"},
+    "triton": {"--metrics-port": "port"},
+}
+
+
+def engine_flags(engine: str, argv: Sequence[str]) -> dict[str, int]:
+    """The engine's flags among ``argv`` that are whole numbers (``--flag N`` or
+    ``--flag=N``; the last one given wins, as argparse does). A flag whose value is not a
+    positive integer (an environment variable, a typo) is left out: the default stands."""
+    names = ENGINE_FLAGS.get(engine, {})
+    out: dict[str, int] = {}
+    for i, arg in enumerate(argv):
+        flag, eq, value = arg.partition("=")
+        if flag not in names:
+            continue
+        if not eq:
+            value = argv[i + 1] if i + 1 < len(argv) else ""
+        if value.isdigit() and int(value) > 0:
+            out[names[flag]] = int(value)
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +152,9 @@ def workload_from(doc: Any) -> Workload:
                for c in containers
                for part in ("limits", "requests")
                for k in _obj(_obj(c.get("resources"), "resources").get(part), part))
+    counts = [_obj(_obj(c.get("resources"), "resources").get("limits"), "limits")
+              .get("nvidia.com/gpu") for c in containers]
+    gpu_count = sum(int(n) for n in counts if isinstance(n, int | str) and str(n).isdigit())
     replicas = spec.get("replicas", 1)
     return Workload(
         str(kind), str(meta.get("namespace") or ""), name,
@@ -125,7 +165,7 @@ def workload_from(doc: Any) -> Workload:
         {str(k): str(v) for k, v in
          _obj(_obj(template.get("metadata"), "spec.template.metadata").get("annotations"),
               "annotations").items()},
-        replicas if isinstance(replicas, int) and replicas >= 0 else 1, gpus)
+        replicas if isinstance(replicas, int) and replicas >= 0 else 1, gpus, gpu_count)
 
 
 def detect_engine(w: Workload) -> tuple[str, str]:
@@ -158,13 +198,19 @@ def _runs_vllm(argv: tuple[str, ...]) -> bool:
     return False
 
 
-def behavior(startup_s: float) -> dict[str, Any]:
-    """HPA behaviour for a replica that takes ``startup_s`` to become Ready."""
+def behavior(startup_s: float, planner: bool = False) -> dict[str, Any]:
+    """HPA behaviour for a replica that takes ``startup_s`` to become Ready. With the
+    planner, scale-down has no window or step of its own: the planner holds its plan for
+    a start-up already, and a window on top only bills idle replicas (README, and what
+    the planner's benchmark runs)."""
+    up = {"stabilizationWindowSeconds": 0, "selectPolicy": "Max", "policies": [
+        {"type": "Percent", "value": 100, "periodSeconds": 15},
+        {"type": "Pods", "value": 4, "periodSeconds": 15}]}
+    if planner:
+        return {"scaleUp": up, "scaleDown": {"stabilizationWindowSeconds": 0}}
     down_window = max(300, math.ceil(2 * startup_s))
     return {
-        "scaleUp": {"stabilizationWindowSeconds": 0, "selectPolicy": "Max", "policies": [
-            {"type": "Percent", "value": 100, "periodSeconds": 15},
-            {"type": "Pods", "value": 4, "periodSeconds": 15}]},
+        "scaleUp": up,
         "scaleDown": {"stabilizationWindowSeconds": down_window, "policies": [
             {"type": "Pods", "value": 1, "periodSeconds": max(60, math.ceil(startup_s))}]},
     }
@@ -181,7 +227,16 @@ def generate(w: Workload, opts: Options) -> Generated:
     startup = DEFAULT_STARTUP_S if opts.startup_s is None else opts.startup_s
     if not 0 < startup <= MAX_STARTUP_S:
         raise ConfigError(f"start-up: {startup:g} s is not between 0 and {MAX_STARTUP_S:g}")
+    if opts.ttft_s is not None and not opts.planner:
+        raise ConfigError("--ttft-seconds: only with --planner (the other profiles scale on "
+                          "the engines' queues, not on an objective); add --planner or drop it")
+    if not w.gpus:
+        raise ConfigError(f"{w.kind} {w.name}: no container requests an nvidia.com/ GPU, so "
+                          f"the agents see no GPU pods of it and every answer would be "
+                          f"UNAVAILABLE; gpuscale scales GPU workloads")
     engine, why = detect_engine(w)
+    flags = engine_flags(engine, w.commands)
+    port = flags.get("port", ENGINE_PORTS.get(engine, 0))
     profile = PROFILES[engine]
     notes = [f"engine: {engine or 'none'} ({why}); profile {profile}"]
     if opts.planner:
@@ -192,21 +247,42 @@ def generate(w: Workload, opts: Options) -> Generated:
     if engine and "gpuscale.io/engine" not in w.annotations:
         notes.append(f"WARNING: the agent scrapes only pods that opt in: add to the pod "
                      f"template's annotations gpuscale.io/engine: {engine} and "
-                     f"gpuscale.io/metrics-port: '{ENGINE_PORTS[engine]}' (or your port), "
-                     f"else every answer is UNAVAILABLE")
-    if not w.gpus:
-        notes.append("WARNING: no container requests an nvidia.com/ resource: the agents "
-                     "see no GPU pods here")
+                     f"gpuscale.io/metrics-port: '{port}'"
+                     + (" (its --port)" if "port" in flags and engine != "triton" else
+                        " (its --metrics-port)" if "port" in flags else "")
+                     + ", else every answer is UNAVAILABLE")
+    elif engine and w.annotations.get("gpuscale.io/metrics-port", str(port)) != str(port):
+        notes.append(f"WARNING: gpuscale.io/metrics-port is "
+                     f"{w.annotations['gpuscale.io/metrics-port']!r} but the engine's flags "
+                     f"serve on {port}: the agent would scrape the wrong port")
+    if "tp" in flags or "pp" in flags:
+        need = flags.get("tp", 1) * flags.get("pp", 1)
+        notes.append(f"GPUs per replica: {need} (tensor-parallel {flags.get('tp', 1)} x "
+                     f"pipeline-parallel {flags.get('pp', 1)})")
+        if w.gpu_count and w.gpu_count != need:
+            notes.append(f"WARNING: the containers request {w.gpu_count} nvidia.com/gpu but "
+                         f"the engine's parallelism needs {need}")
     source = "given" if opts.startup_s else "the default; measure yours: pod creation to Ready"
-    notes.append(f"start-up {startup:g} s ({source}): scale-down window "
-                 f"{max(300, math.ceil(2 * startup))} s, one replica per "
-                 f"{max(60, math.ceil(startup))} s")
+    if opts.planner:
+        notes.append("scale-down: no HPA window (the planner holds its plan for a start-up "
+                     "itself)")
+    else:
+        notes.append(f"start-up {startup:g} s ({source}): scale-down window "
+                     f"{max(300, math.ceil(2 * startup))} s, one replica per "
+                     f"{max(60, math.ceil(startup))} s")
     selector = ",".join(f"{k}={v}" for k, v in sorted(w.match_labels.items()))
     metadata: dict[str, str] = {"scalerAddress": opts.scaler_address, "profile": profile,
                                 "podSelector": selector}
     if opts.demand_source:
         metadata["demandSource"] = opts.demand_source
     if profile == "vllm-planner":
+        if "max_num_seqs" in flags:
+            metadata["maxBatch"] = str(flags["max_num_seqs"])
+            notes.append(f"maxBatch {flags['max_num_seqs']}: the engine's --max-num-seqs")
+        if "tp" in flags or "pp" in flags:
+            notes.append("capacity: prefillTokensPerSecond and decodeTokensPerSecond "
+                         "default to an 8B model on one H100; measure one replica of "
+                         "yours (README: measuring a replica's capacity) and add them")
         if opts.startup_s is not None:
             metadata["startupSeconds"] = f"{startup:g}"
         else:
@@ -228,7 +304,8 @@ def generate(w: Workload, opts: Options) -> Generated:
             "scaleTargetRef": {"apiVersion": "apps/v1", "kind": w.kind, "name": w.name},
             "minReplicaCount": opts.min_replicas, "maxReplicaCount": max_replicas,
             "triggers": [{"type": "external", "metadata": metadata}],
-            "advanced": {"horizontalPodAutoscalerConfig": {"behavior": behavior(startup)}},
+            "advanced": {"horizontalPodAutoscalerConfig": {
+                "behavior": behavior(startup, profile == "vllm-planner")}},
         }}
     if opts.keda_version >= (2, 17):
         so["spec"]["fallback"] = {"failureThreshold": 3, "replicas": fallback,
@@ -242,7 +319,8 @@ def generate(w: Workload, opts: Options) -> Generated:
                      "count, which would scale a loaded workload down while data is missing; "
                      "without one the HPA keeps the current replicas on an error")
     parse_metadata(metadata)  # what the scaler will accept, or a clear error now
-    return Generated(engine, profile, so, _hpa(w, profile, opts, startup), tuple(notes))
+    return Generated(engine, profile, so, _hpa(w, profile, opts, startup, metadata),
+                     tuple(notes))
 
 
 def _meta(w: Workload) -> dict[str, str]:
@@ -250,7 +328,8 @@ def _meta(w: Workload) -> dict[str, str]:
     return {"name": w.name, **({"namespace": w.namespace} if w.namespace else {})}
 
 
-def _hpa(w: Workload, profile: str, opts: Options, startup: float) -> dict[str, Any]:
+def _hpa(w: Workload, profile: str, opts: Options, startup: float,
+         planner: Mapping[str, str]) -> dict[str, Any]:
     """The profile's targets as Object metrics of the custom metrics API (the workload's
     sum, so AverageValue = per pod; the planner's replicas with its settings in the metric
     selector). No scale to zero: a plain HPA cannot."""
@@ -260,11 +339,11 @@ def _hpa(w: Workload, profile: str, opts: Options, startup: float) -> dict[str, 
     metrics = []
     for t in PROFILE_TABLE[ProfileName(profile)].targets:
         metric: dict[str, Any] = {"name": f"gpuscale_{t.signal.replace('-', '_')}"}
-        if t.signal == PLANNED:
-            settings = {"startupSeconds": f"{startup:g}"}
-            if opts.ttft_s is not None:
-                settings["ttftSeconds"] = f"{opts.ttft_s:g}"
-            metric["selector"] = {"matchLabels": settings}
+        if t.signal == PLANNED:  # the trigger's planner settings, as the selector
+            settings = {k: v for k, v in planner.items()
+                        if k in ("startupSeconds", "ttftSeconds", "maxBatch")}
+            if settings:
+                metric["selector"] = {"matchLabels": settings}
         metrics.append({"type": "Object", "object": {
             "describedObject": described(), "metric": metric,
             "target": {"type": "AverageValue", "averageValue": f"{t.target:g}"}}})
@@ -275,5 +354,5 @@ def _hpa(w: Workload, profile: str, opts: Options, startup: float) -> dict[str, 
             "scaleTargetRef": described(),
             "minReplicas": max(1, opts.min_replicas),
             "maxReplicas": max(opts.max_replicas, w.replicas),
-            "metrics": metrics, "behavior": behavior(startup),
+            "metrics": metrics, "behavior": behavior(startup, profile == "vllm-planner"),
         }}
