@@ -5,7 +5,9 @@ proxy, the request headers; nobody: 401), whether they may (``authz``, a cached
 SubjectAccessReview; no: 403 with the cluster's reason), then the answer (``answers``)
 in the version's shape (``shapes``), or a Kubernetes Status: 400 for a request that cannot
 be served, 404 for an unknown metric or object, 503 with the reason when the data is
-missing or stale (the HPA keeps its replicas), 429 beyond ``max_in_flight`` requests.
+missing or stale (the HPA keeps its replicas), 429 beyond ``max_in_flight`` requests;
+a request that is not HTTP it reads (too long a line or header) a Status too, logged
+sparingly, and the connections bounded (``guard``).
 Only GET. The serving certificate and the trust ConfigMap are re-read while it runs, so
 rotated certificates take effect without a restart.
 """
@@ -27,6 +29,7 @@ from gpuscale.common.errors import ConfigError, DataUnavailable, GpuscaleError, 
 from gpuscale.metrics_api.answers import MetricAnswers
 from gpuscale.metrics_api.authn import Authenticator, Trust, User, trust_from_configmap
 from gpuscale.metrics_api.authz import Attributes, Authorizer
+from gpuscale.metrics_api.guard import Guard, GuardedServer
 from gpuscale.metrics_api.paths import GROUP, BadPath, Discovery, MetricPath, parse_path
 from gpuscale.metrics_api.shapes import (
     group_document,
@@ -40,6 +43,7 @@ log = logging.getLogger(__name__)
 
 MAX_IN_FLIGHT = 1_000  # requests being answered at once (most wait for a review)
 MAX_QUERY = 8_192  # bytes of query string (a label selector is at most 4,096)
+MAX_FIELD = 8_190  # bytes of one header (aiohttp's default; Go's whole-head default is 1 MB)
 TRUST_RETRY_S = (1.0, 2.0, 5.0, 10.0, 30.0)
 RELOAD_S = 60.0  # how often the serving certificate and the trust ConfigMap are re-read
 KEEPALIVE_S = 60.0  # an idle connection is closed after this (the aggregator reconnects)
@@ -83,7 +87,8 @@ def server_context(cert: Path, key: Path, trust: Trust) -> ssl.SSLContext:
 class MetricsApiServer:
     def __init__(self, answers: MetricAnswers, authorizer: Authorizer, trust: TrustSource,
                  cert: Path, key: Path, host: str = "0.0.0.0", port: int = 6443,
-                 max_in_flight: int = MAX_IN_FLIGHT) -> None:
+                 max_in_flight: int = MAX_IN_FLIGHT, guard: Guard | None = None) -> None:
+        """``guard``: the bounds on connections and the log of malformed requests."""
         self.answers = answers
         self.authorizer = authorizer
         self.trust = trust
@@ -96,6 +101,7 @@ class MetricsApiServer:
         self._trusted: Trust | None = None
         self.port = 0
         self.served: dict[int, int] = {}  # HTTP status -> answers
+        self.guard = guard if guard is not None else Guard()
 
     # -- TLS material ----------------------------------------------------------------
 
@@ -140,11 +146,10 @@ class MetricsApiServer:
         self._ctx = server_context(self._cert, self._key, self.trust.trust)
         self._trusted = self.trust.trust
         self._stamp = self._files_stamp()
-        app = web.Application(client_max_size=1024)
-        app.router.add_route("*", "/{tail:.*}", self._handle)
-        runner = web.AppRunner(app, access_log=None, handler_cancellation=True,
-                               keepalive_timeout=KEEPALIVE_S,
-                               max_line_size=MAX_QUERY + 2048, max_field_size=8190)
+        server = GuardedServer(self._handle, self.guard, max_field_size=MAX_FIELD,
+                               handler_cancellation=True, access_log=None,
+                               keepalive_timeout=KEEPALIVE_S, max_line_size=MAX_QUERY + 2048)
+        runner = web.ServerRunner(server)
         await runner.setup()
         try:
             site = web.TCPSite(runner, self._host, self._port, ssl_context=self._ctx,
@@ -165,7 +170,7 @@ class MetricsApiServer:
         self.served[code] = self.served.get(code, 0) + 1
         return web.json_response(body, status=code)
 
-    async def _handle(self, request: web.Request) -> web.Response:
+    async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
         if self._in_flight >= self.max_in_flight:
             return self._reply(429, status(429, f"more than {self.max_in_flight} requests "
                                                 "in flight; retry"))
@@ -181,7 +186,7 @@ class MetricsApiServer:
         finally:
             self._in_flight -= 1
 
-    async def _answer(self, request: web.Request) -> web.Response:
+    async def _answer(self, request: web.BaseRequest) -> web.Response:
         authenticate = self.trust.authenticate
         assert authenticate is not None
         ssl_object = request.transport.get_extra_info("ssl_object") \
@@ -210,7 +215,7 @@ class MetricsApiServer:
             return self._reply(200, doc() if doc else resource_list(target.version))
         return self._reply(200, self._metric(target, request))
 
-    def _metric(self, target: MetricPath, request: web.Request) -> dict[str, Any]:
+    def _metric(self, target: MetricPath, request: web.BaseRequest) -> dict[str, Any]:
         label_selector = request.query.get("labelSelector", "")
         metric_selector = request.query.get("metricLabelSelector", "")
         if target.resource == "pods" and target.namespace:

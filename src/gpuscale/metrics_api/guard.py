@@ -1,0 +1,153 @@
+"""The metrics API's HTTP layer against peers that are not the aggregator: whoever can
+reach port 6443 may send anything before any certificate is checked.
+
+aiohttp answers a request it cannot parse (a request line longer than ``max_line_size``,
+a header longer than ``max_field_size``, bytes that are not HTTP) itself, in plain text,
+and logs each with a 9-line traceback: a peer could fill the scaler's log at will, and a
+client gets no Kubernetes ``Status``. Here such a request gets a ``Status`` (431 for a
+header too large, 400 for anything else) and at most one log line per peer a minute
+(counted: ``rejected``). And the server holds at most ``max_connections`` connections
+(more are closed at once, counted), and closes a connection whose request has been
+arriving for ``head_timeout_s`` without being whole (a slow-loris holds no slot longer).
+A bug in our own handler (500) is aiohttp's as before: logged with its traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web, web_protocol
+from aiohttp.http_exceptions import LineTooLong
+
+from gpuscale.metrics_api.shapes import status as status_body
+
+log = logging.getLogger(__name__)
+
+MAX_CONNECTIONS = 512  # the aggregator keeps a few; a cluster's HPAs all come through it
+HEAD_TIMEOUT_S = 10.0  # a request head still arriving after this: the connection is closed
+LOG_EVERY_S = 60.0  # one line per peer in this long about its malformed requests
+_PEERS_REMEMBERED = 10_000
+
+Handler = Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]
+
+
+class Guard:
+    """What the connections of one server share: the count, and whom it logged when."""
+
+    def __init__(self, max_connections: int = MAX_CONNECTIONS,
+                 head_timeout_s: float = HEAD_TIMEOUT_S, log_every_s: float = LOG_EVERY_S,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
+        self.max_connections = max_connections
+        self.head_timeout_s = head_timeout_s
+        self._log_every_s = log_every_s
+        self._monotonic = monotonic
+        self.open = 0
+        self.refused = 0  # connections closed at once: past max_connections
+        self.timed_out = 0  # connections closed with a request head still arriving
+        self.rejected = 0  # requests that were not HTTP this server reads
+        self._logged: dict[str, float] = {}  # peer -> when it was last logged
+
+    def note(self, peer: str, what: str) -> None:
+        """Count a malformed request; log it unless this peer was logged within
+        ``log_every_s`` (one line, no traceback)."""
+        self.rejected += 1
+        now = self._monotonic()
+        last = self._logged.get(peer)
+        if last is not None and now - last < self._log_every_s:
+            return
+        if len(self._logged) >= _PEERS_REMEMBERED:
+            self._logged.clear()
+        self._logged[peer] = now
+        log.warning("metrics API: a malformed request from %s (%s); its next ones within "
+                    "%.0fs are not logged (%d so far from everyone)", peer, what[:200],
+                    self._log_every_s, self.rejected)
+
+
+class _Connection(web_protocol.RequestHandler):
+    def __init__(self, manager: web.Server, guard: Guard, field_size: int,
+                 **kwargs: Any) -> None:
+        super().__init__(manager, **kwargs)
+        self._guard = guard
+        self._field_size = field_size  # the header limit (to tell a header from the line)
+        self._counted = False
+        self._partial_since: float | None = None
+        self._watch: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        guard = self._guard
+        if guard.open >= guard.max_connections:
+            guard.refused += 1
+            transport.close()
+            return
+        guard.open += 1
+        self._counted = True
+        self._arm()
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        if self._counted:
+            self._guard.open -= 1
+            self._counted = False
+        if self._watch is not None:
+            self._watch.cancel()
+            self._watch = None
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        before = self._request_count
+        super().data_received(data)
+        if self._request_count > before:
+            self._partial_since = None  # a whole request head
+        elif self._partial_since is None and data:
+            self._partial_since = asyncio.get_running_loop().time()
+
+    def _arm(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._watch = loop.call_later(self._guard.head_timeout_s, self._check)
+
+    def _check(self) -> None:
+        self._watch = None
+        since = self._partial_since
+        loop = asyncio.get_running_loop()
+        if since is not None and loop.time() - since >= self._guard.head_timeout_s:
+            self._guard.timed_out += 1
+            if self.transport is not None:
+                self.transport.close()
+            return
+        self._arm()
+
+    def handle_error(self, request: web.BaseRequest, status: int = 500,
+                     exc: BaseException | None = None,
+                     message: str | None = None) -> web.StreamResponse:
+        if status == 500:  # our own handler failed: aiohttp's answer and traceback
+            return super().handle_error(request, status, exc, message)
+        header = isinstance(exc, LineTooLong) and \
+            f"more than {self._field_size} bytes" in str(exc)
+        code = 431 if header else 400
+        why = ("a request header is larger than this server reads" if header else
+               "the request line is larger than this server reads"
+               if isinstance(exc, LineTooLong) else
+               f"not an HTTP request this server reads ({type(exc).__name__})")
+        self._guard.note(request.remote or "unknown", why)
+        resp = web.json_response(status_body(code, why), status=code)
+        resp.force_close()
+        return resp
+
+
+class GuardedServer(web.Server):
+    """aiohttp's low-level server whose connections answer malformed requests with a
+    Kubernetes ``Status``, log them sparingly, and obey ``guard``'s bounds."""
+
+    def __init__(self, handler: Handler, guard: Guard, max_field_size: int,
+                 **kwargs: Any) -> None:
+        super().__init__(handler, max_field_size=max_field_size, **kwargs)
+        self.guard = guard
+        self._max_field_size = max_field_size
+
+    def __call__(self) -> web_protocol.RequestHandler:
+        return _Connection(self, self.guard, self._max_field_size, loop=self._loop,
+                           **self._kwargs)
