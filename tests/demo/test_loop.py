@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import signal
 import socket
@@ -14,9 +15,11 @@ import time
 import grpc
 import pytest
 
-from gpuscale.demo.world import LiveConfig, World
+from gpuscale.demo.view import Status, View, grpcurl_hint
+from gpuscale.demo.world import LiveConfig, SimClock, World
 from gpuscale.proto import externalscaler_pb2 as pb
 from gpuscale.proto import externalscaler_pb2_grpc as pb_grpc
+from gpuscale.scaler.state.fleet import FleetView
 from gpuscale.telemetry.model import Absent
 from gpuscale.traffic.patterns import synthetic
 from tests.support.polling import until
@@ -89,7 +92,10 @@ def test_demo_loop_follows_load_over_grpc_and_summarizes() -> None:
     assert proc.stdout is not None
     header = proc.stdout.readline()
     assert f"KEDA external scaler on 127.0.0.1:{port}" in header
-    assert "grpcurl" in proc.stdout.readline()
+    hint = proc.stdout.readline()
+    assert "grpcurl" in hint
+    assert hint.rstrip().endswith("externalscaler.ExternalScaler/GetMetrics")
+    asked = json.loads(hint.split("-d '", 1)[1].split("'", 1)[0])
 
     async def ask() -> float:
         ref = pb.ScaledObjectRef(name="x", namespace="llm", scalerMetadata={
@@ -103,8 +109,18 @@ def test_demo_loop_follows_load_over_grpc_and_summarizes() -> None:
                 return max(float(got.metricValues[0].metricValueFloat), 0.0)
 
             # An RPC error: the first scrape has not landed yet.
-            return float(await until(requests, 10.0, "the demo's scaler reporting requests",
-                                     every=0.1, tolerate=(grpc.aio.AioRpcError,)))
+            got = float(await until(requests, 10.0, "the demo's scaler reporting requests",
+                                    every=0.1, tolerate=(grpc.aio.AioRpcError,)))
+            # The printed hint asks for the value KEDA gets (GetMetrics), and gets one
+            # (once the planner has seen two scrapes of the engines' counters).
+            async def hinted() -> float:
+                reply = await stub.GetMetrics(pb.GetMetricsRequest(
+                    scaledObjectRef=pb.ScaledObjectRef(**asked["scaledObjectRef"]),
+                    metricName=asked["metricName"]), timeout=5)
+                return float(reply.metricValues[0].metricValueFloat)
+            assert await until(hinted, 10.0, "the hint's value", every=0.1,
+                               tolerate=(grpc.aio.AioRpcError,)) > 0
+            return got
 
     assert asyncio.run(ask()) > 0
     out, err = proc.communicate(timeout=120)
@@ -117,8 +133,14 @@ def test_demo_loop_follows_load_over_grpc_and_summarizes() -> None:
     assert all("planned-replicas" in line for line in out.splitlines()
                if DECISION.match(line))
     assert re.search(r"plan \d+ \(held; now ceil\(max\(steady [\d.]+, burst", out), out
-    assert "GPU-hours with gpuscale vs" in out
     assert re.search(r"missed in \d+ of 10 minutes", out)
+    # The ending compares what a user would run, and says which figure is hindsight.
+    tail = out[out.index("the same requests, other ways (simulated):"):].splitlines()
+    assert tail[2].split()[:4] == ["this", "run:", "gpuscale", "vllm-planner"]
+    assert "(sized in advance)" in tail[3]
+    assert "(reactive, KEDA defaults)" in tail[4]
+    assert "(the peak, known only in hindsight)" in tail[5]
+    assert all(len(line) <= 80 for line in out[out.index("\nsimulated "):].splitlines())
     assert "Traceback" not in err
 
 
@@ -143,7 +165,7 @@ def test_demo_loop_scales_to_zero_when_idle_and_stops_on_sigint() -> None:
     proc.send_signal(signal.SIGINT)  # before the end: still a summary, exit 0
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err[-2000:]
-    assert "GPU-hours with gpuscale vs" in out
+    assert "the same requests, other ways (simulated):" in out
 
 
 def test_a_taken_port_is_a_clear_error() -> None:
@@ -156,3 +178,24 @@ def test_a_taken_port_is_a_clear_error() -> None:
     assert out.returncode == 1
     assert "cannot listen" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_the_terminal_screen_fits_its_width_and_shows_the_hints() -> None:
+    """On a terminal the screen is cut to its width (80 here), never wrapped mid-word,
+    shows the explain and top commands, and the GetMetrics command wrapped at spaces
+    between JSON tokens, so it pastes as one command."""
+    world = World(LiveConfig(synthetic("bursts", 120, 5.0), 120.0, nodes=2, max_replicas=16))
+    world.scale(3, warm=True)
+    hint = grpcurl_hint("127.0.0.1:6000", {"podSelector": "app=vllm-demo",
+                                            "profile": "vllm-planner", "maxBatch": "256"})
+    view = View(world, SimClock(40.0), Status(), FleetView(), "127.0.0.1:6000", True,
+                print, hint=hint)
+    lines = view.screen(80)
+    assert max(len(line) for line in lines) <= 80
+    assert "gpuscale explain llm/vllm-demo --scaler 127.0.0.1:6000" in "\n".join(lines)
+    assert any(line.startswith("          gpuscale top --scaler") for line in lines)
+    shown = lines[lines.index("what KEDA gets (paste into another terminal):") + 1:]
+    assert " ".join(line.strip() for line in shown) == hint
+    request = json.loads(hint.split("-d '", 1)[1].split("'", 1)[0])
+    assert request["metricName"] == "gpuscale-planned-replicas"
+    assert hint.endswith("externalscaler.ExternalScaler/GetMetrics")

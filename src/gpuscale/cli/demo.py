@@ -8,7 +8,7 @@ import asyncio
 import logging
 from collections.abc import Coroutine
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuscale.cli.common import fail
 from gpuscale.common.errors import ConfigError
@@ -20,6 +20,10 @@ from gpuscale.demo.defaults import (
 )
 from gpuscale.telemetry.scenario import builtin_scenarios
 from gpuscale.traffic.patterns import PATTERNS
+
+if TYPE_CHECKING:
+    from gpuscale.demo.view import Summary
+    from gpuscale.demo.world import LiveConfig
 
 
 def add_parser(sub: Any) -> None:
@@ -138,4 +142,27 @@ def _run_loop(args: argparse.Namespace) -> int:
                      profile=args.profile, min_replicas=args.min_replicas,
                      max_replicas=args.max_replicas, host=args.host or "127.0.0.1",
                      port=args.port)
-    return _serve(run_live(cfg))
+    done: list[Summary] = []
+
+    async def loop() -> None:
+        done.append(await run_live(cfg))
+
+    code = _serve(loop())
+    if code == 0 and done:
+        print("\n".join(compared(cfg, done[0])), flush=True)
+    return code
+
+
+def compared(cfg: LiveConfig, summary: Summary) -> list[str]:
+    """The run beside what the same requests cost other ways (the simulator: the same
+    serving model, cold starts and objective), within 80 columns."""
+    from gpuscale.sim.compare import alternatives
+
+    ran = [r for r in cfg.requests if r.arrival_s < summary.duration]
+    rows = [(f"this run: gpuscale {cfg.profile}", summary.gpu_hours, summary.slo_minutes)]
+    rows += [(label, r.gpu_hours, r.slo_violation_minutes) for label, r in alternatives(
+        ran, summary.duration, cfg.params, cfg.min_replicas, cfg.max_replicas)]
+    out = ["", "the same requests, other ways (simulated):",
+           f"  {'':<52}{'GPU-h':>8}{'SLO min':>9}"]
+    out += [f"  {label[:52]:<52}{gpu_h:>8.2f}{slo:>9d}" for label, gpu_h, slo in rows]
+    return out

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import shutil
 import sys
 import time
 from collections.abc import Callable
@@ -141,18 +142,12 @@ async def drive(world: World, clock: SimClock, engines: Engines) -> None:
 
 
 def summarize(world: World, max_seen: int) -> Summary:
-    """Up to where the run got (all of it, unless it was stopped early). Static
-    provisioning is the peak of the work the arrivals need (``needed_replicas``), run for
-    the whole time; ``gpuscale simulate`` adds the hindsight reference (``sim.reference``)."""
-    cfg = world.cfg
+    """Up to where the run got (all of it, unless it was stopped early). What the same
+    requests would have cost otherwise is the command's to add (the simulator)."""
     ran = max(world.now, 1.0)
-    arrived = [r for r in cfg.requests if r.arrival_s < ran]
-    plan = needed_replicas(arrived, ran, cfg.params)
-    peak = max(plan) if plan else 1
     slo = Slo.of(world.model, ran)
-    return Summary(ran, world.model.gpu_seconds / 3600.0, peak, peak * ran / 3600.0,
-                   len(slo.bad_minutes), slo.minutes, slo.p95_ttft_s, world.changes,
-                   max_seen)
+    return Summary(ran, world.model.gpu_seconds / 3600.0, len(slo.bad_minutes), slo.minutes,
+                   slo.p95_ttft_s, world.changes, max_seen, world.cfg.profile)
 
 
 async def run_live(cfg: LiveConfig, tty: bool | None = None,
@@ -182,7 +177,8 @@ async def run_live(cfg: LiveConfig, tty: bool | None = None,
     address = f"{'localhost' if cfg.host in ('0.0.0.0', '::', '[::]') else cfg.host}:" \
               f"{scaler.port}"
     status = Status()
-    view = View(world, clock, status, scaler.fleet, address, tty, write, plans=scaler.plans)
+    view = View(world, clock, status, scaler.fleet, address, tty, write, plans=scaler.plans,
+                hint=grpcurl_hint(address, trigger_metadata(cfg)))
     engines = Engines(world)
     handler = ViewLog(view) if tty else None
     if handler is not None:
@@ -232,6 +228,10 @@ async def run_live(cfg: LiveConfig, tty: bool | None = None,
             write(SHOW_CURSOR)
     summary = summarize(world, view.max_seen)
     if tty:
-        write("\x1b[H\x1b[2J" + "\n".join(view.screen()))
+        write("\x1b[H\x1b[2J" + "\n".join(view.screen(terminal_width())))
     write("\n".join(["", *summary.lines()]))
     return summary
+
+
+def terminal_width() -> int:
+    return shutil.get_terminal_size((80, 24)).columns

@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import shutil
+import textwrap
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -14,6 +16,7 @@ from gpuscale.demo.world import NAMESPACE, WORKLOAD, SimClock, World
 from gpuscale.models.slo import SLO_TTFT_S
 from gpuscale.scaler.core.planner import Plan
 from gpuscale.scaler.core.selector import parse_selector
+from gpuscale.scaler.core.trigger import parse_metadata
 from gpuscale.scaler.state.fleet import FleetView
 from gpuscale.scaler.state.plan_book import PlanBook
 from gpuscale.stream.records import PodRecord
@@ -49,24 +52,21 @@ def fmt_time(t: float) -> str:
 class Summary:
     duration: float
     gpu_hours: float
-    static_peak: int
-    static_gpu_hours: float
     slo_minutes: int
     minutes: int
     p95_ttft_s: float
     changes: int
     max_replicas: int
+    profile: str = ""
 
     def lines(self) -> list[str]:
-        saved = 1.0 - self.gpu_hours / self.static_gpu_hours if self.static_gpu_hours else 0.0
-        verdict = f"{saved:.0%} saved" if saved >= 0 else f"{-saved:.0%} more"
+        """The run's own figures, each line within 80 columns."""
         return [
-            f"simulated {fmt_time(self.duration)}: {self.gpu_hours:.2f} GPU-hours with "
-            f"gpuscale vs {self.static_gpu_hours:.2f} provisioned statically at the peak "
-            f"({self.static_peak} replicas): {verdict}",
-            f"SLO (time to first token <= {SLO_TTFT_S:g} s) missed in {self.slo_minutes} of "
-            f"{self.minutes} minutes; p95 TTFT {self.p95_ttft_s:.2f} s; {self.changes} "
-            f"scaling changes, at most {self.max_replicas} replicas"]
+            f"simulated {fmt_time(self.duration)} with gpuscale ({self.profile}): "
+            f"{self.gpu_hours:.2f} GPU-hours,",
+            f"  SLO (time to first token <= {SLO_TTFT_S:g} s) missed in {self.slo_minutes} "
+            f"of {self.minutes} minutes, p95 TTFT {self.p95_ttft_s:.2f} s,",
+            f"  {self.changes} scaling changes, at most {self.max_replicas} replicas"]
 
 
 class View:
@@ -75,8 +75,10 @@ class View:
 
     def __init__(self, world: World, clock: SimClock, status: Status, fleet: FleetView,
                  address: str, tty: bool, out: Callable[[str], None],
-                 plans: PlanBook | None = None) -> None:
+                 plans: PlanBook | None = None, hint: str = "") -> None:
+        """``hint``: a command that asks the scaler what KEDA gets (shown wrapped)."""
         self.world, self.clock, self.status, self.fleet = world, clock, status, fleet
+        self.hint = hint
         self.plans = plans
         self.address = address
         self.tty = tty
@@ -113,7 +115,8 @@ class View:
     async def run(self) -> None:
         while True:
             if self.tty:
-                self._out("\x1b[H\x1b[2J" + "\n".join(self.screen()))
+                width = shutil.get_terminal_size((80, 24)).columns
+                self._out("\x1b[H\x1b[2J" + "\n".join(self.screen(width)))
                 await asyncio.sleep(0.25)
             else:
                 minute = int(self.world.now // 60)
@@ -128,7 +131,20 @@ class View:
                               f"{'; ' + plan if plan else ''}")
                 await asyncio.sleep(0.1)
 
-    def screen(self) -> list[str]:
+    def screen(self, width: int = 80) -> list[str]:
+        """The terminal screen, each line cut to ``width`` (a live view must not wrap; the
+        log lines off a terminal carry everything), and the hint wrapped at spaces - in
+        its JSON they fall between tokens, so the lines still paste as one command."""
+        lines = [line if len(line) <= width else line[:width - 1] + "…"
+                 for line in self._screen()]
+        if self.hint:
+            lines += ["", "what KEDA gets (paste into another terminal):",
+                      *textwrap.wrap(self.hint, width=max(40, width - 2),
+                                     initial_indent="  ", subsequent_indent="    ",
+                                     break_long_words=False, break_on_hyphens=False)]
+        return lines
+
+    def _screen(self) -> list[str]:
         w, s = self.world, self.status
         rate, queue = self._load()
         ready = w.ready_count()
@@ -140,8 +156,11 @@ class View:
             f"replicas  {len(w.pods):3d} ({ready} ready, {len(w.pods) - ready} starting)   "
             f"min {w.cfg.min_replicas} max {w.cfg.max_replicas}   GPU-hours "
             f"{w.model.gpu_seconds / 3600:.2f}",
-            f"scaler    {self.address} profile {w.cfg.profile}: {self._metrics_text()}; "
-            f"active {s.active}; {s.rpc_ms:.1f} ms",
+            f"scaler    {self.address} profile {w.cfg.profile}, {s.rpc_ms:.1f} ms, "
+            f"active {s.active}",
+            f"          {self._metrics_text()}",
+            f"try       gpuscale explain {NAMESPACE}/{WORKLOAD} --scaler {self.address}",
+            f"          gpuscale top --scaler {self.address}",
         ]
         if s.error:
             lines.append(f"          {s.error[:100]}")
@@ -201,9 +220,12 @@ def _plan_line(plan: Plan) -> str:
 
 
 def grpcurl_hint(address: str, metadata: dict[str, str]) -> str:
-    """A grpcurl command that asks the demo's scaler what KEDA asks, as printed: the
-    ScaledObject reference with the trigger's real metadata, in single quotes (the JSON
-    has none of its own)."""
-    ref = {"name": WORKLOAD, "namespace": NAMESPACE, "scalerMetadata": metadata}
-    return (f"grpcurl -plaintext -d '{json.dumps(ref)}' {address} "
-            "externalscaler.ExternalScaler/GetMetricSpec")
+    """A grpcurl command that asks the demo's scaler for the value KEDA gets (GetMetrics,
+    the trigger's first metric), as printed: the ScaledObject reference with the
+    trigger's real metadata, in single quotes (the JSON has none of its own)."""
+    trigger = parse_metadata(metadata)
+    request = {"scaledObjectRef": {"name": WORKLOAD, "namespace": NAMESPACE,
+                                   "scalerMetadata": metadata},
+               "metricName": trigger.metric_name(trigger.targets[0])}
+    return (f"grpcurl -plaintext -d '{json.dumps(request)}' {address} "
+            "externalscaler.ExternalScaler/GetMetrics")

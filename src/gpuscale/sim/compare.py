@@ -223,3 +223,25 @@ def _pct(gap: float | None) -> str:
     if math.isinf(gap):
         return "inf"
     return f"{0.0 if abs(gap) < 0.005 else gap:+.0%}"  # never "-0%"
+
+
+def alternatives(requests: Sequence[TraceRequest], duration: float, params: ServingParams,
+                 min_replicas: int, max_replicas: int,
+                 reactive: str = "vllm-inference") -> list[tuple[str, Result]]:
+    """What the same requests cost other ways, in the simulator, for the demo's ending:
+    (label, result) for a fleet sized in advance (static at ``max_replicas``: what runs
+    without autoscaling), the ``reactive`` gpuscale profile (a queue target, KEDA's
+    defaults), and static at the hindsight peak (the fewest that meet the objective all
+    window - a count nobody knows in advance, labelled so)."""
+    start = opening(requests, duration, params)
+    runs = dict(policy_runs(params, requests, DEFAULT_SLO, max(1, min_replicas), start))
+    kwargs = dict(runs[reactive])
+    name = kwargs.pop("name")
+    reacted = run_policy(name, requests, duration, params, **kwargs)
+    fixed = run_policy(f"static at {max_replicas}", requests, duration, params,
+                       static=max_replicas)
+    peak = static_peak(requests, duration, params)
+    n = peak.policy.rsplit("(", 1)[-1].rstrip(")")
+    return [(f"static at --max-replicas {max_replicas} (sized in advance)", fixed),
+            (f"gpuscale {reactive} (reactive, KEDA defaults)", reacted),
+            (f"static at {n} (the peak, known only in hindsight)", peak)]
