@@ -8,12 +8,18 @@ import json
 import re
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
+import yaml
 
 from gpuscale.demo.view import Status, View, grpcurl_hint
 from gpuscale.demo.world import LiveConfig, SimClock, World
@@ -22,7 +28,7 @@ from gpuscale.proto import externalscaler_pb2_grpc as pb_grpc
 from gpuscale.scaler.state.fleet import FleetView
 from gpuscale.telemetry.model import Absent
 from gpuscale.traffic.patterns import synthetic
-from tests.support.polling import until
+from tests.support.polling import until, until_sync
 from tests.support.ports import free_port
 
 DEMO = [sys.executable, "-m", "gpuscale.cli", "demo"]
@@ -199,3 +205,58 @@ def test_the_terminal_screen_fits_its_width_and_shows_the_hints() -> None:
     request = json.loads(hint.split("-d '", 1)[1].split("'", 1)[0])
     assert request["metricName"] == "gpuscale-planned-replicas"
     assert hint.endswith("externalscaler.ExternalScaler/GetMetrics")
+
+
+@pytest.mark.slow
+def test_the_closed_loop_through_the_plain_hpa_path_with_kubectl() -> None:
+    """``demo --hpa``: the scaler serves the custom metrics API in local mode, an HPA
+    model reads it over HTTPS and scales the replicas, and the real kubectl reads the
+    same answer with the kubeconfig the run prints; without the token: 401."""
+    proc = subprocess.Popen([*DEMO, "--hpa", "--port", str(free_port()), "--pattern",
+                             "bursts", "--duration", "300", "--speed", "30"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    try:
+        head = proc.stdout.readline()
+        assert head.startswith("custom metrics API (local mode, loopback only) on https://"
+                               "127.0.0.1:"), head
+        kubectl = proc.stdout.readline().strip()
+        assert kubectl.startswith("kubectl --kubeconfig ")
+        kubeconfig = kubectl.split()[2]
+        path = kubectl.split("get --raw ", 1)[1].strip("'")
+
+        def read() -> dict[str, Any] | None:
+            got = subprocess.run(["kubectl", "--kubeconfig", kubeconfig, "get", "--raw",
+                                  path], capture_output=True, text=True, timeout=30,
+                                 check=False)
+            return json.loads(got.stdout) if got.returncode == 0 else None
+
+        body = until_sync(read, 30.0, "kubectl reading the planned replicas")
+        assert body["kind"] == "MetricValueList"
+        (item,) = body["items"]
+        assert item["metric"]["name"] == "gpuscale_planned_replicas"
+        assert item["describedObject"] == {"kind": "Deployment", "namespace": "llm",
+                                           "name": "vllm-demo", "apiVersion": "apps/v1"}
+        # Without the token: the cluster's answer to no credentials.
+        server = yaml.safe_load(Path(kubeconfig).read_text())["clusters"][0]["cluster"]
+        ctx = ssl.create_default_context(cafile=server["certificate-authority"])
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(server["server"] + path, context=ctx, timeout=10)
+        assert refused.value.code == 401
+        assert json.loads(refused.value.read())["kind"] == "Status"
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err[-2000:]
+    assert re.search(r"replicas 1 -> \d+: HPA: metrics propose", out), out
+    assert "the same requests, other ways (simulated):" in out
+    assert "Traceback" not in err
+
+
+def test_the_hpa_path_refuses_what_a_plain_hpa_cannot_do() -> None:
+    out = subprocess.run([*DEMO, "--hpa", "--min-replicas", "0", "--duration", "60"],
+                         capture_output=True, text=True, timeout=60, check=False)
+    assert out.returncode == 2
+    assert "a plain HPA scales down to 1 at least" in out.stderr

@@ -62,6 +62,13 @@ def add_parser(sub: Any) -> None:
                       help="scaler listen address (default 0.0.0.0 for a scenario, "
                            "127.0.0.1 for the loop)")
     demo.add_argument("--port", type=int, default=6000, help="scaler gRPC port (6000)")
+    demo.add_argument("--hpa", action="store_true",
+                      help="the closed loop through the plain-HPA path: the scaler serves the "
+                           "custom metrics API on loopback (local mode: its own certificate, "
+                           "a token, no API server) and an HPA model reads it over HTTPS; "
+                           "prints the kubectl command that reads the same")
+    demo.add_argument("--metrics-api-port", type=int, default=0,
+                      help="with --hpa: the metrics API's port (default: one free)")
     demo.add_argument("--metrics-port", type=int, default=9400,
                       help="first agent's metrics port; node i uses this + i (9400)")
     demo.add_argument("--scaler-config", type=Path, default=None,
@@ -76,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
     if args.scenario is None:
         return _run_loop(args)
     loop_only = [f"--{k}" for k in ("pattern", "trace", "rate", "duration")
-                 if getattr(args, k) is not None]
+                 if getattr(args, k) is not None] + (["--hpa"] if args.hpa else [])
     if loop_only:
         return fail(f"{', '.join(loop_only)} drive the closed loop; a --scenario runs its own "
                     "load", 2)
@@ -129,6 +136,11 @@ def _run_loop(args: argparse.Namespace) -> int:
                       ">= 1")
     if args.profile not in PROFILES:
         return refuse(f"--profile {args.profile!r} is not one of {', '.join(PROFILES)}")
+    if args.hpa and args.min_replicas == 0:
+        return refuse("--hpa with --min-replicas 0: a plain HPA scales down to 1 at least "
+                      "(KEDA's path scales to zero: leave out --hpa)")
+    if args.metrics_api_port and not args.hpa:
+        return refuse("--metrics-api-port: only with --hpa")
     try:
         requests, duration = load_requests(
             args.pattern, args.trace,
@@ -141,7 +153,7 @@ def _run_loop(args: argparse.Namespace) -> int:
     cfg = LiveConfig(requests, duration, speed=speed, nodes=args.nodes,
                      profile=args.profile, min_replicas=args.min_replicas,
                      max_replicas=args.max_replicas, host=args.host or "127.0.0.1",
-                     port=args.port)
+                     port=args.port, hpa=args.hpa, metrics_api_port=args.metrics_api_port)
     done: list[Summary] = []
 
     async def loop() -> None:

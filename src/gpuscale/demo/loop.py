@@ -35,6 +35,7 @@ from gpuscale.agent.sampler import MIN_INTERVAL_S
 from gpuscale.common.freshness import staleness_bound
 from gpuscale.common.shutdown import cancel_on_signals
 from gpuscale.demo.defaults import GPUS_PER_NODE
+from gpuscale.demo.hpa_path import control_hpa, hpa_metrics, local_api
 from gpuscale.demo.view import (
     HIDE_CURSOR,
     SHOW_CURSOR,
@@ -57,7 +58,7 @@ from gpuscale.demo.world import (
     World,
 )
 from gpuscale.models.hpa import Metric, MetricSource, TargetType
-from gpuscale.models.keda import ScaledObjectLoop, ScaledObjectSpec
+from gpuscale.models.keda import HPA_SYNC_S, ScaledObjectLoop, ScaledObjectSpec
 from gpuscale.models.serving import needed_replicas, planner_metadata
 from gpuscale.models.slo import SLO_TTFT_S, Slo
 from gpuscale.proto import externalscaler_pb2 as pb
@@ -169,9 +170,19 @@ async def run_live(cfg: LiveConfig, tty: bool | None = None,
     # The planner runs on simulated time (the engines' counters are served at the rate
     # of the scaler's clock, see World.engine_text), so its windows are simulated seconds.
     # The agents' stream addresses are known once they listen (set below).
+    waiting = [len(agents) + 1 + cfg.hpa]  # listeners not up yet: the agents' streams,
+    up = asyncio.Event()  # the scaler, and with the HPA path the metrics API
+
+    def listening(_port: int) -> None:
+        waiting[0] -= 1
+        if waiting[0] == 0:
+            up.set()
+
+    local = local_api() if cfg.hpa else None
     scaler = Scaler(ScalerConfig(host=cfg.host, port=cfg.port, metrics_port=None,
                                  name="demo", stale_after_s=staleness_bound(interval),
-                                 time_scale=cfg.speed))
+                                 time_scale=cfg.speed),
+                    components=[local.component(cfg, listening)] if local else ())
     subscriber = scaler.subscriber
     assert subscriber is not None
     address = f"{'localhost' if cfg.host in ('0.0.0.0', '::', '[::]') else cfg.host}:" \
@@ -183,13 +194,6 @@ async def run_live(cfg: LiveConfig, tty: bool | None = None,
     handler = ViewLog(view) if tty else None
     if handler is not None:
         logging.getLogger().addHandler(handler)
-    waiting = [len(agents) + 1]  # listeners not up yet: the agents' streams and the scaler
-    up = asyncio.Event()
-
-    def listening(_port: int) -> None:
-        waiting[0] -= 1
-        if waiting[0] == 0:
-            up.set()
 
     if tty:
         write(HIDE_CURSOR)
@@ -202,6 +206,13 @@ async def run_live(cfg: LiveConfig, tty: bool | None = None,
             tasks.append(tg.create_task(scaler.run(listening), name="scaler"))
             await up.wait()
             subscriber.set_addresses(f"127.0.0.1:{a.stream_port}" for a in agents)
+            if local is not None:  # the plain-HPA path: kubectl reads what the HPA reads
+                kubectl = local.kubectl_hint(hpa_metrics(trigger_metadata(cfg))[0])
+                view.hint, view.hint_title = kubectl, "what the HPA gets (kubectl):"
+                if not tty:
+                    write(f"custom metrics API (local mode, loopback only) on "
+                          f"https://127.0.0.1:{local.port}; the HPA reads it every "
+                          f"{HPA_SYNC_S:g} s. What it gets:\n  {kubectl}")
             if not tty:
                 write(f"KEDA external scaler on {address}; {cfg.nodes} simulated nodes of "
                       f"{GPUS_PER_NODE}x {GPU_MODEL}; profile {cfg.profile}; simulated "
@@ -212,7 +223,9 @@ async def run_live(cfg: LiveConfig, tty: bool | None = None,
                       f"idle GPUs and their cost: gpuscale idle --scaler {address}")
             tasks.append(tg.create_task(view.run(), name="view"))
             tasks.append(tg.create_task(
-                control(world, clock, status, address, view.decision), name="keda-hpa"))
+                control(world, clock, status, address, view.decision) if local is None else
+                control_hpa(world, clock, status, local, trigger_metadata(cfg),
+                            view.decision), name="keda-hpa"))
             await drive(world, clock, engines)
             await subscriber.close()  # before the agents, so no link reports a lost stream
             for t in tasks:

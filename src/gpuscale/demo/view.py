@@ -79,6 +79,7 @@ class View:
         """``hint``: a command that asks the scaler what KEDA gets (shown wrapped)."""
         self.world, self.clock, self.status, self.fleet = world, clock, status, fleet
         self.hint = hint
+        self.hint_title = "what KEDA gets (paste into another terminal):"
         self.plans = plans
         self.address = address
         self.tty = tty
@@ -138,7 +139,7 @@ class View:
         lines = [line if len(line) <= width else line[:width - 1] + "…"
                  for line in self._screen()]
         if self.hint:
-            lines += ["", "what KEDA gets (paste into another terminal):",
+            lines += ["", self.hint_title,
                       *textwrap.wrap(self.hint, width=max(40, width - 2),
                                      initial_indent="  ", subsequent_indent="    ",
                                      break_long_words=False, break_on_hyphens=False)]

@@ -46,6 +46,8 @@ class LiveConfig:
     host: str = "127.0.0.1"
     port: int = 6000
     params: ServingParams = field(default_factory=ServingParams)
+    hpa: bool = False  # a plain HPA reads the custom metrics API instead of KEDA's gRPC
+    metrics_api_port: int = 0  # with hpa: the local metrics API's port (0: one free)
 
 
 class SimClock:

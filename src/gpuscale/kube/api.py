@@ -122,6 +122,14 @@ class KubeApi:
         """The object as JSON. ApiError (status 404: not found) or BadReference."""
         return await self._get(ref.path())
 
+    async def get_raw(self, path: str) -> dict[str, Any]:
+        """GET an API path as ``kubectl get --raw`` does (``/apis/...`` or ``/api/...``,
+        with its query), the reply JSON. ApiError (with the server's status) or
+        BadReference for a path that is not an API path."""
+        if not path.startswith(("/apis/", "/api/")) or len(path) > 8192 or ".." in path:
+            raise BadReference(f"path: {path[:80]!r} is not an API path")
+        return await self._get(path)
+
     async def resource_of(self, api_version: str, kind: str) -> str | None:
         """The plural resource name of ``kind`` in ``api_version`` from API discovery
         (cached), or None when the group/version has no such kind."""

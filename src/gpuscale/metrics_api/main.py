@@ -21,8 +21,9 @@ from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from gpuscale.common.errors import ConfigError
-from gpuscale.metrics_api.answers import MetricAnswers
+from gpuscale.metrics_api.answers import MetricAnswers, Targets
 from gpuscale.metrics_api.authz import Authorizer
+from gpuscale.metrics_api.local import LocalAccess
 from gpuscale.metrics_api.server import AUTH_CONFIGMAP, MetricsApiServer, TrustSource
 from gpuscale.scaler.root import Scaler
 
@@ -36,6 +37,8 @@ class MetricsApiOptions:
     port: int
     cert: Path
     key: Path
+    local: LocalAccess | None = None  # local mode: no Kubernetes API (metrics_api.local)
+    targets: Targets | None = None  # the workloads' selectors without the API (local mode)
 
 
 def configmap_reader(api: Any) -> Callable[[], Any]:
@@ -67,7 +70,8 @@ class MetricsApiCollector(Collector):
         yield answers
         yield CounterMetricFamily("gpuscale_metrics_api_reviews",
                                   "SubjectAccessReviews sent (decisions are cached 10 s)",
-                                  value=self._server.authorizer.reviews)
+                                  value=self._server.authorizer.reviews
+                                  if self._server.authorizer is not None else 0)
 
 
 class MetricsApi:
@@ -79,14 +83,20 @@ class MetricsApi:
         self.on_listening = on_listening
 
     async def run(self, scaler: Scaler) -> None:
-        if scaler.api is None:
+        options = self.options
+        if options.local is not None:
+            server = MetricsApiServer(
+                MetricAnswers(scaler.answers, options.targets or scaler.resolver), None, None,
+                options.local.cert, options.local.key, options.host, options.port,
+                local=options.local)
+        elif scaler.api is None:
             raise ConfigError("the metrics API needs the Kubernetes API (in-cluster "
                               "credentials or --kubeconfig)")
-        options = self.options
-        server = MetricsApiServer(MetricAnswers(scaler.answers, scaler.resolver),
-                                  Authorizer(scaler.api),
-                                  TrustSource(configmap_reader(scaler.api)),
-                                  options.cert, options.key, options.host, options.port)
+        else:
+            server = MetricsApiServer(MetricAnswers(scaler.answers, scaler.resolver),
+                                      Authorizer(scaler.api),
+                                      TrustSource(configmap_reader(scaler.api)),
+                                      options.cert, options.key, options.host, options.port)
         scaler.registry.register(MetricsApiCollector(server))
         for delay in itertools.chain(RETRY_S, itertools.repeat(RETRY_S[-1])):
             try:

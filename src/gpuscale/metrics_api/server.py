@@ -30,6 +30,7 @@ from gpuscale.metrics_api.answers import MetricAnswers
 from gpuscale.metrics_api.authn import Authenticator, Trust, User, trust_from_configmap
 from gpuscale.metrics_api.authz import Attributes, Authorizer
 from gpuscale.metrics_api.guard import Guard, GuardedServer
+from gpuscale.metrics_api.local import LocalAccess, check_loopback
 from gpuscale.metrics_api.paths import GROUP, BadPath, Discovery, MetricPath, parse_path
 from gpuscale.metrics_api.shapes import (
     group_document,
@@ -85,13 +86,22 @@ def server_context(cert: Path, key: Path, trust: Trust) -> ssl.SSLContext:
 
 
 class MetricsApiServer:
-    def __init__(self, answers: MetricAnswers, authorizer: Authorizer, trust: TrustSource,
-                 cert: Path, key: Path, host: str = "0.0.0.0", port: int = 6443,
-                 max_in_flight: int = MAX_IN_FLIGHT, guard: Guard | None = None) -> None:
-        """``guard``: the bounds on connections and the log of malformed requests."""
+    def __init__(self, answers: MetricAnswers, authorizer: Authorizer | None,
+                 trust: TrustSource | None, cert: Path, key: Path, host: str = "0.0.0.0",
+                 port: int = 6443, max_in_flight: int = MAX_IN_FLIGHT,
+                 guard: Guard | None = None, local: LocalAccess | None = None) -> None:
+        """``guard``: the bounds on connections and the log of malformed requests.
+        ``local``: local mode (metrics_api.local): its token and its own certificate
+        stand in for the cluster's authentication and authorization (``authorizer``
+        and ``trust`` are then unused, and ``host`` must be loopback)."""
+        if local is not None:
+            check_loopback(host)
+        elif authorizer is None or trust is None:
+            raise ValueError("a cluster's metrics API needs its authorizer and trust")
+        self.local = local
         self.answers = answers
         self.authorizer = authorizer
-        self.trust = trust
+        self.trust = trust if trust is not None else TrustSource(trust=None)
         self._cert, self._key = cert, key
         self._host, self._port = host, port
         self._in_flight = 0
@@ -135,16 +145,13 @@ class MetricsApiServer:
         """Serve until cancelled. Until the trust rules can be read it does not listen
         (the APIService shows the check failing; the log says why), and retries: the KEDA
         service beside it keeps answering."""
-        for delay in itertools.chain(TRUST_RETRY_S, itertools.repeat(TRUST_RETRY_S[-1])):
-            await self.trust.refresh()
-            if self.trust.trust is not None:
-                break
-            log.warning("metrics API: not serving until the trust rules can be read "
-                        "(retry in %.0fs): %s", delay, self.trust.error)
-            await asyncio.sleep(delay)
-        assert self.trust.trust is not None
-        self._ctx = server_context(self._cert, self._key, self.trust.trust)
-        self._trusted = self.trust.trust
+        if self.local is not None:
+            self._ctx = self.local.context()
+        else:
+            await self._await_trust()
+            assert self.trust.trust is not None
+            self._ctx = server_context(self._cert, self._key, self.trust.trust)
+            self._trusted = self.trust.trust
         self._stamp = self._files_stamp()
         server = GuardedServer(self._handle, self.guard, max_field_size=MAX_FIELD,
                                handler_cancellation=True, access_log=None,
@@ -160,11 +167,21 @@ class MetricsApiServer:
                 on_listening(self.port)
             while True:
                 await asyncio.sleep(RELOAD_S)
-                await self.trust.refresh()
-                self._reload()
+                if self.local is None:
+                    await self.trust.refresh()
+                    self._reload()
         finally:
             with suppress(Exception):
                 await asyncio.shield(runner.cleanup())
+
+    async def _await_trust(self) -> None:
+        for delay in itertools.chain(TRUST_RETRY_S, itertools.repeat(TRUST_RETRY_S[-1])):
+            await self.trust.refresh()
+            if self.trust.trust is not None:
+                return
+            log.warning("metrics API: not serving until the trust rules can be read "
+                        "(retry in %.0fs): %s", delay, self.trust.error)
+            await asyncio.sleep(delay)
 
     def _reply(self, code: int, body: dict[str, Any]) -> web.Response:
         self.served[code] = self.served.get(code, 0) + 1
@@ -187,7 +204,8 @@ class MetricsApiServer:
             self._in_flight -= 1
 
     async def _answer(self, request: web.BaseRequest) -> web.Response:
-        authenticate = self.trust.authenticate
+        authenticate = (self.local.authenticate if self.local is not None
+                        else self.trust.authenticate)
         assert authenticate is not None
         ssl_object = request.transport.get_extra_info("ssl_object") \
             if request.transport else None
@@ -196,7 +214,9 @@ class MetricsApiServer:
         if request.path in ("/healthz", "/livez", "/readyz") and request.method == "GET":
             return self._reply(200, {"status": "ok"})  # always allowed, as kube's are
         if user is None:
-            return self._reply(401, status(401, "Unauthorized: present a client certificate "
+            return self._reply(401, status(401, "Unauthorized: present the token the local "
+                                                "metrics API printed" if self.local else
+                                                "Unauthorized: present a client certificate "
                                                 "of the cluster CA, or come through the "
                                                 "aggregation layer's front proxy"))
         if request.method != "GET":
@@ -206,7 +226,9 @@ class MetricsApiServer:
         if len(request.query_string) > MAX_QUERY:
             raise BadPath(f"the query string is longer than {MAX_QUERY} bytes")
         target = parse_path(raw)
-        decision = await self.authorizer.check(user, _attributes(target, raw))
+        checker = self.local if self.local is not None else self.authorizer
+        assert checker is not None
+        decision = await checker.check(user, _attributes(target, raw))
         if not decision.allowed:
             return self._reply(403, _forbidden(user, _attributes(target, raw),
                                                decision.reason))
