@@ -17,6 +17,7 @@ from typing import Protocol, TypeVar
 
 from gpuscale.common.errors import ConfigError, DataUnavailable, Unavailable
 from gpuscale.metrics_api.served_metrics import (
+    DEMAND,
     OBJECT_METRICS,
     OBJECT_RESOURCES,
     POD_METRICS,
@@ -123,6 +124,8 @@ class MetricAnswers:
             raise NotFound(f"the server could not find the metric {metric} for {resource}; "
                            f"served: {served}")
         api_version, kind = kind_of
+        if om.signal == DEMAND:
+            return self._demand(namespace, kind, api_version, name, metric_selector)
         if self._targets is None:
             raise DataUnavailable("object metrics need the Kubernetes API (the workloads' "
                                   "selectors); this scaler runs without it")
@@ -145,6 +148,28 @@ class MetricAnswers:
         value = _known(self.answers.value(workload, trigger.targets[0], selection=selection))
         return Item(kind, api_version, namespace, name, metric, value.value,
                     self._when(selection.pods), None, metric_selector)
+
+    def _demand(self, namespace: str, kind: str, api_version: str, name: str,
+                metric_selector: str) -> Item:
+        """gpuscale_demand_pending: 1 while the named demand source shows pending work.
+        Needs no pod (the workload may be at zero), only the object: 404 when the scaler
+        knows the workloads and this one is not among them."""
+        pairs = dict(p.partition("=")[::2] for p in metric_selector.replace(" ", "")
+                     .split(",") if p)
+        source = pairs.get("demandSource", "")
+        if not source or set(pairs) != {"demandSource"}:
+            raise ConfigError("metricLabelSelector: gpuscale_demand_pending takes "
+                              "demandSource=NAME (a demand source of the scaler's config)")
+        if self._targets is not None and \
+                self._targets.target(namespace, kind, name) is None:
+            raise NotFound(f'{kind.lower()}s.apps "{name}" not found in namespace '
+                           f"{namespace}")
+        check = self.answers.demand
+        if check is None:
+            raise ConfigError("demandSource: this scaler has no demand sources configured")
+        pending = check(source)  # ConfigError: no such source; DataUnavailable: cannot tell
+        return Item(kind, api_version, namespace, name, "gpuscale_demand_pending",
+                    1.0 if pending else 0.0, self._wall(), None, metric_selector)
 
     def _room_for(self, workload: Workload) -> None:
         """The KEDA planners share the book: this API's take a part of it."""

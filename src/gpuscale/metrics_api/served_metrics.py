@@ -7,7 +7,12 @@ of the agent's per-pod signals times a scale (vLLM's KV cache is a fraction 0-1 
 
 Object metrics (on Deployments and StatefulSets) are gpuscale's workload values: the SUM of
 a signal over the workload's pods (use an ``AverageValue`` target, as with KEDA: desired =
-ceil(sum / target)), and the planner's replica count.
+ceil(sum / target)), the planner's replica count, and ``gpuscale_demand_pending``: 1 while
+a demand source of the scaler's configuration (``metricLabelSelector:
+demandSource=NAME``) shows pending work, else 0 - a value that needs no pod, so an HPA
+that scales to zero (Kubernetes 1.37's HPAScaleToZero, ``minReplicas: 0``) wakes the
+workload on it: with an ``AverageValue`` target of 1 the HPA asks ceil(1 / 1) = 1 replica
+from zero.
 """
 
 from __future__ import annotations
@@ -26,10 +31,13 @@ class PodMetric:
     help: str
 
 
+DEMAND = "demand"  # ObjectMetric.signal of gpuscale_demand_pending
+
+
 @dataclass(frozen=True, slots=True)
 class ObjectMetric:
     name: str
-    signal: str  # PLANNED: the planner's replicas
+    signal: str  # PLANNED: the planner's replicas; DEMAND: a demand source's pending work
     unit: str
     help: str
 
@@ -74,6 +82,10 @@ OBJECT_METRICS: dict[str, ObjectMetric] = {
         "gpuscale_planned_replicas", PLANNED, "replicas",
         "the planner's replica count for the workload (vLLM); its settings come from the "
         "metric selector, e.g. ttftSeconds=2,startupSeconds=180"),
+    "gpuscale_demand_pending": ObjectMetric(
+        "gpuscale_demand_pending", DEMAND, "0 or 1",
+        "1 while the demand source named by the metric selector (demandSource=NAME) shows "
+        "pending work, else 0; needs no pod, so it wakes a workload at zero replicas"),
 }
 
 #: The object resources served, as the HPA's client names them (resource.group).

@@ -122,7 +122,10 @@ class Hpa:
             if metric.value is None:
                 return None
             if metric.target_type is TargetType.AVERAGE_VALUE:
-                ratio = metric.value / (metric.target * max(current, 1))
+                if current == 0:  # (HPAScaleToZero) value / (target x 0): infinite, or
+                    # NaN for a value of 0 - which is never outside the tolerance
+                    return math.ceil(metric.value / metric.target) if metric.value > 0 else 0
+                ratio = metric.value / (metric.target * current)
                 if self.within(ratio):
                     return current
                 return math.ceil(metric.value / metric.target)
