@@ -14,7 +14,7 @@ import pytest
 from gpuscale.models.serving import ServingParams
 from gpuscale.models.slo import SLO_TTFT_S
 from gpuscale.sim.compare import compare, opening
-from gpuscale.sim.simulate import run_policy
+from gpuscale.sim.simulate import Result, run_policy
 from gpuscale.traffic.scale import scale_trace
 from gpuscale.traffic.trace import TraceRequest, read_trace
 
@@ -384,3 +384,15 @@ def test_cli_accepts_new_patterns_and_trace_formats(tmp_path: Path) -> None:
         assert len(got["policies"]) == 13
         assert got["reference"]["slo_violation_minutes"] <= min(
             r["slo_violation_minutes"] for r in got["policies"])
+
+
+def test_plot_panels_put_the_cheapest_policy_that_keeps_the_slo_first() -> None:
+    from gpuscale.sim.compare import Comparison
+    from gpuscale.sim.plot import panels
+
+    def result(name: str, gpu_h: float, slo: int) -> Result:
+        return Result(name, gpu_h, slo, 60, 0.0, 1, 0.5, 0)
+
+    got = panels(Comparison((result("a", 3.0, 0), result("b", 1.0, 4), result("c", 2.0, 0),
+                             result("d", 2.0, 0)), None, None))
+    assert [r.policy for r in got] == ["c", "d", "a", "b"]
