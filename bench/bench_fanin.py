@@ -1,5 +1,5 @@
 """Where one scaler stops: the fleet benchmark at several fleet sizes, and a model fitted to
-it, for BENCHMARKS.md and the README's sharding story.
+it, for BENCHMARKS.md and docs/fleet.md's sharding story.
 
 Runs ``bench/bench_fleet.py --agents N`` (real agents' telemetry streams from generator
 processes into the real ``gpuscale scaler``, 8 pods per agent at 1 Hz) for each N, reads

@@ -2,7 +2,7 @@
 ``bench_simulate.py``: GPU-hours and SLO-violating minutes side by side.
 
 Configured: ``startupSeconds`` at the simulated cold starts' maximum (300 s), as the
-README told users to take it. Measured: no ``startupSeconds``; the planner takes the 90th
+docs/planner.md told users to take it. Measured: no ``startupSeconds``; the planner takes the 90th
 percentile of the Ready replicas' creation to Ready (the simulator's pod watch), 180 s
 until three replicas have shown theirs. Only the planner runs (no reference search).
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -236,3 +237,18 @@ async def test_gpus_reads_a_running_agent_not_a_simulation_of_its_own() -> None:
 ])
 def test_a_negative_duration_after_at_is_its_value(argv: list[str], want: list[str]) -> None:
     assert join_dashed(argv) == want
+
+
+def test_the_operator_tools_run_as_a_kubectl_plugin() -> None:
+    """The package installs kubectl-gpuscale beside gpuscale: the real kubectl finds it
+    on PATH and runs it as ``kubectl gpuscale``."""
+    bindir = Path(sys.executable).parent
+    assert (bindir / "kubectl-gpuscale").exists()
+    env = {**os.environ, "PATH": f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}"}
+    got = subprocess.run(["kubectl", "gpuscale", "explain", "--help"], capture_output=True,
+                         text=True, timeout=60, check=False, env=env)
+    assert got.returncode == 0, got.stderr
+    assert got.stdout.startswith("usage: kubectl gpuscale explain")
+    listed = subprocess.run(["kubectl", "plugin", "list"], capture_output=True, text=True,
+                            timeout=60, check=False, env=env)
+    assert str(bindir / "kubectl-gpuscale") in listed.stdout

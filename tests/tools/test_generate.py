@@ -309,10 +309,10 @@ def test_the_metrics_port_hint_follows_the_engines_port() -> None:
 
 
 def test_the_planners_scale_down_is_the_readmes_no_window_of_its_own() -> None:
-    """README's planner ScaledObject sets stabilizationWindowSeconds 0 and no step policy
-    (the planner holds its plan): generate writes the same, for KEDA and the plain HPA."""
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    section = readme[readme.index("### Planning ahead of LLM traffic"):]
+    """The planner's ScaledObject in its docs sets stabilizationWindowSeconds 0 and no
+    step policy (the planner holds its plan): generate writes the same, for KEDA and the
+    plain HPA."""
+    section = (Path(__file__).resolve().parents[2] / "docs" / "planner.md").read_text()
     block = section[section.index("```yaml") + 7:]
     documented = yaml.safe_load(block[:block.index("```")])
     want = documented["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]["scaleDown"]

@@ -27,8 +27,8 @@ from gpuscale.cli import (
 )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="gpuscale", description=__doc__.split("\n")[0])
+def build_parser(prog: str = "gpuscale") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
     parser.add_argument("--version", action="version", version=f"gpuscale {__version__}")
     parser.add_argument("--log-level", default="INFO",
                         choices=["DEBUG", "INFO", "WARNING", "ERROR"])
@@ -58,7 +58,11 @@ def join_dashed(argv: Sequence[str]) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(join_dashed(sys.argv[1:] if argv is None else argv))
+    # Run by kubectl as its plugin (the kubectl-gpuscale script): say "kubectl gpuscale".
+    prog = ("kubectl gpuscale" if argv is None and sys.argv[0].endswith("kubectl-gpuscale")
+            else "gpuscale")
+    args = build_parser(prog).parse_args(
+        join_dashed(sys.argv[1:] if argv is None else argv))
     logging.basicConfig(level=args.log_level, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # httpx2 logs every request at INFO: 56 lines a second on an agent scraping 56 engines.

@@ -99,7 +99,7 @@ async def control_hpa(world: World, clock: SimClock, status: Status, local: Loca
     Kubernetes client (the run's kubeconfig) over HTTPS, then autoscaling/v2's
     arithmetic. A metric that cannot be read (503 with the scaler's reason) is None: the
     HPA does not scale down on it. The planner holds its own plan: no scale-down
-    stabilization of the HPA's own, as the README's HPA for the planner."""
+    stabilization of the HPA's own, as docs/hpa.md's HPA for the planner."""
     from gpuscale.kube.connect import connect
 
     cfg = world.cfg

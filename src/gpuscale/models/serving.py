@@ -348,7 +348,7 @@ def needed_replicas(requests: Sequence[TraceRequest], duration: float, params: S
 def planner_metadata(params: ServingParams, slo_s: float = 2.0,
                      measure_startup: bool = False) -> dict[str, str]:
     """The trigger metadata a user who measured these replicas would write: start-up time
-    (a high percentile of the cold starts, as the README says to take; left out with
+    (a high percentile of the cold starts, as docs/planner.md says to take; left out with
     ``measure_startup``: the planner then measures it from the pods), capacity, batch,
     and the SLO."""
     startup = max(params.cold_start_s, params.cold_start_spread[1])

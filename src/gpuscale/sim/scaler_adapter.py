@@ -163,7 +163,7 @@ class PlannerPolicy:
 
 def planner_policy(params: ServingParams, slo_s: float = 2.0, measure_startup: bool = False,
                    **metadata: str) -> dict[str, Any]:
-    """``run_policy`` keyword arguments for the planner as the README configures it: its
+    """``run_policy`` keyword arguments for the planner as docs/planner.md configures it: its
     value as the HPA's signal, the per-second observation through the decider hook (which
     never decides), and the HPA's scale-down stabilization at 0 s (the planner holds its
     plan for a start-up itself; the HPA's 300 s on top only bills idle replicas).

@@ -201,7 +201,7 @@ def _runs_vllm(argv: tuple[str, ...]) -> bool:
 def behavior(startup_s: float, planner: bool = False) -> dict[str, Any]:
     """HPA behaviour for a replica that takes ``startup_s`` to become Ready. With the
     planner, scale-down has no window or step of its own: the planner holds its plan for
-    a start-up already, and a window on top only bills idle replicas (README, and what
+    a start-up already, and a window on top only bills idle replicas (docs/planner.md, and what
     the planner's benchmark runs)."""
     up = {"stabilizationWindowSeconds": 0, "selectPolicy": "Max", "policies": [
         {"type": "Percent", "value": 100, "periodSeconds": 15},
@@ -282,7 +282,7 @@ def generate(w: Workload, opts: Options) -> Generated:
         if "tp" in flags or "pp" in flags:
             notes.append("capacity: prefillTokensPerSecond and decodeTokensPerSecond "
                          "default to an 8B model on one H100; measure one replica of "
-                         "yours (README: measuring a replica's capacity) and add them")
+                         "yours (docs/planner.md: measuring a replica's capacity) and add them")
         if opts.startup_s is not None:
             metadata["startupSeconds"] = f"{startup:g}"
         else:
