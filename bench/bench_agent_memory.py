@@ -232,15 +232,16 @@ async def deployed(seconds: float, warmup: float = 10.0, profile: str = "",
                     for (ns, name, c), ids in devices.items()]
     loads = {(p.pod.namespace, p.pod.name): p.load for p in node.processes if p.pod}
     engines = engines_for(dict(infos), loads)
-    if real_vllm:  # each vLLM body as large as a real one: its other families appended
-        from bench.vllm_body import vllm_body
+    if not real_vllm:  # the simulated vLLM's few lines only, as before its real-size body
         from gpuscale.engines.simulated_engines import SimulatedEngine
-        rest, render = vllm_body(read=False), SimulatedEngine.render
+        from gpuscale.engines.vllm_body import unread_families
+        rest, render = len(unread_families()), SimulatedEngine.render
 
-        def real_render(self: SimulatedEngine, t: float) -> str:
-            return render(self, t) + (rest if self.engine == "vllm" else "")
+        def small_render(self: SimulatedEngine, t: float) -> str:
+            text = render(self, t)
+            return text[:-rest] if self.engine == "vllm" else text
 
-        SimulatedEngine.render = real_render  # type: ignore[method-assign]
+        SimulatedEngine.render = small_render  # type: ignore[method-assign]
     served = [0]
     t_start = time.monotonic()
 
@@ -328,9 +329,11 @@ def main() -> None:
                              "its collapsed stacks to FILE (the sampling costs the agent "
                              "CPU: take CPU figures from runs without it)")
     parser.add_argument("--real-vllm-body", action="store_true",
-                        help="vLLM engines answer with a body of real size and shape "
-                             "(bench/vllm_body.py, ~70 KiB) instead of the simulated "
-                             "engine's few lines")
+                        help="(the default now: the simulated vLLM engines answer with a "
+                             "body of real size, engines/vllm_body.py, ~70 KiB)")
+    parser.add_argument("--small-vllm-body", action="store_true",
+                        help="vLLM engines answer with the families gpuscale reads only "
+                             "(~20 lines), as the simulated engine did before")
     parser.add_argument("--no-imports", action="store_true",
                         help="skip the import part (the deployed run only)")
     args = parser.parse_args()
@@ -338,7 +341,7 @@ def main() -> None:
         imports()
     if args.run > 0:
         asyncio.run(deployed(args.run, profile=args.profile,
-                            real_vllm=args.real_vllm_body))
+                            real_vllm=not args.small_vllm_body))
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ the clients; the median round is reported. Memory: VmHWM of a fresh interpreter 
 importing each client.
 
 Usage: PYTHONPATH=src:. .venv/bin/python bench/bench_http_clients.py [--gets 3000]
-       [--rounds 3] [--bytes N]  (default body: bench/vllm_body.py's, ~70 KiB)
+       [--rounds 3] [--bytes N]  (default body: src/gpuscale/engines/vllm_body.py's, ~70 KiB)
 """
 
 from __future__ import annotations
@@ -126,7 +126,7 @@ def main() -> None:
     if args.bytes:
         body = (b"x 1\n" * (args.bytes // 4 + 1))[:args.bytes]
     else:
-        from bench.vllm_body import vllm_body
+        from gpuscale.engines.vllm_body import vllm_body
         body = vllm_body().encode()
     server = subprocess.Popen([sys.executable, "-c", _SERVER], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE)

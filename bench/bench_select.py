@@ -1,6 +1,6 @@
 """CPU of line selection (engines/select.py) and of the parse it feeds, per body.
 
-One real-size vLLM /metrics body (bench/vllm_body.py, ~70 KiB): ``select_lines`` alone,
+One real-size vLLM /metrics body (engines/vllm_body.py, ~70 KiB): ``select_lines`` alone,
 ``samples`` with selection (what a scrape pays: select + prometheus_client on the kept
 lines), ``samples`` of the whole body, and ``engine_signals``. Each figure is the median of
 ``--repeat`` timings, each the CPU (process_time) of ``--number`` calls divided by
@@ -17,9 +17,9 @@ import statistics
 import time
 from collections.abc import Callable
 
-from bench.vllm_body import vllm_body
 from gpuscale.engines.line_filter import select_lines
 from gpuscale.engines.signals import MAX_SERIES, READS, engine_signals, samples
+from gpuscale.engines.vllm_body import vllm_body
 
 
 def per_call_ms(fn: Callable[[], object], repeat: int, number: int) -> float:

@@ -53,3 +53,17 @@ def test_without_counters_the_text_has_none() -> None:
     """The live demo's serving model passes no counters (its clock is scaled): no rates."""
     text = vllm_metrics("m", 3, 1, 0.5)
     assert not set(samples(text)) & set(COUNTERS)
+
+
+def test_a_simulated_vllm_answers_with_a_real_engines_size() -> None:
+    """Beside the families gpuscale reads, a simulated vLLM sends what a real one does
+    (histograms, process and HTTP metrics: tens of KiB), so an agent scraping the demo
+    pays what it pays on a node; the signals read the same."""
+    text = SimulatedEngine(POD, "vllm", Constant(50.0)).render(1.0)
+    assert len(text.encode()) > 40_000
+    names = set(samples(text))
+    assert {"vllm:time_to_first_token_seconds_bucket", "process_cpu_seconds_total",
+            "http_requests_total"} <= names
+    got = engine_signals("vllm", text, 1.0, vllm=VllmRates())
+    assert got.problems == ()
+    assert got.signals["vllm-running"] == 32.0

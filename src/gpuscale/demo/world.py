@@ -22,6 +22,7 @@ from gpuscale.attribution.model import PodInfo
 from gpuscale.attribution.sources import AttributionInputs, ScenarioSources
 from gpuscale.demo.defaults import DEFAULT_SPEED, GPUS_PER_NODE
 from gpuscale.engines.simulated_engines import EngineSockets, VllmCounters, vllm_metrics
+from gpuscale.engines.vllm_body import unread_families
 from gpuscale.models.serving import InFlightRequest, ServingModel, ServingParams
 from gpuscale.telemetry.model import Absent, NodeSnapshot
 from gpuscale.telemetry.scenario import NodeSpec, PodRef, ProcessSpec, parse_scenario
@@ -197,7 +198,7 @@ class World:
         counters = VllmCounters(k * s.prompt_tokens_total, k * s.generation_tokens_total,
                                 k * s.finished_total)
         return vllm_metrics(WORKLOAD, s.running, round(s.waiting), s.kv_cache / 100.0,
-                            counters)
+                            counters) + unread_families()  # a real engine's size
 
     def is_ready(self, pod: Pod) -> bool:
         return pod.name in self._ready

@@ -27,6 +27,7 @@ from aiohttp import web
 
 from gpuscale.attribution.model import PodInfo
 from gpuscale.engines.scrape import ANNOTATION, PORT_ANNOTATION
+from gpuscale.engines.vllm_body import unread_families
 from gpuscale.telemetry.load import LoadCurve
 
 VLLM_DECODE_TPS = 30.0  # tokens/s each running request generates
@@ -79,7 +80,8 @@ class SimulatedEngine:
                 self.vllm = self.vllm.after(running, t - self.vllm_last)
             self.vllm_last = t if self.vllm_last is None else max(t, self.vllm_last)
             return vllm_metrics(self.pod.name.rsplit("-", 1)[0], running,
-                                round(_queue(load)), 0.15 + 0.8 * load / 100, self.vllm)
+                                round(_queue(load)), 0.15 + 0.8 * load / 100,
+                                self.vllm) + unread_families()
         if self.engine == "tgi":
             return ("# TYPE tgi_queue_size gauge\n"
                     f"tgi_queue_size {round(_queue(load))}\n"

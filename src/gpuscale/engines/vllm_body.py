@@ -1,4 +1,5 @@
-"""A vLLM /metrics body of realistic size and shape, for benchmarks: the families vLLM's
+"""A vLLM /metrics body of realistic size and shape, for the simulated engines and the
+benchmarks: the families vLLM's
 v1 ``PrometheusStatLogger`` (vllm/v1/metrics/loggers.py) registers for one model, with
 their bucket lists, plus what a vLLM process exposes beside them (prometheus_client's
 process and GC collectors, the API server's HTTP instrumentation per handler). Rendered
@@ -6,6 +7,8 @@ by prometheus_client itself, ``_created`` series included, so the text is what a
 engine sends; about 60 KiB, in the 50-200 KiB range real engines answer with."""
 
 from __future__ import annotations
+
+from functools import cache
 
 from prometheus_client import (
     CollectorRegistry,
@@ -93,6 +96,8 @@ def vllm_body(model: str = "meta-llama/Llama-3.1-8B-Instruct", running: int = 30
     return generate_latest(reg).decode()
 
 
-if __name__ == "__main__":
-    text = vllm_body()
-    print(f"{len(text)} bytes, {text.count(chr(10))} lines")
+@cache
+def unread_families() -> str:
+    """What a real vLLM sends beside the families gpuscale reads (made once): appended
+    to each simulated vLLM's body, so the agents scrape real-size bodies."""
+    return vllm_body(read=False)
