@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 import re
 import signal
 import socket
@@ -255,8 +256,34 @@ def test_the_closed_loop_through_the_plain_hpa_path_with_kubectl() -> None:
     assert "Traceback" not in err
 
 
-def test_the_hpa_path_refuses_what_a_plain_hpa_cannot_do() -> None:
-    out = subprocess.run([*DEMO, "--hpa", "--min-replicas", "0", "--duration", "60"],
-                         capture_output=True, text=True, timeout=60, check=False)
-    assert out.returncode == 2
-    assert "a plain HPA scales down to 1 at least" in out.stderr
+def _quiet_then_busy(path: Path) -> Path:
+    """Requests at 8/s for 90 s, none until 660 s, then 8/s for 120 s (seeded)."""
+    r, t, rows = random.Random(1), 0.0, ["arrival_s,input_tokens,output_tokens"]
+    while t < 780:
+        if 90 <= t < 660:
+            t = 660.0
+        t += r.expovariate(8.0)
+        rows.append(f"{t:.3f},{r.randint(200, 1500)},{r.randint(50, 300)}")
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("path", "woke"), [
+    ([], r"replicas 0 -> 1: KEDA: activated from zero"),
+    (["--hpa"], r"replicas 0 -> 1: HPA: metrics propose 1; .*gpuscale_demand_pending 1"),
+])
+def test_the_loop_scales_to_zero_and_back_when_work_waits_at_the_gateway(
+        tmp_path: Path, path: list[str], woke: str) -> None:
+    """--min-replicas 0: at zero pods only the gateway's queue shows the load, so the demo
+    declares it as the scaler's demand source; KEDA (IsActive) - or, with --hpa, the HPA
+    on gpuscale_demand_pending (Kubernetes 1.37's scale to zero) - wakes the workload."""
+    trace = _quiet_then_busy(tmp_path / "trace.csv")
+    out = subprocess.run([*DEMO, *path, "--port", str(free_port()), "--trace", str(trace),
+                          "--rate", "1", "--duration", "900", "--speed", "60",
+                          "--min-replicas", "0", "--profile", "vllm-inference"],
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert re.search(r"replicas [12] -> 0: ", out.stdout), out.stdout
+    assert re.search(woke, out.stdout), out.stdout
+    assert "Traceback" not in out.stderr

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from bench.vllm_body import vllm_body
 from gpuscale.engines.line_filter import MARKER, related, select_lines
 from gpuscale.engines.signals import BOUNDS, ENGINES, MAX_SERIES, READS, EngineParseError, samples
+from gpuscale.engines.vllm_body import vllm_body
 
 READ = {engine: {n for n in BOUNDS if n in READS[engine]} for engine in ENGINES}
 BASES = ["vllm:num_requests_waiting", "vllm:prompt_tokens", "vllm:request_success",

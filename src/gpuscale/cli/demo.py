@@ -136,9 +136,6 @@ def _run_loop(args: argparse.Namespace) -> int:
                       ">= 1")
     if args.profile not in PROFILES:
         return refuse(f"--profile {args.profile!r} is not one of {', '.join(PROFILES)}")
-    if args.hpa and args.min_replicas == 0:
-        return refuse("--hpa with --min-replicas 0: a plain HPA scales down to 1 at least "
-                      "(KEDA's path scales to zero: leave out --hpa)")
     if args.metrics_api_port and not args.hpa:
         return refuse("--metrics-api-port: only with --hpa")
     try:

@@ -57,12 +57,18 @@ class ObjectMetric:
 
 def hpa_metrics(metadata: dict[str, str]) -> list[ObjectMetric]:
     """The HPA spec's metrics for a trigger's metadata, as ``gpuscale generate --hpa``
-    writes them: each target an Object metric; the planner's settings as its selector."""
+    writes them: each target an Object metric; the planner's settings as its selector;
+    with a demand source, ``gpuscale_demand_pending`` beside them (docs/hpa.md: scale to
+    zero without KEDA)."""
     trigger = parse_metadata(metadata)
     settings = ",".join(f"{k}={v}" for k, v in metadata.items() if k in PLANNER_KEYS)
-    return [ObjectMetric(f"gpuscale_{t.signal.replace('-', '_')}", t.target,
-                         settings if t.signal == PLANNED else "")
-            for t in trigger.targets]
+    out = [ObjectMetric(f"gpuscale_{t.signal.replace('-', '_')}", t.target,
+                        settings if t.signal == PLANNED else "")
+           for t in trigger.targets]
+    if trigger.demand_source:  # wakes the workload at zero pods (HPAScaleToZero)
+        out.append(ObjectMetric("gpuscale_demand_pending", 1.0,
+                                f"demandSource={trigger.demand_source}"))
+    return out
 
 
 @dataclass
@@ -105,7 +111,7 @@ async def control_hpa(world: World, clock: SimClock, status: Status, local: Loca
     cfg = world.cfg
     metrics = hpa_metrics(metadata)
     planner = any(m.name == "gpuscale_planned_replicas" for m in metrics)
-    hpa = Hpa(max(1, cfg.min_replicas), cfg.max_replicas,
+    hpa = Hpa(cfg.min_replicas, cfg.max_replicas,  # 0: Kubernetes 1.37's HPAScaleToZero
               scale_down=replace(SCALE_DOWN, stabilization_s=0.0) if planner else SCALE_DOWN)
     hpa.remember(clock.now(), len(world.pods))  # the demo opens on a running Deployment
     assert local.kubeconfig is not None

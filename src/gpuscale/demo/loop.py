@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable
 
 import grpc
+from aiohttp import web
 
 from gpuscale.agent.app import Agent, AgentConfig
 from gpuscale.agent.sampler import MIN_INTERVAL_S
@@ -65,6 +66,8 @@ from gpuscale.proto import externalscaler_pb2 as pb
 from gpuscale.proto import externalscaler_pb2_grpc as pb_grpc
 from gpuscale.scaler.config import ScalerConfig
 from gpuscale.scaler.root import Scaler
+from gpuscale.scaler.sources.demand import DemandConfig
+from gpuscale.scaler.sources.demand import parse_config as parse_demand
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +79,28 @@ def trigger_metadata(cfg: LiveConfig) -> dict[str, str]:
     md = {"podSelector": f"app={WORKLOAD}", "profile": cfg.profile}
     if cfg.profile == "vllm-planner":
         md.update(planner_metadata(cfg.params, SLO_TTFT_S))
+    if cfg.min_replicas == 0:  # at zero pods only the gateway's queue shows the load
+        md["demandSource"] = GATEWAY
     return md
+
+
+GATEWAY = "gateway"  # the demand source of a demo that scales to zero
+
+
+async def serve_gateway(world: World) -> tuple[web.AppRunner, DemandConfig]:
+    """The serving fleet's gateway as the scaler's demand source: its requests waiting
+    for a replica as ``gateway_pending_requests`` on a /metrics of its own (a loopback
+    port chosen free), polled as the scaler polls any ``kind: metrics`` source - what
+    wakes a workload at zero replicas, where no pod shows the load."""
+    sockets = world.sockets
+    port = sockets.claim("127.0.0.1")
+    runner = await sockets.serve("127.0.0.1", port, lambda: (
+        "# TYPE gateway_pending_requests gauge\n"
+        f"gateway_pending_requests {len(world.model.queue)}\n"))
+    config = parse_demand({"demandSources": [{
+        "name": GATEWAY, "kind": "metrics", "url": f"http://127.0.0.1:{port}/metrics",
+        "metric": "gateway_pending_requests"}], "interval_s": 0.2, "timeout_s": 1.0})
+    return runner, config
 
 
 async def control(world: World, clock: SimClock, status: Status, address: str,
@@ -179,9 +203,11 @@ async def run_live(cfg: LiveConfig, tty: bool | None = None,
             up.set()
 
     local = local_api() if cfg.hpa else None
+    gateway, demand = await serve_gateway(world) if cfg.min_replicas == 0 else \
+        (None, DemandConfig())
     scaler = Scaler(ScalerConfig(host=cfg.host, port=cfg.port, metrics_port=None,
                                  name="demo", stale_after_s=staleness_bound(interval),
-                                 time_scale=cfg.speed),
+                                 time_scale=cfg.speed, demand=demand),
                     components=[local.component(cfg, listening)] if local else ())
     subscriber = scaler.subscriber
     assert subscriber is not None
@@ -236,6 +262,8 @@ async def run_live(cfg: LiveConfig, tty: bool | None = None,
         if handler is not None:
             logging.getLogger().removeHandler(handler)
         await subscriber.close()
+        if gateway is not None:
+            await gateway.cleanup()
         await engines.close()
         if tty:
             write(SHOW_CURSOR)
