@@ -396,3 +396,16 @@ def test_plot_panels_put_the_cheapest_policy_that_keeps_the_slo_first() -> None:
     got = panels(Comparison((result("a", 3.0, 0), result("b", 1.0, 4), result("c", 2.0, 0),
                              result("d", 2.0, 0)), None, None))
     assert [r.policy for r in got] == ["c", "d", "a", "b"]
+
+
+def test_the_planners_terms_reach_the_plot() -> None:
+    """compare() keeps the planner's steady, burst and kv terms per minute for its panel."""
+    from gpuscale.sim.compare import compare
+
+    requests = [TraceRequest(t * 0.5, 500, 100) for t in range(240)]
+    found = compare(requests, 180.0, shown=("planner",))
+    minutes = [m for m, *_ in found.planner_terms]
+    assert minutes == sorted(set(minutes))
+    assert len(minutes) >= 2
+    assert all(steady >= 0 and burst >= 0 and kv >= 0
+               for _, steady, burst, kv in found.planner_terms)

@@ -65,6 +65,8 @@ class Comparison:
     reference: Reference | None
     bound: Bound | None
     bound_missing: str | None = None
+    # the planner's terms at each minute (minute, steady, burst, kv), when it ran
+    planner_terms: tuple[tuple[int, float, float, float], ...] = ()
 
     def gap(self, r: Result, to: str) -> float | None:
         """``r``'s GPU-hours over the reference's (``to="reference"``) or the bound's,
@@ -164,11 +166,14 @@ def compare(requests: Sequence[TraceRequest], duration: float,
         return show
 
     results: dict[str, Result] = {}
+    terms: tuple[tuple[int, float, float, float], ...] = ()
     for n, (key, named) in enumerate(runs):
         kwargs = dict(named)
         name = kwargs.pop("name")
         results[key] = run_policy(name, requests, duration, params,
                                   progress=report(name, n), slo=slo, **kwargs)
+        if key == "planner":
+            terms = tuple(kwargs["signal"].terms)
     if with_static:
         report(POLICIES["static"], len(runs))(0.0)
         results["static"] = static_peak(requests, duration, params, slo)
@@ -188,7 +193,7 @@ def compare(requests: Sequence[TraceRequest], duration: float,
             missing = (f"the fluid bound holds for a time-to-first-token objective only, "
                        f"not {slo.describe()}")
     return Comparison(tuple(results[k] for k in POLICIES if k in results and k in shown),
-                      reference, bound, missing)
+                      reference, bound, missing, terms)
 
 
 def format_comparison(c: Comparison) -> str:

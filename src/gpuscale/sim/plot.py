@@ -1,7 +1,8 @@
 """The PNG behind ``gpuscale simulate --plot``: one small panel per policy, read at a glance.
 
 On top, the load (requests per minute). Below, a panel per policy - and the hindsight
-reference - on shared axes: its replicas over time (a step line), the reference's
+reference - on shared axes: its replicas over time (a step line; the planner's panel adds
+its steady, burst and kv terms per minute, in replicas), the reference's
 replicas as a dashed grey line in every panel to compare against, and each minute that
 missed the objective as a red band. Panels are ordered by SLO-violating minutes, then
 GPU-hours, so the cheapest policy that keeps the objective best comes first among the policies; its
@@ -20,11 +21,12 @@ from pathlib import Path
 
 from gpuscale.common.plotting import PlotUnavailable
 from gpuscale.models.slo import DEFAULT_SLO, SloSpec
-from gpuscale.sim.compare import Comparison
+from gpuscale.sim.compare import POLICIES, Comparison
 from gpuscale.sim.simulate import Result
 from gpuscale.traffic.trace import TraceRequest
 
 COLUMNS = 3
+PLANNER = POLICIES["planner"]
 CLIP_X_REFERENCE = 3  # the replicas axis ends at this many times the reference's peak
 MIN_CLIP = 10
 
@@ -81,6 +83,14 @@ def plot_results(found: Comparison, requests: Sequence[TraceRequest], duration: 
                     [p[1] for p in reference.timeline], where="post", color="grey",
                     linestyle="--", linewidth=0.9)
         ax.step(t, replicas, where="post", color="tab:blue", linewidth=1.4)
+        if res.policy == PLANNER and found.planner_terms:  # why it planned what it did
+            minutes_at = [m + 0.5 for m, *_ in found.planner_terms]
+            for i_term, (label, color) in enumerate((("steady", "tab:green"),
+                                                     ("burst", "tab:orange"),
+                                                     ("kv", "tab:purple"))):
+                ax.plot(minutes_at, [min(v[1 + i_term], top) for v in found.planner_terms],
+                        color=color, linewidth=0.8, label=f"{label} term")
+            ax.legend(loc="upper left", fontsize=6.5, frameon=False, ncol=3)
         ax.set_ylim(0, top)
         highest = max(replicas, default=0)
         if highest > top:

@@ -113,6 +113,8 @@ class PlannerPolicy:
         self.target = self._sim.trigger.targets[0].target
         # replica (by identity) -> (time, prompt tokens, generated tokens, finished)
         self._counters: dict[int, tuple[float, float, float, float]] = {}
+        # (minute, steady, burst, kv) at each minute's first plan: the terms, for a plot
+        self.terms: list[tuple[int, float, float, float]] = []
 
     @property
     def plans(self) -> PlanBook:
@@ -156,6 +158,11 @@ class PlannerPolicy:
             self.plans.tick(now)  # the scaler's plan loop, once a planner second
         else:
             sim.metrics(now)  # the first ask creates the planner and observes at once
+        minute = int(now // 60)
+        if not self.terms or self.terms[-1][0] != minute:
+            plan = self.plan(now)
+            if not isinstance(plan, Unavailable):
+                self.terms.append((minute, plan.steady, plan.burst, plan.kv))
 
     def __call__(self, model: ServingModel, now: float) -> list[Metric]:
         return self._sim.metrics(now)
