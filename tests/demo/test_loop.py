@@ -130,6 +130,15 @@ def test_demo_loop_follows_load_over_grpc_and_summarizes() -> None:
             return got
 
     assert asyncio.run(ask()) > 0
+    # The operator tools the demo prints work against it while it runs.
+    scaler = f"127.0.0.1:{port}"
+    for tool, want in ((["explain", "llm/vllm-demo"], "vllm-demo"),
+                       (["top", "--once"], "vllm-demo"),
+                       (["idle", "--window", "5m"], "")):
+        got = subprocess.run([sys.executable, "-m", "gpuscale.cli", *tool, "--scaler", scaler],
+                             capture_output=True, text=True, timeout=60, check=False)
+        assert got.returncode == 0, (tool, got.stderr)
+        assert want in got.stdout, (tool, got.stdout)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err[-2000:]
     decisions = [DECISION.match(line) for line in out.splitlines()]
