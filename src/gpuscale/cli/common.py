@@ -40,13 +40,19 @@ def add_scaler_args(parser: Any) -> None:
                         help=f"the scaler's gRPC address (default {DEFAULT_SCALER}: ./dev "
                              "run's, or kubectl -n gpuscale port-forward svc/gpuscale-scaler "
                              "6000)")
-    parser.add_argument("--tls-cert", type=Path, help="client certificate for a scaler that "
-                                                      "requires mutual TLS (PEM)")
-    parser.add_argument("--tls-key", type=Path, help="its private key (PEM)")
-    parser.add_argument("--tls-ca", type=Path, help="the CA that signed the scaler's "
-                                                    "certificate")
-    parser.add_argument("--tls-server-name", default=DEFAULT_SERVER_NAME,
-                        help=f"the name in the scaler's certificate ({DEFAULT_SERVER_NAME})")
+    add_client_tls_args(parser, "--tls", "a scaler", DEFAULT_SERVER_NAME)
+
+
+def add_client_tls_args(parser: Any, prefix: str, peer: str, server_name: str) -> None:
+    """``<prefix>-cert``, ``-key``, ``-ca`` and ``-server-name``: a client's mutual TLS
+    toward ``peer`` ("a scaler", "an agent")."""
+    parser.add_argument(f"{prefix}-cert", type=Path,
+                        help=f"client certificate for {peer} that requires mutual TLS (PEM)")
+    parser.add_argument(f"{prefix}-key", type=Path, help="its private key (PEM)")
+    parser.add_argument(f"{prefix}-ca", type=Path,
+                        help=f"the CA that signed the certificate of {peer}")
+    parser.add_argument(f"{prefix}-server-name", default=server_name,
+                        help=f"the name in the certificate of {peer} ({server_name})")
 
 
 def scaler_target(args: Any) -> Target:

@@ -7,13 +7,12 @@ import asyncio
 import json
 from dataclasses import asdict
 from enum import Enum
-from pathlib import Path
 from typing import Any
 
 from gpuscale.attribution.model import NodeAttribution
 from gpuscale.attribution.sources import attribute_tick
 from gpuscale.cli.backend import add_backend_args, make_backend, make_sources
-from gpuscale.cli.common import fail, tls_files
+from gpuscale.cli.common import add_client_tls_args, fail, tls_files
 from gpuscale.common.errors import ConfigError, GpuscaleError, Unavailable
 from gpuscale.stream.records import NodeReport
 from gpuscale.stream.subscriber import read_node
@@ -31,13 +30,7 @@ def add_parser(sub: Any) -> None:
                    help="read the agent's telemetry stream (its --stream-port; the demo "
                         "prints it) and show its node's GPUs, MIG instances and pods as "
                         "the agent reads them: the numbers the scaler gets")
-    a.add_argument("--agent-tls-cert", type=Path, help="client certificate for an agent "
-                                                       "that requires mutual TLS (PEM)")
-    a.add_argument("--agent-tls-key", type=Path, help="its private key (PEM)")
-    a.add_argument("--agent-tls-ca", type=Path, help="the CA that signed the agent's "
-                                                     "certificate")
-    a.add_argument("--agent-tls-server-name", default=DEFAULT_SERVER_NAME,
-                   help=f"the name in the agent's certificate ({DEFAULT_SERVER_NAME})")
+    add_client_tls_args(a, "--agent-tls", "an agent", DEFAULT_SERVER_NAME)
     gpus.set_defaults(run=run)
 
 
