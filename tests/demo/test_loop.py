@@ -296,3 +296,16 @@ def test_the_loop_scales_to_zero_and_back_when_work_waits_at_the_gateway(
     assert re.search(r"replicas [12] -> 0: ", out.stdout), out.stdout
     assert re.search(woke, out.stdout), out.stdout
     assert "Traceback" not in out.stderr
+
+
+def test_a_taken_metrics_api_port_is_a_clear_error_not_a_hang() -> None:
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        out = subprocess.run([*DEMO, "--hpa", "--metrics-api-port", str(port), "--port",
+                              str(free_port()), "--duration", "60"],
+                             capture_output=True, text=True, timeout=60, check=False)
+    assert out.returncode == 1
+    assert "cannot listen" in out.stderr
+    assert "Traceback" not in out.stderr

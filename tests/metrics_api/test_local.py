@@ -50,3 +50,9 @@ async def test_only_the_token_is_the_local_user_and_the_files_are_private(
     assert access.context() is not None  # the certificate and key load
     other = LocalAccess.create(tmp_path / "other")
     assert other.token != access.token
+
+
+def test_a_header_that_is_not_ascii_is_no_user_not_an_error(tmp_path: Path) -> None:
+    access = LocalAccess.create(tmp_path / "local")
+    for value in ("Bearer \udcff\udcfe", f"Bearer {access.token}\u00e9", "Bearer \u0663"):
+        assert access.authenticate(None, [("Authorization", value)]) is None

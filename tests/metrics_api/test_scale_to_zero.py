@@ -146,3 +146,11 @@ async def test_the_documented_hpa_validates_and_wakes_from_zero(
         assert model.step(0.0, 0, metrics) == 1
     finally:
         await api.close()
+
+
+def test_a_value_target_at_zero_replicas_is_its_ratio() -> None:
+    """replica_calculator's getUsageRatioReplicaCount at zero: ceil(usage ratio), not x0."""
+    for value, want in ((0.0, 0), (0.5, 1), (2.5, 3)):
+        got = Hpa(0, 8).step(0.0, 0, [Metric(MetricSource.OBJECT, TargetType.VALUE, 1.0,
+                                             value)])
+        assert got == want, value

@@ -681,3 +681,25 @@ async def test_a_slow_loris_is_closed_after_the_head_timeout(cluster: Cluster) -
         assert guard.timed_out >= 1
     finally:
         writer.close()
+
+
+async def test_a_keep_alive_connection_outlives_the_head_timeout(cluster: Cluster) -> None:
+    """The head timeout is for a request still arriving, not for an idle keep-alive
+    connection between whole requests (the aggregator keeps its connections)."""
+    guard = cluster.server.guard
+    guard.head_timeout_s = 0.3
+    port = int(cluster.url.rsplit(":", 1)[1])
+    reader, writer = await asyncio.open_connection("127.0.0.1", port,
+                                                   ssl=cluster.client_ssl("hpa"))
+    try:
+        for _ in range(2):
+            writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+            assert head.startswith(b"HTTP/1.1 200")
+            length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
+                              if line.lower().startswith(b"content-length")))
+            await reader.readexactly(length)
+            await asyncio.sleep(1.0)  # idle for three head timeouts
+        assert guard.timed_out == 0
+    finally:
+        writer.close()

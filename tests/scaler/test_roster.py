@@ -292,32 +292,54 @@ def test_any_pod_json_gives_a_start_up_or_none(created: Any, ready_since: Any,
     assert got.startup_s is None or got.startup_s > 0
 
 
-async def test_the_planner_plans_with_the_start_ups_the_pod_watch_shows(
+async def test_the_planner_plans_with_the_start_ups_the_pod_watch_saw(
         kubeapi: KubeApiPeer, clock: Clock) -> None:
     """A planned trigger without startupSeconds: the planner takes the 90th percentile of
-    the workload's Ready pods' creation to Ready from the pod watch (not a pod that
-    restarted, not another workload's), and /metrics and explain see it as a term."""
+    the creation to Ready of the workload's pods the watch saw start (not Ready, then
+    Ready) - not a pod that restarted, not another workload's, and not a pod already Ready
+    when listed whose Ready came back after a failed probe (its last transition is the
+    recovery, hours after its start)."""
     fleet = FleetView(monotonic=clock)
     api = api_client(kubeapi)
     roster = PodRoster(api, AgentRoster(AgentSubscriber(fleet, "test")), backoff_s=(0.05,))
+    # Already Ready when the scaler starts, its Ready last changed at 11:00: a recovery.
+    kubeapi.add(_pod_at("chat-8", "2026-11-26T08:00:00Z", "2026-11-26T11:00:00Z"))
     watch = asyncio.create_task(roster.run())
     answers = Answers(fleet, startups=roster)
-    for i, ready_since in enumerate(("08:01:40", "08:02:00", "08:04:10", "08:03:00")):
-        kubeapi.add(_pod_at(f"chat-{i}", "2026-11-26T08:00:00Z",
-                            f"2026-11-26T{ready_since}Z"))
-    kubeapi.add(_pod_at("chat-9", "2026-11-26T08:00:00Z", "2026-11-26T11:00:00Z",
-                        restarts=2))  # Ready again after restarts: not a start-up
-    other = _pod_at("other-0", "2026-11-26T08:00:00Z", "2026-11-26T08:30:00Z")
-    kubeapi.add(other)
     sel = parse_selector("app=chat")
-    workload = Workload("llm", "chat", parse_metadata(
-        {"podSelector": "app=chat", "profile": "vllm-planner"}))
+    starts = ("08:01:40", "08:02:00", "08:04:10", "08:03:00")
     try:
-        await until(lambda: len(roster.startups("llm", sel)) == 4, what="the pods listed")
+        await until(lambda: roster.ready()[0], what="the pods listed")
+        for i, _ in enumerate(starts):  # created, running, loading their model
+            kubeapi.add(_pod_at(f"chat-{i}", "2026-11-26T08:00:00Z", "2026-11-26T08:00:30Z",
+                                ready=False))
+        kubeapi.add(_pod_at("chat-9", "2026-11-26T08:00:00Z", "2026-11-26T08:00:30Z",
+                            ready=False, restarts=2))
+        other = _pod_at("other-0", "2026-11-26T08:00:00Z", "2026-11-26T08:00:30Z",
+                        ready=False)
+        kubeapi.add(other)
+        await until(lambda: len(roster.watch.items) == 7, what="the starting pods seen")
+        for i, ready_since in enumerate(starts):
+            kubeapi.modify(_pod_at(f"chat-{i}", "2026-11-26T08:00:00Z",
+                                   f"2026-11-26T{ready_since}Z"))
+        kubeapi.modify(_pod_at("chat-9", "2026-11-26T08:00:00Z", "2026-11-26T11:00:00Z",
+                               restarts=2))  # Ready after restarts: not a start-up
+        kubeapi.modify(_pod_at("other-0", "2026-11-26T08:00:00Z", "2026-11-26T08:30:00Z"))
+        await until(lambda: len(roster.startups("llm", sel)) == 4, what="four start-ups")
         assert dict(roster.startups("llm", sel)) == {
             "chat-0": 100.0, "chat-1": 120.0, "chat-2": 250.0, "chat-3": 180.0}
+        # chat-0 flaps: not Ready, then Ready again later; its start-up stays the first.
+        kubeapi.modify(_pod_at("chat-0", "2026-11-26T08:00:00Z", "2026-11-26T09:00:00Z",
+                               ready=False))
+        kubeapi.modify(_pod_at("chat-0", "2026-11-26T08:00:00Z", "2026-11-26T09:10:00Z"))
+        await until(lambda: [p.startup_s for p in roster.watch.items.values()
+                             if p.name == "chat-0"] == [4200.0],
+                    what="chat-0 Ready again, its condition at 09:10")
+        assert dict(roster.startups("llm", sel))["chat-0"] == 100.0
         fleet.update_node("n-a", [vllm_pod(f"chat-{i}", 1.0, at=clock.now, app="chat")
-                                  for i in range(4)])
+                                  for i in (*range(4), 8)])
+        workload = Workload("llm", "chat", parse_metadata(
+            {"podSelector": "app=chat", "profile": "vllm-planner"}))
         got = answers.value(workload, workload.trigger.targets[0])
         assert not isinstance(got, Unavailable), got
         assert got.plan is not None

@@ -21,6 +21,7 @@ from gpuscale.tools.generate import (
     Options,
     behavior,
     detect_engine,
+    engine_flags,
     generate,
     workload_from,
 )
@@ -100,7 +101,7 @@ def test_scale_to_zero_only_with_a_demand_source() -> None:
     out = generate(w, Options(min_replicas=0, demand_source="gateway"))
     assert out.scaled_object["spec"]["minReplicaCount"] == 0
     assert out.scaled_object["spec"]["triggers"][0]["metadata"]["demandSource"] == "gateway"
-    assert out.hpa["spec"]["minReplicas"] == 1  # a plain HPA cannot scale to zero
+    assert out.hpa["spec"]["minReplicas"] == 0  # Kubernetes 1.37: on the demand metric
     validate(out.scaled_object)
 
 
@@ -342,3 +343,30 @@ def test_options_that_would_do_nothing_and_workloads_without_gpus_are_refused() 
         assert why in got.stderr
         assert len(got.stderr.splitlines()) == 1
         assert got.stdout == ""
+
+
+def test_scale_to_zero_for_a_plain_hpa_wakes_on_the_demand_source() -> None:
+    out = generate(workload_from(deployment()), Options(min_replicas=0, demand_source="gw"))
+    spec = out.hpa["spec"]
+    assert spec["minReplicas"] == 0
+    demand = spec["metrics"][-1]["object"]
+    assert demand["metric"] == {"name": "gpuscale_demand_pending",
+                                "selector": {"matchLabels": {"demandSource": "gw"}}}
+    assert demand["target"] == {"type": "AverageValue", "averageValue": "1"}
+    assert any("Kubernetes 1.37" in n for n in out.notes)
+    validate(out.hpa)
+    assert out.scaled_object["spec"]["minReplicaCount"] == 0
+
+
+def test_engine_flags_are_read_from_the_engine_container_only() -> None:
+    """A sidecar's --port (an auth proxy's) is not the engine's metrics port, and a digit
+    that is not ASCII is not a number."""
+    doc = deployment(args=["--max-num-seqs", "96"])
+    doc["spec"]["template"]["spec"]["containers"].append(
+        {"name": "proxy", "image": "quay.io/oauth2-proxy/oauth2-proxy:v7",
+         "args": ["--port", "4180", "--max-num-seqs", "7"]})
+    out = generate(workload_from(doc), Options(planner=True))
+    assert out.scaled_object["spec"]["triggers"][0]["metadata"]["maxBatch"] == "96"
+    (hint,) = [n for n in out.notes if "opt in" in n]
+    assert "'8000'" in hint
+    assert engine_flags("vllm", ["--max-num-seqs", "\u00b2", "--port", "\u0663"]) == {}

@@ -27,7 +27,7 @@ def add_parser(sub: Any) -> None:
     gpus.add_argument("--json", action="store_true", help="print the snapshot as JSON")
     a = gpus.add_argument_group("a running agent instead of this node's GPUs")
     a.add_argument("--agent", metavar="HOST:PORT",
-                   help="read the agent's telemetry stream (its --stream-port; the demo "
+                   help="read the agent's telemetry stream (its --stream-port; demo --scenario "
                         "prints it) and show its node's GPUs, MIG instances and pods as "
                         "the agent reads them: the numbers the scaler gets")
     add_client_tls_args(a, "--agent-tls", "an agent", DEFAULT_SERVER_NAME)
@@ -96,9 +96,7 @@ def format_report(report: NodeReport, address: str) -> str:
         lines.append(f"{d.index:<4}{name[:27]:<28}{d.sharing[:13]:<14}"
                      f"{_fmt(d.utilization, '%'):>12}{mem:>20}  "
                      f"{', '.join(d.pods) or 'idle'}")
-    if isinstance(report.pods, Unavailable):
-        lines.append(f"pods: unknown ({report.pods.reason})")
-        return "\n".join(lines)
+    assert not isinstance(report.pods, Unavailable)  # read_node raises for those
     for p in report.pods:
         signals = ", ".join(
             f"{k} {v:.6g}" if not isinstance(v, Absent) else

@@ -9,6 +9,7 @@ sets the replicas. ``kubectl --kubeconfig ... get --raw`` reads the same answers
 from __future__ import annotations
 
 import asyncio
+import shutil
 import tempfile
 import time
 from collections.abc import Callable
@@ -58,8 +59,8 @@ class ObjectMetric:
 def hpa_metrics(metadata: dict[str, str]) -> list[ObjectMetric]:
     """The HPA spec's metrics for a trigger's metadata, as ``gpuscale generate --hpa``
     writes them: each target an Object metric; the planner's settings as its selector;
-    with a demand source, ``gpuscale_demand_pending`` beside them (docs/hpa.md: scale to
-    zero without KEDA)."""
+    with a demand source (and minReplicas 0), ``gpuscale_demand_pending`` beside them
+    (docs/hpa.md: scale to zero without KEDA)."""
     trigger = parse_metadata(metadata)
     settings = ",".join(f"{k}={v}" for k, v in metadata.items() if k in PLANNER_KEYS)
     out = [ObjectMetric(f"gpuscale_{t.signal.replace('-', '_')}", t.target,
@@ -88,6 +89,10 @@ class LocalApi:
         return MetricsApi(MetricsApiOptions(
             "127.0.0.1", cfg.metrics_api_port, self.access.cert, self.access.key,
             local=self.access, targets=DemoTargets()), listening)
+
+    def remove(self) -> None:
+        """Delete the run's credentials (its key, certificates, token, kubeconfig)."""
+        shutil.rmtree(self.access.dir, ignore_errors=True)
 
     def kubectl_hint(self, metric: ObjectMetric) -> str:
         return f"kubectl --kubeconfig {self.kubeconfig} get --raw '{metric.path()}'"

@@ -205,10 +205,18 @@ async def run_live(cfg: LiveConfig, tty: bool | None = None,
     local = local_api() if cfg.hpa else None
     gateway, demand = await serve_gateway(world) if cfg.min_replicas == 0 else \
         (None, DemandConfig())
-    scaler = Scaler(ScalerConfig(host=cfg.host, port=cfg.port, metrics_port=None,
-                                 name="demo", stale_after_s=staleness_bound(interval),
-                                 time_scale=cfg.speed, demand=demand),
-                    components=[local.component(cfg, listening)] if local else ())
+    try:
+        scaler = Scaler(ScalerConfig(host=cfg.host, port=cfg.port, metrics_port=None,
+                                     name="demo", stale_after_s=staleness_bound(interval),
+                                     time_scale=cfg.speed, demand=demand),
+                        components=[local.component(cfg, listening)] if local else ())
+    except BaseException:  # (a taken port): what was claimed goes with it
+        if gateway is not None:
+            await gateway.cleanup()
+        world.sockets.close()
+        if local is not None:
+            local.remove()
+        raise
     subscriber = scaler.subscriber
     assert subscriber is not None
     address = f"{'localhost' if cfg.host in ('0.0.0.0', '::', '[::]') else cfg.host}:" \
@@ -265,6 +273,8 @@ async def run_live(cfg: LiveConfig, tty: bool | None = None,
         if gateway is not None:
             await gateway.cleanup()
         await engines.close()
+        if local is not None:
+            local.remove()  # the run's certificate, key and token
         if tty:
             write(SHOW_CURSOR)
     summary = summarize(world, view.max_seen)

@@ -7,8 +7,10 @@ and logs each with a 9-line traceback: a peer could fill the scaler's log at wil
 client gets no Kubernetes ``Status``. Here such a request gets a ``Status`` (431 for a
 header too large, 400 for anything else) and at most one log line per peer a minute
 (counted: ``rejected``). And the server holds at most ``max_connections`` connections
-(more are closed at once, counted), and closes a connection whose request has been
-arriving for ``head_timeout_s`` without being whole (a slow-loris holds no slot longer).
+that finished their TLS handshake (more are closed at once, counted; a handshake itself
+has asyncio's 60 s), and closes a connection whose request has been arriving for
+``head_timeout_s`` (checked every half of it) without being whole: a slow-loris holds no
+slot longer.
 A bug in our own handler (500) is aiohttp's as before: logged with its traceback.
 """
 
@@ -106,8 +108,8 @@ class _Connection(web_protocol.RequestHandler):
             self._partial_since = asyncio.get_running_loop().time()
 
     def _arm(self) -> None:
-        loop = asyncio.get_running_loop()
-        self._watch = loop.call_later(self._guard.head_timeout_s, self._check)
+        loop = asyncio.get_running_loop()  # (checked twice a timeout: closed within 1.5x)
+        self._watch = loop.call_later(self._guard.head_timeout_s / 2, self._check)
 
     def _check(self) -> None:
         self._watch = None

@@ -132,8 +132,9 @@ class LocalAccess:
         for name, value in headers:
             if name.lower() == "authorization":
                 scheme, _, given = value.partition(" ")
-                if scheme.lower() == "bearer" and hmac.compare_digest(
-                        given.strip().encode(), self.token.encode()):
+                given = given.strip()
+                if scheme.lower() == "bearer" and given.isascii() and hmac.compare_digest(
+                        given.encode(), self.token.encode()):
                     return LOCAL_USER
         return None
 

@@ -98,6 +98,9 @@ class MetricsApi:
                                       TrustSource(configmap_reader(scaler.api)),
                                       options.cert, options.key, options.host, options.port)
         scaler.registry.register(MetricsApiCollector(server))
+        if options.local is not None:  # a local run: its port taken is its end, said once
+            await server.serve(self.on_listening)
+            return
         for delay in itertools.chain(RETRY_S, itertools.repeat(RETRY_S[-1])):
             try:
                 await server.serve(self.on_listening)

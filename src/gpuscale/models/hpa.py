@@ -130,6 +130,8 @@ class Hpa:
                     return current
                 return math.ceil(metric.value / metric.target)
             ratio = metric.value / metric.target
+            if current == 0:  # replica_calculator's getUsageRatioReplicaCount at zero
+                return math.ceil(ratio)
             if self.within(ratio):
                 return current
             return math.ceil(ratio * ready)

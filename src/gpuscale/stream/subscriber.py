@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 import grpc
 
-from gpuscale.common.errors import PeerError
+from gpuscale.common.errors import PeerError, Unavailable
 from gpuscale.common.freshness import staleness_bound
 from gpuscale.proto import telemetry_pb2 as pb
 from gpuscale.proto import telemetry_pb2_grpc as pb_grpc
@@ -321,6 +321,7 @@ async def read_node(address: str, credentials: Credentials = lambda: None,
         options.append(("grpc.ssl_target_name_override", server_name))
     channel = (grpc.aio.secure_channel(address, creds, options) if creds is not None
                else grpc.aio.insecure_channel(address, options))
+    why = ""  # the agent's own reason while its updates carry no devices
     try:
         async with channel, asyncio.timeout(timeout_s):
             stub = pb_grpc.AgentTelemetryStub(channel)  # type: ignore[no-untyped-call]
@@ -333,9 +334,11 @@ async def read_node(address: str, credentials: Credentials = lambda: None,
                 if report.devices is not None:
                     call.cancel()
                     return report
+                if isinstance(report.pods, Unavailable):  # no devices until it knows its pods
+                    why = f": node {report.node}'s pods are not known: {report.pods.reason}"
     except TimeoutError:
         raise PeerError(f"agent {address}: no update with its devices within "
-                        f"{timeout_s:g}s") from None
+                        f"{timeout_s:g}s{why}") from None
     except grpc.aio.AioRpcError as exc:
         raise PeerError(f"agent {address}: {exc.code().name}: "
                         f"{(exc.details() or '')[:200]}") from None

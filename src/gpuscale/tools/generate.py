@@ -60,6 +60,7 @@ class Workload:
     replicas: int
     gpus: bool
     gpu_count: int = 0  # the nvidia.com/gpu the containers request (0: none or not a count)
+    argvs: tuple[tuple[str, ...], ...] = ()  # each container's command and args, in order
 
 
 #: Engine flags read, by engine: flag (and its short forms) -> the name it is kept under.
@@ -83,7 +84,7 @@ def engine_flags(engine: str, argv: Sequence[str]) -> dict[str, int]:
             continue
         if not eq:
             value = argv[i + 1] if i + 1 < len(argv) else ""
-        if value.isdigit() and int(value) > 0:
+        if value.isascii() and value.isdigit() and int(value) > 0:
             out[names[flag]] = int(value)
     return out
 
@@ -154,7 +155,8 @@ def workload_from(doc: Any) -> Workload:
                for k in _obj(_obj(c.get("resources"), "resources").get(part), part))
     counts = [_obj(_obj(c.get("resources"), "resources").get("limits"), "limits")
               .get("nvidia.com/gpu") for c in containers]
-    gpu_count = sum(int(n) for n in counts if isinstance(n, int | str) and str(n).isdigit())
+    gpu_count = sum(int(n) for n in counts
+                    if isinstance(n, int | str) and str(n).isascii() and str(n).isdigit())
     replicas = spec.get("replicas", 1)
     return Workload(
         str(kind), str(meta.get("namespace") or ""), name,
@@ -165,7 +167,9 @@ def workload_from(doc: Any) -> Workload:
         {str(k): str(v) for k, v in
          _obj(_obj(template.get("metadata"), "spec.template.metadata").get("annotations"),
               "annotations").items()},
-        replicas if isinstance(replicas, int) and replicas >= 0 else 1, gpus, gpu_count)
+        replicas if isinstance(replicas, int) and replicas >= 0 else 1, gpus, gpu_count,
+        tuple(tuple(str(a) for a in (*_list(c.get("command"), "command"),
+                                     *_list(c.get("args"), "args"))) for c in containers))
 
 
 def detect_engine(w: Workload) -> tuple[str, str]:
@@ -184,6 +188,21 @@ def detect_engine(w: Workload) -> tuple[str, str]:
     if _runs_vllm(w.commands):
         return "vllm", "its command runs vllm"
     return "", "no engine found in the images or commands"
+
+
+def engine_argv(w: Workload, engine: str) -> tuple[str, ...]:
+    """The engine container's command and args (its flags are read there, never a
+    sidecar's): the container whose image names the engine, else (vLLM) whose command runs
+    it, else the only container; () when it cannot be told."""
+    for image, argv in zip(w.images, w.argvs, strict=False):
+        repo = image.rsplit("/", 1)[-1].split(":", 1)[0].split("@", 1)[0]
+        if any(marker in repo and e == engine for marker, e in _IMAGES):
+            return argv
+    if engine == "vllm":
+        for argv in w.argvs:
+            if _runs_vllm(argv):
+                return argv
+    return w.argvs[0] if len(w.argvs) == 1 else ()
 
 
 def _runs_vllm(argv: tuple[str, ...]) -> bool:
@@ -235,7 +254,7 @@ def generate(w: Workload, opts: Options) -> Generated:
                           f"the agents see no GPU pods of it and every answer would be "
                           f"UNAVAILABLE; gpuscale scales GPU workloads")
     engine, why = detect_engine(w)
-    flags = engine_flags(engine, w.commands)
+    flags = engine_flags(engine, engine_argv(w, engine))
     port = flags.get("port", ENGINE_PORTS.get(engine, 0))
     profile = PROFILES[engine]
     notes = [f"engine: {engine or 'none'} ({why}); profile {profile}"]
@@ -275,6 +294,10 @@ def generate(w: Workload, opts: Options) -> Generated:
                                 "podSelector": selector}
     if opts.demand_source:
         metadata["demandSource"] = opts.demand_source
+    if opts.min_replicas == 0:
+        notes.append(f"scale to zero: KEDA wakes the workload when {opts.demand_source} shows "
+                     "pending work; the plain HPA (--hpa) does on gpuscale_demand_pending, "
+                     "with minReplicas 0 - Kubernetes 1.37 or later (HPAScaleToZero)")
     if profile == "vllm-planner":
         if "max_num_seqs" in flags:
             metadata["maxBatch"] = str(flags["max_num_seqs"])
@@ -332,7 +355,9 @@ def _hpa(w: Workload, profile: str, opts: Options, startup: float,
          planner: Mapping[str, str]) -> dict[str, Any]:
     """The profile's targets as Object metrics of the custom metrics API (the workload's
     sum, so AverageValue = per pod; the planner's replicas with its settings in the metric
-    selector). No scale to zero: a plain HPA cannot."""
+    selector). With ``--min 0`` (a demand source given) ``minReplicas: 0`` and
+    ``gpuscale_demand_pending`` of that source beside them: Kubernetes 1.37's HPA scales
+    to zero on Object metrics, and that one wakes the workload (docs/hpa.md)."""
     def described() -> dict[str, str]:  # a copy each: YAML then needs no anchors
         return {"apiVersion": "apps/v1", "kind": w.kind, "name": w.name}
 
@@ -347,12 +372,18 @@ def _hpa(w: Workload, profile: str, opts: Options, startup: float,
         metrics.append({"type": "Object", "object": {
             "describedObject": described(), "metric": metric,
             "target": {"type": "AverageValue", "averageValue": f"{t.target:g}"}}})
+    if opts.min_replicas == 0:  # (generate refuses min 0 without a demand source)
+        metrics.append({"type": "Object", "object": {
+            "describedObject": described(),
+            "metric": {"name": "gpuscale_demand_pending",
+                       "selector": {"matchLabels": {"demandSource": opts.demand_source}}},
+            "target": {"type": "AverageValue", "averageValue": "1"}}})
     return {
         "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
         "metadata": _meta(w),
         "spec": {
             "scaleTargetRef": described(),
-            "minReplicas": max(1, opts.min_replicas),
+            "minReplicas": opts.min_replicas,
             "maxReplicas": max(opts.max_replicas, w.replicas),
             "metrics": metrics, "behavior": behavior(startup, profile == "vllm-planner"),
         }}

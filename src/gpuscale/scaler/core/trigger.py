@@ -33,8 +33,8 @@ memorySeconds            how long a burst is remembered, 1 to 86400    900
 ======================== ========================================== ==================
 
 (*) Without ``startupSeconds`` the planner measures it: the 90th percentile of the
-workload's pods' creation to first Ready, from the scaler's pod watch (300 s until three
-pods have shown theirs; always 300 s where the scaler has no Kubernetes API).
+workload's pods' creation to first Ready, for pods the scaler's pod watch saw start (300 s
+until three pods have shown theirs; always 300 s where the scaler has no Kubernetes API).
 
 With ``ttftSeconds`` the queueing budget is the objective less the prefill of the mean
 prompt the engines have shown (of a ``promptTokens`` prompt, 1000 unless given, until

@@ -167,6 +167,13 @@ class PodRoster:
         self._monotonic = monotonic
         self._down_since: float | None = None
         self._by_ns: dict[str, list[RunningPod]] = {}
+        # Start-ups the watch saw happen: (namespace, name) of pods seen running and not
+        # Ready, of pods seen Ready, and the start-up of each seen going from one to the
+        # other for the first time. A pod Ready when first listed is not measured: its
+        # Ready condition's last transition may be a recovery long after its start.
+        self._seen_unready: set[tuple[str, str]] = set()
+        self._seen_ready: set[tuple[str, str]] = set()
+        self._started: dict[tuple[str, str], float] = {}
         self._version = 0
         self._cache: dict[tuple[str, str], tuple[int, tuple[RunningPod, ...]]] = {}
         self._cache_bytes = 0
@@ -180,9 +187,22 @@ class PodRoster:
 
     async def _index(self) -> None:
         by_ns: dict[str, list[RunningPod]] = {}
+        present = set()
         for p in self.watch.items.values():
             if p.gpus:
                 by_ns.setdefault(p.namespace, []).append(p)
+                key = (p.namespace, p.name)
+                present.add(key)
+                if not p.ready:
+                    if key not in self._seen_ready:
+                        self._seen_unready.add(key)
+                elif key not in self._seen_ready:
+                    self._seen_ready.add(key)
+                    if key in self._seen_unready and p.startup_s is not None:
+                        self._started[key] = p.startup_s
+        self._seen_unready &= present
+        self._seen_ready &= present
+        self._started = {k: v for k, v in self._started.items() if k in present}
         self._by_ns = by_ns
         self._version += 1
 
@@ -203,9 +223,11 @@ class PodRoster:
 
     def startups(self, namespace: str, selector: Selector) -> tuple[tuple[str, float], ...]:
         """(pod, seconds from creation to first Ready) of the workload's Ready GPU pods
-        whose start-up the watch shows (the planner's measured start-up)."""
-        return tuple((p.name, p.startup_s) for p in self.expected(namespace, selector)
-                     if p.startup_s is not None)
+        that the watch saw become Ready (the planner's measured start-up)."""
+        started = self._started
+        return tuple((p.name, started[(namespace, p.name)])
+                     for p in self.expected(namespace, selector)
+                     if (namespace, p.name) in started)
 
     def problems(self, namespace: str, selector: Selector,
                  records: Sequence[PodRecord]) -> list[str]:
