@@ -15,7 +15,9 @@ from typing import Any
 
 import pytest
 
+from gpuscale.attribution.sources import AttributionInputs, ScenarioSources
 from gpuscale.cli import join_dashed
+from gpuscale.telemetry.model import Absent, NodeSnapshot
 from gpuscale.telemetry.scenario import parse_scenario
 from tests.support.agents import running_agents
 from tests.support.polling import until, until_sync
@@ -252,3 +254,30 @@ def test_the_operator_tools_run_as_a_kubectl_plugin() -> None:
     listed = subprocess.run(["kubectl", "plugin", "list"], capture_output=True, text=True,
                             timeout=60, check=False, env=env)
     assert str(bindir / "kubectl-gpuscale") in listed.stdout
+
+
+class _Unsynced(ScenarioSources):
+    """An agent whose pod metadata has not been listed yet: its updates say so and carry
+    no devices (as after an agent's start, before its first pod list)."""
+
+    async def gather(self, snapshot: NodeSnapshot) -> AttributionInputs:
+        got = await super().gather(snapshot)
+        return AttributionInputs(got.allocations, got.allocated_at, Absent.UNAVAILABLE,
+                                 got.owners, ("pod watch: not listed yet",))
+
+
+async def test_gpus_says_why_an_agent_shows_no_devices() -> None:
+    node = parse_scenario({"nodes": [{"name": "n-wait", "gpus": [
+        {"model": "H100-SXM5-80GB", "count": 1}], "processes": [
+            {"gpu": 0, "memory_mib": 1_000, "load": {"constant": 10.0},
+             "pod": {"namespace": "llm", "name": "chat-0", "container": "c"}}]}]}).nodes[0]
+    async with running_agents([node], sources=[_Unsynced(node)]) as (agent,):
+        proc = await asyncio.create_subprocess_exec(
+            *GPUSCALE, "gpus", "--agent", f"127.0.0.1:{agent.stream_port}",
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        _, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 1
+    text = err.decode()
+    assert "no update with its devices" in text
+    assert "pods are not known" in text
+    assert "pod watch: not listed yet" in text
