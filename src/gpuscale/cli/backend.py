@@ -26,9 +26,11 @@ DEFAULT_SCENARIO = "h100-vllm"
 
 
 def add_backend_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--gpu-backend", choices=["auto", "nvml", "sim"], default="auto",
-                   help="where readings come from; auto = NVML when a GPU is present, else "
-                        "the simulated scenario (default: auto)")
+    p.add_argument("--gpu-backend", choices=["auto", "nvml", "amd", "sim"], default="auto",
+                   help="where readings come from: nvml (NVIDIA), amd (AMD Instinct, through "
+                        "amdsmi and ROCm's libamd_smi.so), sim; auto = NVML when it sees a "
+                        "GPU, else AMD SMI when it does, else the simulated scenario "
+                        "(default: auto)")
     p.add_argument("--scenario", default=DEFAULT_SCENARIO,
                    help="simulated fleet: a YAML file or a shipped scenario "
                         f"({', '.join(builtin_scenarios())}); default {DEFAULT_SCENARIO}")
@@ -60,6 +62,10 @@ def make_backend(args: argparse.Namespace) -> GpuBackend:
     else the simulated scenario. ScenarioError for a scenario that cannot be used."""
     kind, scenario = args.gpu_backend, args.scenario
     node_name = getattr(args, "hostname", "") or args.node_name
+    if kind == "amd":
+        from gpuscale.telemetry.amdsmi_backend import AmdSmiBackend
+
+        return AmdSmiBackend(node_name or None)
     if kind in ("nvml", "auto"):
         from gpuscale.telemetry.nvml import NvmlBackend
 
@@ -72,6 +78,18 @@ def make_backend(args: argparse.Namespace) -> GpuBackend:
             return nvml
         nvml.close()
         why = probe.reason if probe.state is not BackendState.OK else "no GPUs"
+        from gpuscale.telemetry.amdsmi_backend import AmdSmiBackend, present
+
+        if present():  # an AMD GPU stack (/dev/kfd): ask AMD SMI
+            amd = AmdSmiBackend(node_name or None)
+            amd_probe = amd.sample()
+            if amd_probe.state is BackendState.OK and amd_probe.gpus:
+                log.info("NVML not usable here (%s): AMD SMI sees %d GPUs", why,
+                         len(amd_probe.gpus))
+                return amd
+            amd.close()
+            why += "; AMD SMI: " + (amd_probe.reason if amd_probe.state is not BackendState.OK
+                                    else "no GPUs")
         log.warning("NVML not usable here (%s): using simulated GPUs from scenario %r",
                     why, scenario)
     return SimulatedBackend(load_scenario(scenario).node(args.node), speed=args.speed,

@@ -1,0 +1,350 @@
+/* A fake libamd_smi.so for tests: the calls gpuscale's AMD backend makes, with the
+ * structures and status codes of amdsmi 7.0.2 (amdsmi_wrapper.py, generated from
+ * amdsmi.h), loaded by the unmodified `amdsmi` Python package. Every other symbol the
+ * package binds at import is a stub answering AMDSMI_STATUS_NOT_SUPPORTED (stubs.c,
+ * generated from the package's own symbol list by the test's build step).
+ *
+ * The node is described by the file named in FAKEAMDSMI_CONFIG, read at amdsmi_init
+ * (one line a GPU or process; see __init__.py for the keys):
+ *   gpu idx=0 uuid=... bdf=0000:05:00.0 name="AMD Instinct MI300X" vram_total=196592 ...
+ *   proc gpu=0 pid=4242 name=python3 vram=8589934592 gfx=123456
+ * Quirks reproduced (from the package's own handling of them, amdsmi_interface.py):
+ *   - a field the hardware cannot give inside a successful call is 0xFFFF ("N/A");
+ *   - a call a GPU does not support answers AMDSMI_STATUS_NOT_SUPPORTED (key unsupported=
+ *     activity,power,temp,vram,process,asic);
+ *   - a GPU that fell off the bus answers AMDSMI_STATUS_NOT_FOUND to every call on it
+ *     (key lost=1) - what amdsmi gives when the device's sysfs node is gone;
+ *   - the process list omits processes that have not run on the GPU since the last
+ *     read (key idle=1 on a process: never listed), as amdgpu's fdinfo does;
+ *   - calls before amdsmi_init answer AMDSMI_STATUS_NOT_INIT; amdsmi_init without
+ *     AMDSMI_INIT_AMD_GPUS finds no GPU sockets; FAKEAMDSMI_DRIVER=absent makes
+ *     amdsmi_init answer AMDSMI_STATUS_DRIVER_NOT_LOADED.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define S_SUCCESS 0
+#define S_INVAL 1
+#define S_NOT_SUPPORTED 2
+#define S_NOT_FOUND 31
+#define S_NOT_INIT 32
+#define S_DRIVER_NOT_LOADED 34
+#define S_INSUFFICIENT_SIZE 41
+#define INIT_AMD_GPUS 2
+#define MAX_GPUS 64
+#define MAX_PROCS 256
+#define NA 0xFFFF
+
+typedef struct {
+    uint32_t vram_total, vram_used, reserved[2];
+} vram_usage_t;
+
+typedef struct {
+    uint32_t gfx_activity, umc_activity, mm_activity, reserved[13];
+} engine_usage_t;
+
+typedef struct {
+    uint64_t socket_power;
+    uint32_t current_socket_power, average_socket_power;
+    uint64_t gfx_voltage, soc_voltage, mem_voltage;
+    uint32_t power_limit;
+    uint8_t padding[4];
+    uint64_t reserved[18];
+} power_info_t;
+
+typedef struct {
+    char market_name[256];
+    uint32_t vendor_id;
+    char vendor_name[256];
+    uint32_t subvendor_id;
+    uint64_t device_id;
+    uint32_t rev_id;
+    char asic_serial[256];
+    uint32_t oam_id, num_of_compute_units;
+    uint8_t padding[4];
+    uint64_t target_graphics_version;
+    uint32_t subsystem_id, reserved[21];
+} asic_info_t;
+
+#pragma pack(push, 1)
+typedef struct {
+    char name[256];
+    uint32_t pid;
+    uint8_t padding[4];
+    uint64_t mem;
+    struct { uint64_t gfx, enc; uint32_t reserved[12]; } engine_usage;
+    struct { uint64_t gtt_mem, cpu_mem, vram_mem; uint32_t reserved[10]; } memory_usage;
+    char container_name[256];
+    uint32_t cu_occupancy, reserved[11];
+} proc_info_t;
+#pragma pack(pop)
+
+typedef struct {
+    int present, lost;
+    char uuid[256], name[256], serial[256], unsupported[264];
+    unsigned domain, bus, device, function;
+    uint32_t vram_total, vram_used, gfx, umc, mm, power, power_limit;
+    int64_t temp;
+} gpu_t;
+
+typedef struct {
+    int gpu, idle;
+    uint32_t pid;
+    uint64_t vram, gfx;
+    char name[256];
+} proc_t;
+
+static gpu_t gpus[MAX_GPUS];
+static proc_t procs[MAX_PROCS];
+static int ngpus, nprocs, initialized;
+/* One socket per GPU, as amdsmi gives on an MI300X node in SPX mode: a socket handle is
+ * the address of its slot here, a processor handle the address of its gpu_t. */
+static int sockets[MAX_GPUS];
+
+static const char *value_of(const char *line, const char *key, char *out, size_t size) {
+    size_t klen = strlen(key);
+    const char *p = line;
+    while ((p = strstr(p, key)) != NULL) {
+        if ((p == line || p[-1] == ' ') && p[klen] == '=') {
+            p += klen + 1;
+            size_t n = 0;
+            if (*p == '"') {
+                p++;
+                while (p[n] && p[n] != '"' && n + 1 < size) n++;
+            } else {
+                while (p[n] && p[n] != ' ' && p[n] != '\n' && n + 1 < size) n++;
+            }
+            memcpy(out, p, n);
+            out[n] = 0;
+            return out;
+        }
+        p += klen;
+    }
+    return NULL;
+}
+
+static uint64_t num(const char *line, const char *key, uint64_t fallback) {
+    char buf[64];
+    return value_of(line, key, buf, sizeof buf) ? strtoull(buf, NULL, 0) : fallback;
+}
+
+static void load(void) {
+    ngpus = nprocs = 0;
+    memset(gpus, 0, sizeof gpus);
+    memset(procs, 0, sizeof procs);
+    const char *path = getenv("FAKEAMDSMI_CONFIG");
+    FILE *f = path ? fopen(path, "r") : NULL;
+    if (!f) return;
+    char line[1024], buf[256];
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, "gpu ", 4) == 0 && ngpus < MAX_GPUS) {
+            gpu_t *g = &gpus[ngpus++];
+            g->present = 1;
+            g->lost = (int)num(line, "lost", 0);
+            snprintf(g->uuid, sizeof g->uuid, "%s",
+                     value_of(line, "uuid", buf, sizeof buf) ? buf : "");
+            snprintf(g->name, sizeof g->name, "%s",
+                     value_of(line, "name", buf, sizeof buf) ? buf : "AMD Instinct MI300X");
+            snprintf(g->serial, sizeof g->serial, "%s",
+                     value_of(line, "serial", buf, sizeof buf) ? buf : "");
+            snprintf(g->unsupported, sizeof g->unsupported, ",%s,",
+                     value_of(line, "unsupported", buf, sizeof buf) ? buf : "");
+            if (!value_of(line, "bdf", buf, sizeof buf) ||
+                sscanf(buf, "%x:%x:%x.%x", &g->domain, &g->bus, &g->device,
+                       &g->function) != 4) {
+                g->domain = 0; g->bus = (unsigned)(5 + ngpus); g->device = 0; g->function = 0;
+            }
+            g->vram_total = (uint32_t)num(line, "vram_total", 196592);
+            g->vram_used = (uint32_t)num(line, "vram_used", 0);
+            g->gfx = (uint32_t)num(line, "gfx", 0);
+            g->umc = (uint32_t)num(line, "umc", 0);
+            g->mm = (uint32_t)num(line, "mm", NA);
+            g->power = (uint32_t)num(line, "power", 150);
+            g->power_limit = (uint32_t)num(line, "power_limit", 750);
+            g->temp = (int64_t)num(line, "temp", 40);
+        } else if (strncmp(line, "proc ", 5) == 0 && nprocs < MAX_PROCS) {
+            proc_t *p = &procs[nprocs++];
+            p->gpu = (int)num(line, "gpu", 0);
+            p->pid = (uint32_t)num(line, "pid", 0);
+            p->vram = num(line, "vram", 0);
+            p->gfx = num(line, "gfx", 0);
+            p->idle = (int)num(line, "idle", 0);
+            snprintf(p->name, sizeof p->name, "%s",
+                     value_of(line, "name", buf, sizeof buf) ? buf : "");
+        }
+    }
+    fclose(f);
+}
+
+static gpu_t *gpu_of(void *handle) {
+    for (int i = 0; i < ngpus; i++)
+        if (handle == &gpus[i]) return &gpus[i];
+    return NULL;
+}
+
+/* The status of a call on GPU ``h`` for ``field``: not initialized, unknown handle,
+ * lost, unsupported, or success. */
+static int check(void *h, const char *field, gpu_t **out) {
+    if (!initialized) return S_NOT_INIT;
+    gpu_t *g = gpu_of(h);
+    if (!g) return S_INVAL;
+    if (g->lost) return S_NOT_FOUND;
+    char key[64];
+    snprintf(key, sizeof key, ",%s,", field);
+    if (strstr(g->unsupported, key)) return S_NOT_SUPPORTED;
+    *out = g;
+    return S_SUCCESS;
+}
+
+int amdsmi_init(uint64_t flags) {
+    const char *driver = getenv("FAKEAMDSMI_DRIVER");
+    if (driver && strcmp(driver, "absent") == 0) return S_DRIVER_NOT_LOADED;
+    load();
+    if (!(flags & INIT_AMD_GPUS)) ngpus = 0;
+    initialized = 1;
+    return S_SUCCESS;
+}
+
+int amdsmi_shut_down(void) {
+    if (!initialized) return S_NOT_INIT;
+    initialized = 0;
+    return S_SUCCESS;
+}
+
+int amdsmi_get_socket_handles(uint32_t *count, void **handles) {
+    if (!initialized) return S_NOT_INIT;
+    if (!count) return S_INVAL;
+    if (handles) {
+        if (*count < (uint32_t)ngpus) return S_INSUFFICIENT_SIZE;
+        for (int i = 0; i < ngpus; i++) handles[i] = &sockets[i];
+    }
+    *count = (uint32_t)ngpus;
+    return S_SUCCESS;
+}
+
+int amdsmi_get_processor_handles(void *socket, uint32_t *count, void **handles) {
+    if (!initialized) return S_NOT_INIT;
+    if (!count) return S_INVAL;
+    long i = (int *)socket - sockets;
+    if (i < 0 || i >= ngpus) return S_INVAL;
+    if (handles) {
+        if (*count < 1) return S_INSUFFICIENT_SIZE;
+        handles[0] = &gpus[i];
+    }
+    *count = 1;
+    return S_SUCCESS;
+}
+
+int amdsmi_get_gpu_device_uuid(void *h, uint32_t *length, char *uuid) {
+    gpu_t *g;
+    int s = check(h, "uuid", &g);
+    if (s) return s;
+    if (!length || !uuid) return S_INVAL;
+    if (*length < strlen(g->uuid) + 1) return S_INSUFFICIENT_SIZE;
+    snprintf(uuid, *length, "%s", g->uuid);
+    *length = (uint32_t)strlen(g->uuid);
+    return S_SUCCESS;
+}
+
+int amdsmi_get_gpu_device_bdf(void *h, uint64_t *bdf) {
+    gpu_t *g;
+    int s = check(h, "bdf", &g);
+    if (s) return s;
+    /* function:3, device:5, bus:8, domain:48, as amdsmi_bdf_t's bit fields */
+    *bdf = (uint64_t)(g->function & 7) | ((uint64_t)(g->device & 31) << 3) |
+           ((uint64_t)(g->bus & 255) << 8) | ((uint64_t)g->domain << 16);
+    return S_SUCCESS;
+}
+
+int amdsmi_get_gpu_asic_info(void *h, asic_info_t *info) {
+    gpu_t *g;
+    int s = check(h, "asic", &g);
+    if (s) return s;
+    memset(info, 0, sizeof *info);
+    snprintf(info->market_name, sizeof info->market_name, "%s", g->name);
+    snprintf(info->vendor_name, sizeof info->vendor_name, "Advanced Micro Devices Inc. [AMD/ATI]");
+    info->vendor_id = 0x1002;
+    info->subvendor_id = 0x1002;
+    info->device_id = 0x74a1;
+    snprintf(info->asic_serial, sizeof info->asic_serial, "%s", g->serial);
+    info->oam_id = (uint32_t)(g - gpus);
+    info->num_of_compute_units = 304;
+    info->target_graphics_version = 0x942;
+    info->subsystem_id = 0x74a1;
+    return S_SUCCESS;
+}
+
+int amdsmi_get_gpu_activity(void *h, engine_usage_t *usage) {
+    gpu_t *g;
+    int s = check(h, "activity", &g);
+    if (s) return s;
+    memset(usage, 0, sizeof *usage);
+    usage->gfx_activity = g->gfx;
+    usage->umc_activity = g->umc;
+    usage->mm_activity = g->mm;
+    return S_SUCCESS;
+}
+
+int amdsmi_get_gpu_vram_usage(void *h, vram_usage_t *vram) {
+    gpu_t *g;
+    int s = check(h, "vram", &g);
+    if (s) return s;
+    memset(vram, 0, sizeof *vram);
+    vram->vram_total = g->vram_total;
+    vram->vram_used = g->vram_used;
+    return S_SUCCESS;
+}
+
+int amdsmi_get_power_info(void *h, power_info_t *info) {
+    gpu_t *g;
+    int s = check(h, "power", &g);
+    if (s) return s;
+    memset(info, 0, sizeof *info);
+    info->socket_power = g->power;
+    info->current_socket_power = g->power;
+    info->average_socket_power = NA; /* MI300: only the current reading */
+    info->gfx_voltage = info->soc_voltage = info->mem_voltage = NA;
+    info->power_limit = g->power_limit;
+    return S_SUCCESS;
+}
+
+int amdsmi_get_temp_metric(void *h, int sensor, int metric, int64_t *value) {
+    gpu_t *g;
+    int s = check(h, "temp", &g);
+    if (s) return s;
+    if (metric != 0) return S_NOT_SUPPORTED;       /* only AMDSMI_TEMP_CURRENT */
+    if (sensor == 0) return S_NOT_SUPPORTED;       /* MI300X has no edge sensor */
+    *value = g->temp;
+    return S_SUCCESS;
+}
+
+int amdsmi_get_gpu_process_list(void *h, uint32_t *max, proc_info_t *list) {
+    gpu_t *g;
+    int s = check(h, "process", &g);
+    if (s) return s;
+    if (!max) return S_INVAL;
+    uint32_t n = 0;
+    int gi = (int)(g - gpus);
+    for (int i = 0; i < nprocs; i++) {
+        if (procs[i].gpu != gi || procs[i].idle) continue;
+        if (list && n < *max) {
+            proc_info_t *p = &list[n];
+            memset(p, 0, sizeof *p);
+            snprintf(p->name, sizeof p->name, "%s", procs[i].name);
+            p->pid = procs[i].pid;
+            p->mem = procs[i].vram;
+            p->engine_usage.gfx = procs[i].gfx;
+            p->memory_usage.vram_mem = procs[i].vram;
+            p->cu_occupancy = 0xFFFFFFFFu;
+        }
+        n++;
+    }
+    if (list && n > *max) {
+        *max = n;
+        return S_INSUFFICIENT_SIZE;
+    }
+    *max = n;
+    return S_SUCCESS;
+}
