@@ -42,13 +42,14 @@ def test_arbitrary_text_parses_or_raises_device_id_error(raw: str) -> None:
     except DeviceIdError:
         return
     assert ref.raw == raw
-    assert ref.uuid.startswith(("GPU-", "MIG-"))
+    assert ref.uuid.startswith(("GPU-", "MIG-")) or ref.kind is DeviceKind.PCI
 
 
 @pytest.mark.parametrize(("name", "ours"), [
     ("nvidia.com/gpu", True), ("nvidia.com/gpu.shared", True),
     ("nvidia.com/mig-1g.10gb", True), ("nvidia.com/mig-3g.40gb.shared", True),
     ("nvidia.com/mig-1c.3g.40gb", True), ("nvidia.com/mig-x", False), ("cpu", False),
-    ("amd.com/gpu", False), ("nvidia.com/gpu-typo", False)])
+    ("amd.com/gpu", True), ("amd.com/cpx_nps4", True), ("amd.com/fpga", False),
+    ("nvidia.com/gpu-typo", False)])
 def test_resource_names(name: str, ours: bool) -> None:
     assert is_gpu_resource(name) is ours

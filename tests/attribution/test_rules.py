@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuscale.attribution.devices import parse_device_id
+from gpuscale.attribution.devices import DeviceIdError, is_gpu_resource, parse_device_id
 from gpuscale.attribution.model import (
     Allocation,
     AttributionState,
@@ -293,3 +293,36 @@ def test_shared_split_never_exceeds_what_the_processes_used(
         assert sum(u for u in utils if isinstance(u, float)) <= sum(sm for _, sm in procs) + 1e-6
     else:
         assert all(u is Absent.SHARED for u in utils)
+
+
+def test_amd_gpus_go_to_their_pod_by_pci_address() -> None:
+    """The AMD device plugin names a GPU (or a partition) by its PCI address, in any case;
+    the pod gets the GPU with that address, and one not on this node is said so."""
+    amd = [gpu(i, util, uuid=f"{i:08x}-0000-1000-8000-74a1aaaaaaaa",
+               pci_bus_id=f"0000:c{i}:00.0") for i, util in ((1, 40.0), (2, 60.0))]
+    result = attribute(snap(*amd), [alloc("a", "0000:C1:00.0", resource="amd.com/gpu"),
+                                    alloc("b", "0000:c9:00.0", resource="amd.com/cpx_nps4")],
+                       pods(info("a", "u-a"), info("b", "u-b")), {})
+    a = next(p for p in result.pods if p.pod == "a")
+    assert a.utilization_percent == 40.0
+    assert [d.gpu_uuid for d in a.devices] == [amd[0].uuid]
+    assert "1 allocated device(s) not seen on this node" in result.reasons
+    assert result.idle_gpus == (amd[1].uuid,)
+
+
+@pytest.mark.parametrize(("raw", "ok"), [
+    ("0000:c1:00.0", True), ("0000:C1:00.7", True), ("0000:c1:00.0::2", True),
+    ("c1:00.0", False), ("0000:c1:00.8", False), ("0000:c1:00", False)])
+def test_pci_device_ids_parse_strictly(raw: str, ok: bool) -> None:
+    if ok:
+        ref = parse_device_id(raw)
+        assert ref.uuid == raw.split("::", maxsplit=1)[0].lower()
+    else:
+        with pytest.raises(DeviceIdError):
+            parse_device_id(raw)
+
+
+def test_amd_resource_names_are_gpus() -> None:
+    for name in ("amd.com/gpu", "amd.com/cpx_nps4", "amd.com/spx_nps1"):
+        assert is_gpu_resource(name)
+    assert not is_gpu_resource("amd.com/fpga")

@@ -349,3 +349,12 @@ async def test_the_planner_plans_with_the_start_ups_the_pod_watch_saw(
         watch.cancel()
         await asyncio.gather(watch, return_exceptions=True)
         await api.close()
+
+
+@pytest.mark.parametrize(("limits", "gpus"), [
+    ({"nvidia.com/gpu": "1"}, True), ({"amd.com/gpu": "1"}, True),
+    ({"amd.com/cpx_nps4": "1"}, True), ({"cpu": "1"}, False)])
+def test_pods_of_either_vendors_gpus_must_report(limits: dict[str, str], gpus: bool) -> None:
+    raw = gpu_pod("a-0", "n-a")
+    raw["spec"]["containers"] = [{"name": "main", "resources": {"limits": limits}}]
+    assert running_pod(raw).gpus is gpus

@@ -328,7 +328,8 @@ def test_the_planners_scale_down_is_the_readmes_no_window_of_its_own() -> None:
 def test_options_that_would_do_nothing_and_workloads_without_gpus_are_refused() -> None:
     with pytest.raises(ConfigError, match="--ttft-seconds: only with --planner"):
         generate(workload_from(deployment()), Options(ttft_s=2.0))
-    with pytest.raises(ConfigError, match=r"no container requests an nvidia\.com/ GPU"):
+    with pytest.raises(ConfigError,
+                       match=r"no container requests an nvidia\.com/ or amd\.com/ GPU"):
         generate(workload_from(deployment(gpu=False)), Options())
     path = EXAMPLES / "vllm.yaml"
     no_gpu = path.read_text().replace("nvidia.com/gpu", "example.com/widget")

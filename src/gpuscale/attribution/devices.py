@@ -1,4 +1,9 @@
-"""Device IDs and resource names of the NVIDIA device plugin, parsed strictly."""
+"""Device IDs and resource names of the NVIDIA and AMD device plugins, parsed strictly.
+
+The AMD device plugin (ROCm/k8s-device-plugin) names each GPU - and each partition of a
+partitioned GPU - by its PCI address, and offers them as ``amd.com/gpu``, or, on a node
+whose GPUs are partitioned differently, as ``amd.com/<compute>_<memory>`` (``cpx_nps4``).
+"""
 
 from __future__ import annotations
 
@@ -15,12 +20,16 @@ _GPU = re.compile(rf"(?P<uuid>GPU-{_UUID}){_REPLICA}")
 _MIG = re.compile(rf"(?P<uuid>MIG-{_UUID}){_REPLICA}")
 _MIG_OLD = re.compile(rf"MIG-(?P<uuid>GPU-{_UUID})/(?P<gi>\d{{1,4}})/(?P<ci>\d{{1,4}}){_REPLICA}")
 
-DEFAULT_RESOURCES = ("nvidia.com/gpu", "nvidia.com/gpu.shared")
+_PCI = re.compile(rf"(?P<bdf>[0-9a-fA-F]{{4}}:[0-9a-fA-F]{{2}}:[0-9a-fA-F]{{2}}\.[0-7]){_REPLICA}")
+
+DEFAULT_RESOURCES = ("nvidia.com/gpu", "nvidia.com/gpu.shared", "amd.com/gpu")
 _MIG_RESOURCE = re.compile(r"nvidia\.com/mig-(?:\d+c\.)?\d+g\.\d+gb(?:\.shared)?")
+_AMD_PARTITION_RESOURCE = re.compile(r"amd\.com/(?:spx|dpx|tpx|qpx|cpx)_nps[1-8]")
+VENDOR_PREFIXES = ("nvidia.com/", "amd.com/")  # resources of these vendors hold GPUs
 
 
 class DeviceIdError(PeerError, ValueError):
-    """A device ID in none of the forms the NVIDIA device plugin emits."""
+    """A device ID in none of the forms the NVIDIA and AMD device plugins emit."""
 
 
 def parse_device_id(raw: str) -> DeviceRef:
@@ -34,8 +43,11 @@ def parse_device_id(raw: str) -> DeviceRef:
     if m := _MIG_OLD.fullmatch(raw):
         return DeviceRef(raw, DeviceKind.MIG, m["uuid"], gpu_instance_id=int(m["gi"]),
                          compute_instance_id=int(m["ci"]), replica=_int(m["replica"]))
-    raise DeviceIdError(f"{raw[:80]!r} is not GPU-<uuid>, MIG-<uuid> or "
-                        f"MIG-GPU-<uuid>/<gi>/<ci> (each optionally ::<n>)")
+    if m := _PCI.fullmatch(raw):
+        return DeviceRef(raw, DeviceKind.PCI, m["bdf"].lower(), replica=_int(m["replica"]))
+    raise DeviceIdError(f"{raw[:80]!r} is not GPU-<uuid>, MIG-<uuid>, "
+                        f"MIG-GPU-<uuid>/<gi>/<ci> or a PCI address dddd:bb:dd.f (each "
+                        f"optionally ::<n>)")
 
 
 def _int(v: str | None) -> int | None:
@@ -44,4 +56,5 @@ def _int(v: str | None) -> int | None:
 
 def is_gpu_resource(name: str, extra: tuple[str, ...] = ()) -> bool:
     """Whether a PodResources resource name is one whose devices we attribute."""
-    return name in DEFAULT_RESOURCES or name in extra or bool(_MIG_RESOURCE.fullmatch(name))
+    return (name in DEFAULT_RESOURCES or name in extra or bool(_MIG_RESOURCE.fullmatch(name))
+            or bool(_AMD_PARTITION_RESOURCE.fullmatch(name)))

@@ -14,7 +14,12 @@ from pathlib import Path
 
 import grpc
 
-from gpuscale.attribution.devices import DeviceIdError, is_gpu_resource, parse_device_id
+from gpuscale.attribution.devices import (
+    VENDOR_PREFIXES,
+    DeviceIdError,
+    is_gpu_resource,
+    parse_device_id,
+)
 from gpuscale.attribution.model import Allocation, DeviceRef
 from gpuscale.common.errors import PeerError
 from gpuscale.proto import podresources_v1_pb2 as pb
@@ -104,7 +109,7 @@ class PodResourcesClient:
             for c in pod.containers:
                 for dev in c.devices:
                     if not is_gpu_resource(dev.resource_name, self._extra):
-                        if dev.resource_name.startswith("nvidia.com/"):
+                        if dev.resource_name.startswith(VENDOR_PREFIXES):
                             problems.append(f"{pod.namespace}/{pod.name}: unrecognised "
                                             f"resource {dev.resource_name[:80]!r} ignored")
                         continue

@@ -14,6 +14,7 @@ from gpuscale.telemetry.model import Absent, IntReading, Reading, SharingMode
 class DeviceKind(enum.Enum):
     GPU = "gpu"  # a whole GPU, or one replica of a time-sliced/MPS GPU
     MIG = "mig"
+    PCI = "pci"  # an AMD GPU or partition by its PCI address (the AMD device plugin's ID)
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,7 +25,8 @@ class DeviceRef:
     ``GPU-<uuid>::<n>``                -> GPU, uuid, replica n (time-slicing or MPS)
     ``MIG-<uuid>``                     -> MIG, uuid
     ``MIG-GPU-<uuid>/<gi>/<ci>``       -> MIG, parent uuid, gpu/compute instance ids
-    and the MIG forms with ``::<n>``.
+    and the MIG forms with ``::<n>``; and the AMD device plugin's
+    ``<domain>:<bus>:<device>.<function>``   -> PCI, the address (lower case) in ``uuid``
     """
 
     raw: str

@@ -85,6 +85,7 @@ def attribute(snapshot: NodeSnapshot,
     if isinstance(pods, Absent):
         reasons.append(f"pod metadata {pods.value}")
     gpus = {g.uuid: g for g in snapshot.gpus}
+    by_pci = {g.pci_bus_id.lower(): g for g in snapshot.gpus if g.pci_bus_id}
     migs = {m.uuid: (g, m) for g in snapshot.gpus for m in g.migs}
     mig_ids = {(g.uuid, m.gpu_instance_id, m.compute_instance_id): (g, m)
                for g in snapshot.gpus for m in g.migs}
@@ -92,6 +93,9 @@ def attribute(snapshot: NodeSnapshot,
     def resolve(ref: DeviceRef) -> _Target | None:
         if ref.kind is DeviceKind.GPU:
             g = gpus.get(ref.uuid)
+            return _Target(g, None) if g else None
+        if ref.kind is DeviceKind.PCI:  # an AMD GPU (or partition) by its PCI address
+            g = by_pci.get(ref.uuid)
             return _Target(g, None) if g else None
         hit = (migs.get(ref.uuid) if ref.gpu_instance_id is None
                else mig_ids.get((ref.uuid, ref.gpu_instance_id, ref.compute_instance_id or 0)))

@@ -149,12 +149,13 @@ def workload_from(doc: Any) -> Workload:
                                                         "spec.template.spec.containers")]
     if not containers:
         raise ConfigError("spec.template.spec.containers: none")
-    gpus = any(str(k).startswith("nvidia.com/")
+    gpus = any(str(k).startswith(("nvidia.com/", "amd.com/"))
                for c in containers
                for part in ("limits", "requests")
                for k in _obj(_obj(c.get("resources"), "resources").get(part), part))
-    counts = [_obj(_obj(c.get("resources"), "resources").get("limits"), "limits")
-              .get("nvidia.com/gpu") for c in containers]
+    limits = [_obj(_obj(c.get("resources"), "resources").get("limits"), "limits")
+              for c in containers]
+    counts = [lim.get(name) for lim in limits for name in ("nvidia.com/gpu", "amd.com/gpu")]
     gpu_count = sum(int(n) for n in counts
                     if isinstance(n, int | str) and str(n).isascii() and str(n).isdigit())
     replicas = spec.get("replicas", 1)
@@ -250,7 +251,8 @@ def generate(w: Workload, opts: Options) -> Generated:
         raise ConfigError("--ttft-seconds: only with --planner (the other profiles scale on "
                           "the engines' queues, not on an objective); add --planner or drop it")
     if not w.gpus:
-        raise ConfigError(f"{w.kind} {w.name}: no container requests an nvidia.com/ GPU, so "
+        raise ConfigError(f"{w.kind} {w.name}: no container requests an nvidia.com/ or "
+                          f"amd.com/ GPU, so "
                           f"the agents see no GPU pods of it and every answer would be "
                           f"UNAVAILABLE; gpuscale scales GPU workloads")
     engine, why = detect_engine(w)

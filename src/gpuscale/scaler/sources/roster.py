@@ -34,7 +34,7 @@ from gpuscale.stream.subscriber import AgentSubscriber, LinkState
 if TYPE_CHECKING:  # the Kubernetes client is imported only where the pod watch is built
     from gpuscale.kube.api import KubeApi
 
-GPU_RESOURCE_PREFIX = "nvidia.com/"
+GPU_RESOURCE_PREFIXES = ("nvidia.com/", "amd.com/")  # resources that are GPUs
 LIST_STALE_AFTER_S = 120.0  # the last listed pods stand in this long while the watch is down
 MAX_RUNNING_PODS = 200_000
 _CACHE_ENTRIES = 10_000
@@ -142,7 +142,7 @@ def running_pod(raw: dict[str, Any]) -> RunningPod:
     gpus = False
     for c in list_at(raw, "spec", "containers"):
         names = [*obj_at(c, "resources", "limits"), *obj_at(c, "resources", "requests")]
-        gpus = gpus or any(str(n).startswith(GPU_RESOURCE_PREFIX) for n in names)
+        gpus = gpus or any(str(n).startswith(GPU_RESOURCE_PREFIXES) for n in names)
     ready = next((c for c in list_at(raw, "status", "conditions")
                   if str_at(c, "type") == "Ready" and str_at(c, "status") == "True"), None)
     labels = obj_at(raw, "metadata", "labels")
