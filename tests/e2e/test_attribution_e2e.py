@@ -438,3 +438,40 @@ async def test_mps_clients_whose_work_the_driver_books_to_the_server_read_shared
     got = by_pod(result)
     assert [got[c]["utilization_percent"] for c in ("ts-a", "ts-b")] == ["shared", "shared"]
     assert [gpu_signal(result, c) for c in ("ts-a", "ts-b")] == ["shared", "shared"]
+
+
+async def test_amd_gpus_through_the_real_amdsmi_attributed_by_pci_address(
+        cluster: tuple[KubeletPeer, KubeApiPeer, Path], tmp_path: Path) -> None:
+    """An AMD node end to end: the real amdsmi package on the fake libamd_smi.so, the
+    AMD device plugin's allocations (amd.com/gpu, PCI addresses) from the kubelet, pod
+    metadata from the API: each pod gets its GPU's activity; a lost GPU's pod reads lost,
+    never 0."""
+    from tests.peers import fakeamdsmi
+
+    kubelet, api, proc = cluster
+    kubelet.pods = [pod("dev", "ts-a", ("app", "amd.com/gpu", ["0000:05:00.0"])),
+                    pod("dev", "ts-b", ("app", "amd.com/gpu", ["0000:06:00.0"]))]
+    config = tmp_path / "amd.txt"
+    config.write_text("\n".join([
+        fakeamdsmi.gpu_line(0, gfx=63, vram_used=40960),
+        fakeamdsmi.gpu_line(1, lost_after=9),  # gone after its first sample
+        fakeamdsmi.proc_line(0, 7001, name="python3", vram=40 * 2**30)]) + "\n")
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "t",
+        "clusters": [{"name": "t", "cluster": {"server": f"http://127.0.0.1:{api.port}"}}],
+        "users": [{"name": "t", "user": {"token": api.token}}],
+        "contexts": [{"name": "t", "context": {"cluster": "t", "user": "t"}}]}))
+    driver = Path(fakeamdsmi.__file__).parent / "drive.py"
+    proc_ = await asyncio.create_subprocess_exec(
+        sys.executable, str(driver), str(kubelet.socket_path), str(proc), str(kubeconfig),
+        NODE.name, env=fakeamdsmi.env(fakeamdsmi.build(), config),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc_.communicate(), 60)
+    assert proc_.returncode == 0, err.decode()
+    result = json.loads(out)
+    got = by_pod(result)
+    assert got["ts-a"]["utilization_percent"] == 63.0
+    assert got["ts-a"]["memory_used_bytes"] == 40960 * 2**20
+    assert gpu_signal(result, "ts-a") == 63.0
+    assert gpu_signal(result, "ts-b") == "lost"

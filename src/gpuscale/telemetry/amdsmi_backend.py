@@ -89,6 +89,9 @@ class AmdSmiBackend:
         self._smi: ModuleType | None = None
         self._initialized = False
         self._said: dict[str, str] = {}  # what was logged per subject (once each)
+        # index -> (uuid, PCI address, name) from its last good read: a GPU lost later
+        # keeps its identity, so the pods allocated it read lost, not unknown
+        self._known: dict[int, tuple[str, str, str]] = {}
         self._problems: list[str] = []
 
     # -- lifecycle ---------------------------------------------------------------------
@@ -165,13 +168,16 @@ class AmdSmiBackend:
                               smi.AmdSmiTemperatureMetric.CURRENT)
             procs = self._call(index, "processes", smi.amdsmi_get_gpu_process_list, h, None)
         except _Lost:
+            uuid, bdf, name = self._known.get(index, (uuid, "", ""))
             self._note(f"gpu {index}", f"GPU {uuid or index} is lost", logging.ERROR)
-            return GpuSample(index=index, uuid=uuid, name="", pci_bus_id="", minor_number=-1,
+            return GpuSample(index=index, uuid=uuid, name=name, pci_bus_id=bdf, minor_number=-1,
                              state=GpuState.LOST, utilization_percent=Absent.LOST,
                              memory_util_percent=Absent.LOST, memory_used_bytes=Absent.LOST,
                              memory_total_bytes=Absent.LOST, power_watts=Absent.LOST,
                              temperature_c=Absent.LOST, processes_unknown=Absent.LOST)
         self._cleared(f"gpu {index}")
+        if uuid and bdf:
+            self._known[index] = (uuid, bdf, name)
         processes: tuple[ProcessSample, ...] = ()
         unknown: Absent | None = None
         if isinstance(procs, Absent):

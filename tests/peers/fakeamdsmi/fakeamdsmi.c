@@ -13,7 +13,8 @@
  *   - a call a GPU does not support answers AMDSMI_STATUS_NOT_SUPPORTED (key unsupported=
  *     activity,power,temp,vram,process,asic);
  *   - a GPU that fell off the bus answers AMDSMI_STATUS_NOT_FOUND to every call on it
- *     (key lost=1) - what amdsmi gives when the device's sysfs node is gone;
+ *     (key lost=1; lost_after=N: after N calls on it, so in the middle of a tick) - what
+ *     amdsmi gives when the device's sysfs node is gone;
  *   - the process list omits processes that have not run on the GPU since the last
  *     read (key idle=1 on a process: never listed), as amdgpu's fdinfo does;
  *   - calls before amdsmi_init answer AMDSMI_STATUS_NOT_INIT; amdsmi_init without
@@ -83,6 +84,7 @@ typedef struct {
 
 typedef struct {
     int present, lost;
+    long calls, lost_after; /* lost once this many calls on it were answered (0: never) */
     char uuid[256], name[256], serial[256], unsupported[264];
     unsigned domain, bus, device, function;
     uint32_t vram_total, vram_used, gfx, umc, mm, power, power_limit;
@@ -143,6 +145,7 @@ static void load(void) {
             gpu_t *g = &gpus[ngpus++];
             g->present = 1;
             g->lost = (int)num(line, "lost", 0);
+            g->lost_after = (long)num(line, "lost_after", 0);
             snprintf(g->uuid, sizeof g->uuid, "%s",
                      value_of(line, "uuid", buf, sizeof buf) ? buf : "");
             snprintf(g->name, sizeof g->name, "%s",
@@ -190,6 +193,8 @@ static int check(void *h, const char *field, gpu_t **out) {
     if (!initialized) return S_NOT_INIT;
     gpu_t *g = gpu_of(h);
     if (!g) return S_INVAL;
+    g->calls++;
+    if (g->lost_after && g->calls > g->lost_after) g->lost = 1;
     if (g->lost) return S_NOT_FOUND;
     char key[64];
     snprintf(key, sizeof key, ",%s,", field);

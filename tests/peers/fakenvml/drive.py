@@ -26,6 +26,7 @@ from pathlib import Path
 from gpuscale.agent.report import pod_records
 from gpuscale.attribution.sources import attribute_tick, cluster_sources
 from gpuscale.cli.gpus import format_gpus, snapshot_to_json
+from gpuscale.telemetry.backend import GpuBackend
 from gpuscale.telemetry.model import Absent
 from gpuscale.telemetry.nvml import NvmlBackend
 
@@ -67,7 +68,7 @@ def main() -> None:
     backend.close()
 
 
-async def attribute_once(backend: NvmlBackend, socket: str, proc: str, kubeconfig: str,
+async def attribute_once(backend: GpuBackend, socket: str, proc: str, kubeconfig: str,
                          node: str) -> dict[str, object]:
     sources = await cluster_sources(Path(socket), node, Path(proc), Path(kubeconfig))
     task = asyncio.create_task(sources.run())
