@@ -239,3 +239,14 @@ def test_gpu_types_follow_their_hardware() -> None:
     assert h100.prefill_tps > a100.prefill_tps > l4.prefill_tps
     assert h100.decode_tps_max > a100.decode_tps_max > l4.decode_tps_max
     assert l4.kv_tokens < 40_000  # 24 GB holds the 16 GB of weights and little else
+
+
+def test_an_mi300x_holds_more_kv_and_serves_faster_than_an_h100() -> None:
+    """From AMD's datasheet (192 GB, 1307 TFLOPS dense bf16, 5.3 TB/s), through the same
+    arithmetic as the NVIDIA parts: more KV cache, faster prefill and decode."""
+    from gpuscale.models.serving import GPU_TYPES
+
+    h100, mi300x = GPU_TYPES["h100"], GPU_TYPES["mi300x"]
+    assert mi300x.kv_tokens > 2 * h100.kv_tokens
+    assert mi300x.prefill_tps > h100.prefill_tps
+    assert mi300x.decode_tps_max == pytest.approx(12_000 * 5.3 / 3.35)

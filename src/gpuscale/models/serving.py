@@ -140,10 +140,15 @@ def _per_gpu(gpu: str, dense_bf16_tflops: float, bandwidth_tb_s: float,
 # 3.35 TB/s, A100 80GB SXM 312 / 2.04 TB/s, L4 121 / 0.3 TB/s (the datasheets' headline
 # figures with sparsity are twice the dense ones). L4 fits the 16 GB of weights with
 # ~35k tokens of KV cache left.
+# AMD Instinct MI300X, AMD's datasheet: 1307.4 TFLOPS peak dense FP16/BF16, 5.3 TB/s HBM3,
+# 192 GB; per-sequence decode scaled from the H100's by bandwidth, as the A100's is. That
+# vLLM on ROCm reaches the same fraction of these peaks as on CUDA is assumed, not
+# measured (no MI300X was available to this project).
 GPU_TYPES: dict[str, ServingParams] = {
     "h100": ServingParams(),
     "a100": _per_gpu("A100-SXM4-80GB", 312.0, 2.04, per_seq=30.0),
     "l4": _per_gpu("L4", 121.0, 0.3, per_seq=15.0),
+    "mi300x": _per_gpu("MI300X", 1307.4, 5.3, per_seq=79.0),
 }
 DEFAULT_GPU = "h100"
 

@@ -78,5 +78,8 @@ CATALOG: dict[str, GpuModel] = {
         GpuModel("L4", "NVIDIA L4", 23034, 72.0, 16.0, 2040, 210, False, ()),
         GpuModel("A10G", "NVIDIA A10G", 23028, 300.0, 25.0, 1710, 210, False, ()),
         GpuModel("T4", "Tesla T4", 15360, 70.0, 10.0, 1590, 300, False, ()),
+        # AMD's MI300X datasheet: 192 GB HBM3 (as amd-smi's MiB), 750 W board power, peak
+        # engine clock 2100 MHz. Its name as amdsmi's market_name gives it.
+        GpuModel("MI300X", "AMD Instinct MI300X", 196608, 750.0, 140.0, 2100, 300, False, ()),
     )
 }
