@@ -42,8 +42,9 @@ def gpu(**kw: object) -> GpuSample:
 
 
 def snapshot(*gpus: GpuSample, **kw: object) -> NodeSnapshot:
-    return NodeSnapshot(node="n", backend="sim", taken_at=1.7e9, monotonic=99.0, seq=4,
-                        driver_version="550", gpus=gpus, **kw)  # type: ignore[arg-type]
+    fields: dict[str, object] = {"backend": "sim", "driver_version": "550", **kw}
+    return NodeSnapshot(node="n", taken_at=1.7e9, monotonic=99.0, seq=4, gpus=gpus,
+                        **fields)  # type: ignore[arg-type]
 
 
 def test_dcgm_names_units_and_labels() -> None:
@@ -118,3 +119,29 @@ def test_before_first_sample_and_when_backend_down() -> None:
     m = render(snapshot(state=BackendState.UNAVAILABLE, reason="NVML_ERROR_DRIVER_NOT_LOADED"))
     assert m["gpuscale_agent_backend_up"] == [({"backend": "sim"}, 0.0)]
     assert "DCGM_FI_DEV_GPU_UTIL" not in m
+
+
+def test_amd_gpus_get_amds_exporter_series_and_only_the_dcgm_ones_that_mean_the_same(
+        ) -> None:
+    mi = gpu(uuid="00000000-0000-1000-8000-74a1aaaaaaaa", name="AMD Instinct MI300X",
+             pci_bus_id="0000:05:00.0", minor_number=-1, utilization_percent=37.0,
+             memory_util_percent=12.0, memory_used_bytes=51200 * MIB,
+             memory_total_bytes=196592 * MIB, memory_free_bytes=145392 * MIB,
+             power_watts=410.0, temperature_c=55.0)
+    got = render(snapshot(mi, backend="amdsmi"))
+    labels = {"gpu_id": "0", "card_model": "AMD Instinct MI300X", "hostname": "node-a"}
+    for name, value in (("gpu_gfx_activity", 37.0), ("gpu_umc_activity", 12.0),
+                        ("gpu_used_vram", 51200.0), ("gpu_total_vram", 196592.0),
+                        ("gpu_free_vram", 145392.0), ("gpu_package_power", 410.0),
+                        ("gpu_junction_temperature", 55.0)):
+        assert got[name] == [(labels, value)], name
+    (util,) = got["DCGM_FI_DEV_GPU_UTIL"]
+    assert util[0]["device"] == "amdgpu0"
+    assert util[1] == 37.0
+    assert got["DCGM_FI_DEV_FB_USED"][0][1] == 51200.0
+    assert got["DCGM_FI_DEV_POWER_USAGE"][0][1] == 410.0
+    # Not the same meaning on an MI300: no edge temperature, copy engine or clock series.
+    for name in ("DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_MEM_COPY_UTIL", "DCGM_FI_DEV_SM_CLOCK"):
+        assert name not in got
+    # And an NVIDIA node has none of AMD's.
+    assert "gpu_gfx_activity" not in render(snapshot(gpu(utilization_percent=5.0)))

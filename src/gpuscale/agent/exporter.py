@@ -11,6 +11,16 @@ instances). Two documented differences: ``DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION``
 gauge (prometheus_client only types ``*_total`` names as counters; the values are the same
 monotonic millijoules, and ``rate()`` works on it), and on MIG-enabled GPUs framebuffer
 series are emitted per instance only, so ``sum(DCGM_FI_DEV_FB_USED)`` does not count twice.
+
+AMD GPUs (the ``amdsmi`` backend): the series of AMD's device metrics exporter that people
+already query - ``gpu_gfx_activity``, ``gpu_umc_activity``, ``gpu_used_vram``,
+``gpu_total_vram``, ``gpu_free_vram`` (MiB), ``gpu_package_power`` (W),
+``gpu_junction_temperature`` (C) - with its labels ``gpu_id, card_model, hostname`` (and
+``pod, namespace, container`` of the holders), and of the dcgm-exporter series only those
+whose meaning is the same: ``DCGM_FI_DEV_GPU_UTIL`` (the graphics/compute engine's busy
+percentage), ``DCGM_FI_DEV_FB_USED``/``FREE`` (VRAM) and ``DCGM_FI_DEV_POWER_USAGE``, with
+``device="amdgpu<N>"`` - not ``DCGM_FI_DEV_GPU_TEMP`` (an edge temperature; the MI300's is
+the hotspot) nor the copy-engine or clock series.
 """
 
 from __future__ import annotations
@@ -38,6 +48,7 @@ MIB = 1024 * 1024
 MAX_PROCESS_SERIES_PER_GPU = 64  # bounded label cardinality: the busiest by memory win
 
 DCGM_LABELS = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname")
+AMD_BACKEND = "amdsmi"
 
 
 @dataclass
@@ -112,17 +123,26 @@ class SnapshotCollector(Collector):
             "1 for each reading that has no value, with the reason (unsupported, "
             "unavailable, lost, no_data).",
             labels=["gpu", "UUID", "GPU_I_ID", "reading", "reason"])
+        amd = snap.backend == AMD_BACKEND
         for g in snap.gpus:
             dl = {"gpu": str(g.index), "UUID": g.uuid, "pci_bus_id": g.pci_bus_id,
-                  "device": f"nvidia{g.minor_number}", "modelName": g.name,
-                  "Hostname": self._hostname}
+                  "device": f"amdgpu{g.index}" if amd else f"nvidia{g.minor_number}",
+                  "modelName": g.name, "Hostname": self._hostname}
             info.add_metric([*dl.values(), snap.driver_version, g.sharing.value,
                              str(g.mig_enabled).lower(), g.state.value], 1.0)
             f["gpuscale_gpu_up"].add(dl, 1.0 if g.state is GpuState.OK else 0.0)
             # dcgm-exporter's way: device series carry the holder's pod labels, one series
             # per holder on shared GPUs; unheld devices keep the bare labels.
             for labels in _with_pods(dl, holders.get(g.uuid, []), g.mig_enabled):
-                self._dcgm_gpu(f, labels, g)
+                if amd:
+                    self._amd_dcgm_gpu(f, labels, g)
+                else:
+                    self._dcgm_gpu(f, labels, g)
+            if amd:
+                al = {"gpu_id": str(g.index), "card_model": g.name,
+                      "hostname": self._hostname}
+                for labels in _with_pods(al, holders.get(g.uuid, []), False):
+                    self._amd_gpu(f, labels, g)
             self._gpu(f, dl, g)
             for name, value in _readings(g):
                 if isinstance(value, Absent):
@@ -152,6 +172,25 @@ class SnapshotCollector(Collector):
         f["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"].add(dl, g.energy_millijoules)
         if g.state is not GpuState.LOST:
             f["DCGM_FI_DEV_XID_ERRORS"].add(dl, float(g.last_xid))
+
+    @staticmethod
+    def _amd_dcgm_gpu(f: dict[str, _Family], dl: dict[str, str], g: GpuSample) -> None:
+        """The dcgm-exporter series whose meaning is the same on an AMD GPU."""
+        f["DCGM_FI_DEV_GPU_UTIL"].add(dl, g.utilization_percent)
+        f["DCGM_FI_DEV_FB_USED"].add(dl, g.memory_used_bytes)
+        f["DCGM_FI_DEV_FB_FREE"].add(dl, g.memory_free_bytes)
+        f["DCGM_FI_DEV_POWER_USAGE"].add(dl, g.power_watts)
+
+    @staticmethod
+    def _amd_gpu(f: dict[str, _Family], al: dict[str, str], g: GpuSample) -> None:
+        """AMD's device metrics exporter's series, with its labels."""
+        f["gpu_gfx_activity"].add(al, g.utilization_percent)
+        f["gpu_umc_activity"].add(al, g.memory_util_percent)
+        f["gpu_used_vram"].add(al, g.memory_used_bytes)
+        f["gpu_total_vram"].add(al, g.memory_total_bytes)
+        f["gpu_free_vram"].add(al, g.memory_free_bytes)
+        f["gpu_package_power"].add(al, g.power_watts)
+        f["gpu_junction_temperature"].add(al, g.temperature_c)
 
     @staticmethod
     def _gpu(f: dict[str, _Family], dl: dict[str, str], g: GpuSample) -> None:
@@ -247,6 +286,13 @@ _FAMILIES: tuple[tuple[str, str, float, bool], ...] = (
     ("DCGM_FI_DEV_XID_ERRORS", "Value of the last XID error encountered.", 1.0,
      False),
     ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "Ratio of time the graphics engine is active.", 0.01, False),
+    ("gpu_gfx_activity", "AMD: graphics/compute engine activity (in %).", 1.0, False),
+    ("gpu_umc_activity", "AMD: memory controller activity (in %).", 1.0, False),
+    ("gpu_used_vram", "AMD: VRAM used (in MiB).", 1 / MIB, False),
+    ("gpu_total_vram", "AMD: VRAM total (in MiB).", 1 / MIB, False),
+    ("gpu_free_vram", "AMD: VRAM free (in MiB).", 1 / MIB, False),
+    ("gpu_package_power", "AMD: current socket power (in W).", 1.0, False),
+    ("gpu_junction_temperature", "AMD: hotspot (junction) temperature (in C).", 1.0, False),
     ("gpuscale_gpu_up", "1 when the GPU answered; 0 when lost or unavailable.", 1.0, False),
     ("gpuscale_gpu_xid_errors", "XID error events seen by this agent.", 1.0, True),
     ("gpuscale_gpu_utilization_percent",
