@@ -1,0 +1,166 @@
+"""Agent cost on an AMD node: 8 MI300X in CPX mode (each GPU 8 compute partitions, which
+the library enumerates as 64 processors), 2 processes a partition, through the real
+``amdsmi`` package on the fake libamd_smi.so (tests/peers/fakeamdsmi).
+
+Prints, for BENCHMARKS.md:
+  1. one sample: wall and CPU time per AmdSmiBackend.sample(), and library calls per sample
+     (the fake answers in well under a microsecond; a real libamd_smi reads sysfs and the
+     driver, so the call count is what to scale by on real hardware); beside it, in the same
+     run, the same figures for the NVML backend on the fake NVML with 8 whole GPUs - the
+     yardstick that makes a rerun on another machine comparable;
+  2. the agent process (gpuscale agent --gpu-backend amd, 1 Hz, /metrics scraped every
+     15 s): CPU as % of one core, RSS and peak RSS.
+
+Usage: .venv/bin/python bench/bench_amd.py [--duration 60] [--samples 300]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+import urllib.request
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from bench.proc import proc_cpu_seconds, proc_mem_mib  # noqa: E402
+from tests.peers import fakeamdsmi, fakenvml  # noqa: E402
+
+PARTITIONS = 64  # 8 GPUs x CPX
+PROCS_PER_PARTITION = 2
+
+SAMPLE_CODE = textwrap.dedent("""
+    import json, statistics, sys, time
+    kind, n = sys.argv[1], int(sys.argv[2])
+    if kind == "amd":
+        from gpuscale.telemetry.amdsmi_backend import AmdSmiBackend
+        b = AmdSmiBackend("bench")
+    else:
+        from gpuscale.telemetry.nvml import NvmlBackend
+        b = NvmlBackend(interval=1.0, node="bench")
+    first = b.sample()
+    assert first.state.value == "ok", first.reason
+    walls, cpus = [], []
+    for _ in range(n):
+        w0, c0 = time.perf_counter(), time.thread_time()
+        b.sample()
+        walls.append(time.perf_counter() - w0); cpus.append(time.thread_time() - c0)
+        time.sleep(0.002)
+    calls = [0]
+    if kind == "amd":
+        import amdsmi.amdsmi_interface as smi
+        module, prefix = smi.amdsmi_wrapper, "amdsmi_"
+    else:
+        import pynvml as module
+        prefix = "nvml"
+    def counted(fn):
+        def wrapper(*a, **k):
+            calls[0] += 1
+            return fn(*a, **k)
+        return wrapper
+    for name in dir(module):
+        fn = getattr(module, name)
+        library = kind != "amd" or hasattr(fn, "argtypes")  # amdsmi: C functions only
+        if name.startswith(prefix) and callable(fn) and library:
+            setattr(module, name, counted(fn))
+    b.sample()
+    walls.sort(); cpus.sort()
+    print(json.dumps({"gpus": len(first.gpus),
+                      "processes": sum(len(g.processes) for g in first.gpus),
+                      "median_ms": statistics.median(walls) * 1e3,
+                      "p99_ms": walls[int(len(walls) * 0.99) - 1] * 1e3,
+                      "cpu_median_ms": statistics.median(cpus) * 1e3, "calls": calls[0]}))
+""")
+
+
+def amd_node(path: Path) -> Path:
+    lines = []
+    for i in range(PARTITIONS):
+        lines.append(fakeamdsmi.gpu_line(i, name="AMD Instinct MI300X", vram_total=24574,
+                                         vram_used=8192 + i, gfx=(i * 7) % 100, umc=10,
+                                         power=700, temp=60))
+        lines += [fakeamdsmi.proc_line(i, 10_000 + i * 10 + k, name="python3",
+                                       vram=4 * 2**30) for k in range(PROCS_PER_PARTITION)]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def one_sample(kind: str, env: dict[str, str], samples: int) -> dict[str, float]:
+    out = subprocess.run([sys.executable, "-c", SAMPLE_CODE, kind, str(samples)], env=env,
+                         capture_output=True, text=True, check=False)
+    if out.returncode != 0:
+        sys.exit(f"{kind} sample benchmark failed:\n{out.stderr}")
+    got: dict[str, float] = json.loads(out.stdout)
+    return got
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--duration", type=float, default=60.0, help="agent measurement, s")
+    parser.add_argument("--samples", type=int, default=300, help="samples for part 1")
+    args = parser.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="gpuscale-bench-amd-"))
+    amd_env = {**fakeamdsmi.env(fakeamdsmi.build(), amd_node(tmp / "amd.txt")),
+               "PYTHONUNBUFFERED": "1"}
+    nvml_scenario = tmp / "nvml.txt"
+    nvml_scenario.write_text("\n".join(fakenvml.gpu_line(i) for i in range(8)) + "\n")
+    nvml_env = {**os.environ, "LD_LIBRARY_PATH": str(fakenvml.build()),
+                "FAKENVML_SCENARIO": str(nvml_scenario), "FAKENVML_STATIC": "1"}
+
+    print(f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores, "
+          f"Python {platform.python_version()}, {time.strftime('%Y-%m-%d')}")
+    print(f"fake AMD SMI: 8 MI300X x CPX = {PARTITIONS} processors, "
+          f"{PARTITIONS * PROCS_PER_PARTITION} processes\n")
+    amd = one_sample("amd", amd_env, args.samples)
+    nvml = one_sample("nvml", nvml_env, args.samples)
+    print(f"1. one AMD sample ({args.samples} samples, {amd['gpus']:.0f} processors, "
+          f"{amd['processes']:.0f} processes): wall median {amd['median_ms']:.2f} ms, p99 "
+          f"{amd['p99_ms']:.2f} ms; CPU median {amd['cpu_median_ms']:.2f} ms; "
+          f"{amd['calls']:.0f} library calls per sample")
+    print(f"   yardstick, same run: one NVML sample of 8 whole GPUs on the fake NVML: CPU "
+          f"median {nvml['cpu_median_ms']:.2f} ms, {nvml['calls']:.0f} calls; AMD / NVML = "
+          f"{amd['cpu_median_ms'] / nvml['cpu_median_ms']:.1f}x")
+
+    agent = subprocess.Popen(
+        [sys.executable, "-m", "gpuscale.cli", "--log-level", "WARNING", "agent",
+         "--gpu-backend", "amd", "--attribution", "off", "--host", "127.0.0.1", "--port",
+         "0", "--interval", "1", "--stream-port", "-1"],
+        env=amd_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert agent.stdout is not None
+        line = agent.stdout.readline()
+        if "serving metrics at " not in line:
+            sys.exit(f"agent did not start: {line}{agent.stderr.read() if agent.stderr else ''}")
+        url = line.split("at ")[1].split()[0]
+        time.sleep(5)  # warm up: imports done, first samples taken
+        cpu0, t0 = proc_cpu_seconds(agent.pid), time.monotonic()
+        next_scrape, scrapes, size = t0, 0, 0
+        while time.monotonic() - t0 < args.duration:
+            if time.monotonic() >= next_scrape:
+                with urllib.request.urlopen(url, timeout=5) as resp:
+                    size = len(resp.read())
+                scrapes += 1
+                next_scrape += 15.0
+            time.sleep(0.2)
+        cpu = proc_cpu_seconds(agent.pid) - cpu0
+        elapsed = time.monotonic() - t0
+        rss, hwm = proc_mem_mib(agent.pid)
+    finally:
+        agent.terminate()
+        agent.wait(timeout=10)
+    print(f"2. agent at 1 Hz for {elapsed:.0f} s with {scrapes} scrapes ({size / 1024:.0f} KiB "
+          f"each): CPU {100 * cpu / elapsed:.2f} % of one core; RSS {rss:.1f} MiB "
+          f"(peak {hwm:.1f} MiB)")
+
+
+if __name__ == "__main__":
+    main()
