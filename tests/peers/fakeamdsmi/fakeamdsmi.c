@@ -5,7 +5,8 @@
  * generated from the package's own symbol list by the test's build step).
  *
  * The node is described by the file named in FAKEAMDSMI_CONFIG, read at amdsmi_init
- * (one line a GPU or process; see __init__.py for the keys):
+ * (one line a GPU or process; see __init__.py for the keys; rewritten under a running
+ * process, it is read again at the next call):
  *   gpu idx=0 uuid=... bdf=0000:05:00.0 name="AMD Instinct MI300X" vram_total=196592 ...
  *   proc gpu=0 pid=4242 name=python3 vram=8589934592 gfx=123456
  * Quirks reproduced (from the package's own handling of them, amdsmi_interface.py):
@@ -25,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #define S_SUCCESS 0
 #define S_INVAL 1
@@ -101,6 +103,7 @@ typedef struct {
 static gpu_t gpus[MAX_GPUS];
 static proc_t procs[MAX_PROCS];
 static int ngpus, nprocs, initialized;
+static struct timespec loaded_at; /* the config file's mtime when last read */
 /* One socket per GPU, as amdsmi gives on an MI300X node in SPX mode: a socket handle is
  * the address of its slot here, a processor handle the address of its gpu_t. */
 static int sockets[MAX_GPUS];
@@ -133,6 +136,9 @@ static uint64_t num(const char *line, const char *key, uint64_t fallback) {
 }
 
 static void load(void) {
+    struct stat st;
+    const char *cfg = getenv("FAKEAMDSMI_CONFIG");
+    if (cfg && stat(cfg, &st) == 0) loaded_at = st.st_mtim;
     ngpus = nprocs = 0;
     memset(gpus, 0, sizeof gpus);
     memset(procs, 0, sizeof procs);
@@ -187,10 +193,24 @@ static gpu_t *gpu_of(void *handle) {
     return NULL;
 }
 
+/* A test may rewrite the config under a running process: read it again when its mtime
+ * changed (the GPUs stay at their addresses, so handles stay valid). */
+static void reload_if_changed(void) {
+    struct stat st;
+    const char *cfg = getenv("FAKEAMDSMI_CONFIG");
+    if (!cfg || stat(cfg, &st) != 0) return;
+    if (st.st_mtim.tv_sec != loaded_at.tv_sec || st.st_mtim.tv_nsec != loaded_at.tv_nsec) {
+        int keep = ngpus;
+        load();
+        if (ngpus > keep) ngpus = keep; /* enumeration is fixed at init, as the library's */
+    }
+}
+
 /* The status of a call on GPU ``h`` for ``field``: not initialized, unknown handle,
  * lost, unsupported, or success. */
 static int check(void *h, const char *field, gpu_t **out) {
     if (!initialized) return S_NOT_INIT;
+    reload_if_changed();
     gpu_t *g = gpu_of(h);
     if (!g) return S_INVAL;
     g->calls++;
