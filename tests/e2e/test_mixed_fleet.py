@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
 from types import ModuleType
 
@@ -141,15 +141,15 @@ async def test_one_scaler_answers_nvidia_mig_and_amd_workloads(
             await asyncio.gather(mig_task, return_exceptions=True)
 
 
-async def _equals(got: object, want: float) -> bool:
-    return await got == want  # type: ignore[misc]
+async def _equals(got: Awaitable[float | str], want: float) -> bool:
+    return await got == want
 
 
-async def _number(got: object) -> float | None:
-    v = await got  # type: ignore[misc]
+async def _number(got: Awaitable[float | str]) -> float | None:
+    v = await got
     return v if isinstance(v, float) else None
 
 
-async def _unavailable(got: object) -> str | None:
-    v = await got  # type: ignore[misc]
+async def _unavailable(got: Awaitable[float | str]) -> str | None:
+    v = await got
     return v if isinstance(v, str) and v.startswith("UNAVAILABLE") else None
