@@ -59,7 +59,10 @@ async def test_malformed_ids_and_unknown_resources_are_reported_not_guessed(
     kubelet.pods = [pod("a", "p", ("c", "nvidia.com/gpu", [gpu(0), "GPU-zzz", "0", ""]),
                         ("d", "nvidia.com/gpu-typo", [gpu(1)]))]
     got = await client.list()
-    assert [d.raw for a in got.allocations for d in a.devices] == [gpu(0)]
+    # The IDs it cannot read stay, unmatched: the pod holds devices nobody can read, so
+    # its sums are unknown rather than those of gpu(0) alone.
+    assert [(d.raw, d.kind.value) for a in got.allocations for d in a.devices] == [
+        (gpu(0), "gpu"), ("GPU-zzz", "unknown"), ("0", "unknown"), ("", "unknown")]
     assert len(got.problems) == 4
     assert "'GPU-zzz' is not GPU-<uuid>" in got.problems[0]
     assert "unrecognised resource 'nvidia.com/gpu-typo'" in got.problems[3]

@@ -12,6 +12,8 @@ from gpuscale.attribution.devices import DeviceIdError, is_gpu_resource, parse_d
 from gpuscale.attribution.model import (
     Allocation,
     AttributionState,
+    DeviceKind,
+    DeviceRef,
     PodInfo,
     PodPhase,
     ProcessOwner,
@@ -326,3 +328,20 @@ def test_amd_resource_names_are_gpus() -> None:
     for name in ("amd.com/gpu", "amd.com/cpx_nps4", "amd.com/spx_nps1"):
         assert is_gpu_resource(name)
     assert not is_gpu_resource("amd.com/fpga")
+
+
+def test_a_pod_with_a_device_nobody_can_read_has_no_sum() -> None:
+    """Two AMD partitions allocated (amdgpu_xcp_1 is not a PCI address: unread for now),
+    or two devices sharing one PCI address: the pod's sums are unknown, never those of
+    the one device that was matched."""
+    amd = gpu(1, 40.0, uuid="00000001-0000-1000-8000-74a1aaaaaaaa", pci_bus_id="0000:c1:00.0")
+    unreadable = DeviceRef("amdgpu_xcp_1", DeviceKind.UNKNOWN, "")
+    alloc_two = Allocation("ns", "a", "c", "amd.com/cpx_nps4",
+                           (parse_device_id("0000:c1:00.0"), unreadable))
+    (p,) = attribute(snap(amd), [alloc_two], pods(info("a", "u-a")), {}).pods
+    assert (p.utilization_percent, p.memory_used_bytes) == (Absent.NO_DATA, Absent.NO_DATA)
+    twins = [gpu(i, 40.0, uuid=f"{i:08x}-0000-1000-8000-74a1aaaaaaaa",
+                 pci_bus_id="0000:c1:00.0") for i in (1, 2)]
+    (p,) = attribute(snap(*twins), [alloc("a", "0000:c1:00.0", resource="amd.com/gpu")],
+                     pods(info("a", "u-a")), {}).pods
+    assert p.utilization_percent is Absent.NO_DATA

@@ -51,7 +51,7 @@ def test_mi300x_readings_as_the_agent_takes_them(rocm: Path, tmp_path: Path) -> 
         410.0, 750.0, 55.0)
     assert [(p["pid"], p["used_memory_bytes"], p["sm_util_percent"])
             for p in g0["processes"]] == [(4242, 8 * 1024 * MIB, "unsupported")]
-    assert g0["processes_unknown"] is None
+    assert g0["processes_unknown"] == "unsupported"  # amdgpu lists only recent users
     assert (g1["utilization_percent"], g1["processes"]) == (0.0, [])  # a true 0: idle
 
 
@@ -81,3 +81,44 @@ def test_no_usable_library_is_unavailable_with_the_reason(
     assert snap["state"] == "unavailable"
     assert why in snap["reason"]
     assert snap["gpus"] == []
+
+
+TWO_SAMPLES = """
+import json, sys
+from pathlib import Path
+from gpuscale.cli.gpus import snapshot_to_json
+from gpuscale.telemetry.amdsmi_backend import AmdSmiBackend
+b = AmdSmiBackend("n")
+first = snapshot_to_json(b.sample())
+Path(sys.argv[1]).write_text(Path(sys.argv[2]).read_text())  # the node changes
+second = snapshot_to_json(b.sample())
+print(json.dumps([first, second]))
+"""
+
+
+def test_what_the_library_cannot_say_never_becomes_a_number(rocm: Path,
+                                                            tmp_path: Path) -> None:
+    """A process name that is not UTF-8 (the package decodes it strictly) costs that
+    reading, not the tick; a GPU whose identity cannot be read is UNAVAILABLE as a whole;
+    VRAM is exact bytes; a call that worked and now says "not supported" is unavailable
+    (a vanishing sysfs file), not unsupported."""
+    config, later = tmp_path / "node.txt", tmp_path / "later.txt"
+    config.write_bytes(("\n".join([
+        gpu_line(0, gfx=30, vram_used_bytes=51200 * MIB + 12345),
+        gpu_line(1, unsupported="uuid")]) + "\n").encode()
+        + proc_line(0, 77, vram=MIB).encode() + b" name=py\xc3\n")
+    later.write_text(gpu_line(0, gfx=30, unsupported="activity") + "\n"
+                     + gpu_line(1, unsupported="uuid") + "\n")
+    got = subprocess.run([sys.executable, "-c", TWO_SAMPLES, str(config), str(later)],
+                         capture_output=True, text=True, timeout=60, check=False,
+                         env=env(rocm, config))
+    assert got.returncode == 0, got.stderr
+    first, second = json.loads(got.stdout)
+    g0, g1 = first["gpus"]
+    assert first["state"] == "ok"
+    assert g0["memory_used_bytes"] == 51200 * MIB + 12345  # not rounded down to MiB
+    assert g0["processes_unknown"] == "unavailable"  # the list could not be decoded
+    assert any("gpu 0: processes: unavailable" in p for p in first["problems"])
+    assert (g1["state"], g1["uuid"], g1["utilization_percent"]) == (
+        "unavailable", "", "unavailable")
+    assert second["gpus"][0]["utilization_percent"] == "unavailable"

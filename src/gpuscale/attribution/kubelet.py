@@ -20,7 +20,7 @@ from gpuscale.attribution.devices import (
     is_gpu_resource,
     parse_device_id,
 )
-from gpuscale.attribution.model import Allocation, DeviceRef
+from gpuscale.attribution.model import Allocation, DeviceKind, DeviceRef
 from gpuscale.common.errors import PeerError
 from gpuscale.proto import podresources_v1_pb2 as pb
 from gpuscale.proto import podresources_v1_pb2_grpc as pb_grpc
@@ -118,6 +118,10 @@ class PodResourcesClient:
                         try:
                             refs.append(parse_device_id(raw))
                         except DeviceIdError as exc:
+                            # Kept, unmatched: the pod holds a GPU we cannot read, so its
+                            # sums are unknown, never those of its other devices alone
+                            # (the AMD plugin's amdgpu_xcp_<n> partitions, for now).
+                            refs.append(DeviceRef(raw[:256], DeviceKind.UNKNOWN, ""))
                             problems.append(f"{pod.namespace}/{pod.name}/{c.name}: {exc}")
                     allocations.append(Allocation(pod.namespace, pod.name, c.name,
                                                   dev.resource_name, tuple(refs)))

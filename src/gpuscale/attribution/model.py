@@ -15,6 +15,7 @@ class DeviceKind(enum.Enum):
     GPU = "gpu"  # a whole GPU, or one replica of a time-sliced/MPS GPU
     MIG = "mig"
     PCI = "pci"  # an AMD GPU or partition by its PCI address (the AMD device plugin's ID)
+    UNKNOWN = "unknown"  # a GPU resource's device ID in no form we read: never matched
 
 
 @dataclass(frozen=True, slots=True)

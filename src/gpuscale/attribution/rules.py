@@ -85,7 +85,9 @@ def attribute(snapshot: NodeSnapshot,
     if isinstance(pods, Absent):
         reasons.append(f"pod metadata {pods.value}")
     gpus = {g.uuid: g for g in snapshot.gpus}
-    by_pci = {g.pci_bus_id.lower(): g for g in snapshot.gpus if g.pci_bus_id}
+    pcis = [g.pci_bus_id.lower() for g in snapshot.gpus if g.pci_bus_id]
+    by_pci = {g.pci_bus_id.lower(): g for g in snapshot.gpus  # an address two devices
+              if g.pci_bus_id and pcis.count(g.pci_bus_id.lower()) == 1}  # share: neither
     migs = {m.uuid: (g, m) for g in snapshot.gpus for m in g.migs}
     mig_ids = {(g.uuid, m.gpu_instance_id, m.compute_instance_id): (g, m)
                for g in snapshot.gpus for m in g.migs}
@@ -102,21 +104,23 @@ def attribute(snapshot: NodeSnapshot,
         return _Target(*hit) if hit else None
 
     holders: dict[str, set[Holder]] = defaultdict(set)
-    resolved: list[tuple[Allocation, list[tuple[DeviceRef, _Target]]]] = []
+    resolved: list[tuple[Allocation, list[tuple[DeviceRef, _Target]], bool]] = []
     unknown: list[str] = []
     for a in allocations:
         done = None if isinstance(pods, Absent) else pods.get((a.namespace, a.pod))
         if done is not None and done.phase in TERMINAL:
             continue
         targets = []
+        complete = True
         for ref in a.devices:
-            t = resolve(ref)
+            t = resolve(ref) if ref.kind is not DeviceKind.UNKNOWN else None
             if t is None:
                 unknown.append(ref.raw)
+                complete = False
                 continue
             holders[t.key].add((a.namespace, a.pod, a.container))
             targets.append((ref, t))
-        resolved.append((a, targets))
+        resolved.append((a, targets, complete))
     if unknown:
         reasons.append(f"{len(unknown)} allocated device(s) not seen on this node")
 
@@ -124,7 +128,7 @@ def attribute(snapshot: NodeSnapshot,
               {(p.namespace, p.name): p.uid for p in pods.values()})
     usages: list[PodUsage] = []
     missing_pods: set[str] = set()
-    for a, targets in resolved:
+    for a, targets, complete in resolved:
         info = None if isinstance(pods, Absent) else pods.get((a.namespace, a.pod))
         if info is None and not isinstance(pods, Absent):
             missing_pods.add(f"{a.namespace}/{a.pod}")
@@ -136,11 +140,16 @@ def attribute(snapshot: NodeSnapshot,
             seen.add(t.key)
             devices.append(_device_usage(ref, t, len(holders[t.key]), info, a.container,
                                          owners))
+        # A device of the pod's not seen (or not readable): its sums would be those of the
+        # others alone - smaller than what the pod uses. Unknown instead.
+        util = _sum([d.utilization_percent for d in devices])
+        used = _isum([d.memory_used_bytes for d in devices])
+        total = _isum([d.memory_total_bytes for d in devices])
         usages.append(PodUsage(
             a.namespace, a.pod, a.container, a.resource, tuple(devices),
-            _sum([d.utilization_percent for d in devices]),
-            _isum([d.memory_used_bytes for d in devices]),
-            _isum([d.memory_total_bytes for d in devices]),
+            util if complete or isinstance(util, Absent) else Absent.NO_DATA,
+            used if complete or isinstance(used, Absent) else Absent.NO_DATA,
+            total if complete or isinstance(total, Absent) else Absent.NO_DATA,
             pod_info=info, sampled_at=snapshot.taken_at, allocated_at=allocated_at))
     if missing_pods:
         reasons.append(f"{len(missing_pods)} pod(s) not in the API cache yet: "

@@ -14,10 +14,19 @@ library marks N/A, 0xFFFF, inside a successful call); any other failure is
 Readings (units of ``telemetry.model``): utilization = GFX activity (0-100, the busy share
 of the graphics/compute engine), memory utilization = UMC activity, memory from the VRAM
 usage (MiB from the library, bytes here), power = current socket power, temperature = the
-hotspot (junction) sensor - MI300 has no edge sensor. Processes: pid and VRAM; amdgpu lists
-only processes that used the GPU recently (its fdinfo), so the list is what runs now, not
-everything holding a context, and per-process engine use is not turned into a percentage
-here (``sm_util_percent`` UNSUPPORTED).
+hotspot (junction) sensor - MI300 has no edge sensor. VRAM is read in bytes (the
+memory-usage calls; the VRAM-usage call rounds down to whole MiB). Processes: pid and VRAM;
+amdgpu lists only processes that used the GPU recently (its fdinfo), so the list is not
+everything holding a context: it is marked incomplete (``processes_unknown``
+UNSUPPORTED), and a GPU shared by several pods then reads "shared", never 0 for a pod whose
+process is not listed; per-process engine use is not turned into a percentage here.
+
+A call that succeeded before on a GPU and now answers "not supported" is ``unavailable``,
+not ``unsupported`` (rocm_smi maps a vanished sysfs file to NOT_SUPPORTED: the GPU may be
+going away). A GPU whose identity (UUID, PCI address) cannot be read and was never read
+before is UNAVAILABLE as a whole: its pods cannot be matched to it. Anything else the
+package raises for one reading (a name that is not UTF-8, say) is ``unavailable`` for
+that reading, never the tick's end.
 
 Partitions (CPX/DPX/QPX compute partitions, NPS memory partitions) are not read yet: a
 partitioned GPU appears as the processors the library enumerates.
@@ -92,6 +101,7 @@ class AmdSmiBackend:
         # index -> (uuid, PCI address, name) from its last good read: a GPU lost later
         # keeps its identity, so the pods allocated it read lost, not unknown
         self._known: dict[int, tuple[str, str, str]] = {}
+        self._worked: set[tuple[int, str]] = set()  # (gpu, call) that succeeded once
         self._problems: list[str] = []
 
     # -- lifecycle ---------------------------------------------------------------------
@@ -156,17 +166,26 @@ class AmdSmiBackend:
         assert smi is not None
         uuid = ""
         try:
-            uuid = str(self._call(index, "uuid", smi.amdsmi_get_gpu_device_uuid, h, ""))
-            bdf = str(self._call(index, "bdf", smi.amdsmi_get_gpu_device_bdf, h, ""))
-            asic = self._call(index, "asic", smi.amdsmi_get_gpu_asic_info, h, {})
+            got_uuid = self._call(index, "uuid", smi.amdsmi_get_gpu_device_uuid, h)
+            got_bdf = self._call(index, "bdf", smi.amdsmi_get_gpu_device_bdf, h)
+            asic = self._call(index, "asic", smi.amdsmi_get_gpu_asic_info, h)
             name = str(asic.get("market_name", "")) if isinstance(asic, dict) else ""
-            activity = self._call(index, "activity", smi.amdsmi_get_gpu_activity, h, None)
-            vram = self._call(index, "vram", smi.amdsmi_get_gpu_vram_usage, h, None)
-            power = self._call(index, "power", smi.amdsmi_get_power_info, h, None)
-            temp = self._call(index, "temperature", smi.amdsmi_get_temp_metric, h, None,
+            if isinstance(got_uuid, Absent) or isinstance(got_bdf, Absent):
+                if index not in self._known:  # no identity: its pods cannot be matched
+                    return _unknown_gpu(index)
+                uuid, bdf, name = self._known[index]
+            else:
+                uuid, bdf = str(got_uuid), str(got_bdf)
+            activity = self._call(index, "activity", smi.amdsmi_get_gpu_activity, h)
+            used = self._call(index, "vram_used", smi.amdsmi_get_gpu_memory_usage, h,
+                              smi.AmdSmiMemoryType.VRAM)
+            total = self._call(index, "vram_total", smi.amdsmi_get_gpu_memory_total, h,
+                               smi.AmdSmiMemoryType.VRAM)
+            power = self._call(index, "power", smi.amdsmi_get_power_info, h)
+            temp = self._call(index, "temperature", smi.amdsmi_get_temp_metric, h,
                               smi.AmdSmiTemperatureType.HOTSPOT,
                               smi.AmdSmiTemperatureMetric.CURRENT)
-            procs = self._call(index, "processes", smi.amdsmi_get_gpu_process_list, h, None)
+            procs = self._call(index, "processes", smi.amdsmi_get_gpu_process_list, h)
         except _Lost:
             uuid, bdf, name = self._known.get(index, (uuid, "", ""))
             self._note(f"gpu {index}", f"GPU {uuid or index} is lost", logging.ERROR)
@@ -179,47 +198,47 @@ class AmdSmiBackend:
         if uuid and bdf:
             self._known[index] = (uuid, bdf, name)
         processes: tuple[ProcessSample, ...] = ()
-        unknown: Absent | None = None
-        if isinstance(procs, Absent):
-            unknown = procs
-        else:
+        # amdgpu lists only processes that ran lately: never the full list (see above)
+        unknown: Absent = procs if isinstance(procs, Absent) else Absent.UNSUPPORTED
+        if not isinstance(procs, Absent):
             processes = tuple(
                 ProcessSample(int(p["pid"]), _bytes(p.get("memory_usage", {}).get("vram_mem")),
                               sm_util_percent=Absent.UNSUPPORTED)
                 for p in procs)
-        total = _field(vram, "vram_total", MIB)
-        used = _field(vram, "vram_used", MIB)
+        used_b, total_b = _count(used), _count(total)
         return GpuSample(
             index=index, uuid=uuid, name=name, pci_bus_id=bdf, minor_number=-1,
-            utilization_percent=_field(activity, "gfx_activity"),
-            memory_util_percent=_field(activity, "umc_activity"),
-            memory_used_bytes=_int(used), memory_total_bytes=_int(total),
-            memory_free_bytes=(int(total) - int(used) if not isinstance(total, Absent)
-                               and not isinstance(used, Absent) else Absent.UNAVAILABLE),
+            utilization_percent=_percent(_field(activity, "gfx_activity")),
+            memory_util_percent=_percent(_field(activity, "umc_activity")),
+            memory_used_bytes=used_b, memory_total_bytes=total_b,
+            memory_free_bytes=(total_b - used_b if not isinstance(total_b, Absent)
+                               and not isinstance(used_b, Absent) else Absent.UNAVAILABLE),
             power_watts=_field(power, "current_socket_power"),
             power_limit_watts=_field(power, "power_limit"),
             temperature_c=temp if isinstance(temp, Absent) else float(temp),
             processes=processes, processes_unknown=unknown)
 
     def _call(self, index: int, what: str, fn: Callable[..., Any], handle: Any,
-              _default: Any, *args: Any) -> Any:
+              *args: Any) -> Any:
         """One library call for one GPU: its result, or the Absent its failure means.
         Raises _Lost when the GPU is gone."""
         smi = self._smi
         assert smi is not None
         try:
-            return fn(handle, *args)
+            got = fn(handle, *args)
         except smi.AmdSmiLibraryException as exc:
             code = exc.get_error_code()
             if code in (NOT_FOUND, RESTART_ERR):
                 raise _Lost from None
-            if code == NOT_SUPPORTED:
+            if code == NOT_SUPPORTED and (index, what) not in self._worked:
                 return Absent.UNSUPPORTED
             self._problem(f"gpu {index}: {what}: unavailable ({self._why(exc)})")
             return Absent.UNAVAILABLE
-        except smi.AmdSmiException as exc:  # retry, timeout, a bad parameter
+        except Exception as exc:  # retry, timeout, undecodable text: this reading only
             self._problem(f"gpu {index}: {what}: unavailable ({type(exc).__name__})")
             return Absent.UNAVAILABLE
+        self._worked.add((index, what))
+        return got
 
     # -- reasons -----------------------------------------------------------------------
 
@@ -261,8 +280,26 @@ def _field(got: Any, key: str, scale: float = 1.0) -> float | Absent:
     return float(value) * scale
 
 
-def _int(value: float | Absent) -> int | Absent:
-    return value if isinstance(value, Absent) else int(value)
+def _count(value: Any) -> int | Absent:
+    """A byte count from the library: the Absent of a failed call, or the integer."""
+    if isinstance(value, Absent):
+        return value
+    return int(value) if isinstance(value, int) and value >= 0 else Absent.UNAVAILABLE
+
+
+def _percent(value: float | Absent) -> float | Absent:
+    """An activity: above 100 it is not one (a reading the library garbled)."""
+    return Absent.UNAVAILABLE if not isinstance(value, Absent) and value > 100 else value
+
+
+def _unknown_gpu(index: int) -> GpuSample:
+    """A GPU whose identity could not be read: nothing of it can be matched or used."""
+    return GpuSample(index=index, uuid="", name="", pci_bus_id="", minor_number=-1,
+                     state=GpuState.UNAVAILABLE, utilization_percent=Absent.UNAVAILABLE,
+                     memory_util_percent=Absent.UNAVAILABLE,
+                     memory_used_bytes=Absent.UNAVAILABLE,
+                     memory_total_bytes=Absent.UNAVAILABLE, power_watts=Absent.UNAVAILABLE,
+                     temperature_c=Absent.UNAVAILABLE, processes_unknown=Absent.UNAVAILABLE)
 
 
 def _bytes(value: Any) -> int | Absent:

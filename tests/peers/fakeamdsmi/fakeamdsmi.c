@@ -90,6 +90,7 @@ typedef struct {
     char uuid[256], name[256], serial[256], unsupported[264];
     unsigned domain, bus, device, function;
     uint32_t vram_total, vram_used, gfx, umc, mm, power, power_limit;
+    uint64_t vram_used_bytes;
     int64_t temp;
 } gpu_t;
 
@@ -167,6 +168,7 @@ static void load(void) {
             }
             g->vram_total = (uint32_t)num(line, "vram_total", 196592);
             g->vram_used = (uint32_t)num(line, "vram_used", 0);
+            g->vram_used_bytes = num(line, "vram_used_bytes", 0);
             g->gfx = (uint32_t)num(line, "gfx", 0);
             g->umc = (uint32_t)num(line, "umc", 0);
             g->mm = (uint32_t)num(line, "mm", NA);
@@ -319,6 +321,26 @@ int amdsmi_get_gpu_vram_usage(void *h, vram_usage_t *vram) {
     memset(vram, 0, sizeof *vram);
     vram->vram_total = g->vram_total;
     vram->vram_used = g->vram_used;
+    return S_SUCCESS;
+}
+
+/* VRAM in bytes (AMDSMI_MEM_TYPE_VRAM = 0): vram_used_bytes= gives a size that is not a
+ * whole MiB (what amdsmi_get_gpu_vram_usage rounds down). */
+int amdsmi_get_gpu_memory_total(void *h, int type, uint64_t *total) {
+    gpu_t *g;
+    int s = check(h, "vram", &g);
+    if (s) return s;
+    if (type != 0) return S_NOT_SUPPORTED;
+    *total = (uint64_t)g->vram_total * 1048576u;
+    return S_SUCCESS;
+}
+
+int amdsmi_get_gpu_memory_usage(void *h, int type, uint64_t *used) {
+    gpu_t *g;
+    int s = check(h, "vram", &g);
+    if (s) return s;
+    if (type != 0) return S_NOT_SUPPORTED;
+    *used = g->vram_used_bytes ? g->vram_used_bytes : (uint64_t)g->vram_used * 1048576u;
     return S_SUCCESS;
 }
 
