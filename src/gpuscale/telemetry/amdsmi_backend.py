@@ -44,6 +44,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
+from gpuscale.common.errors import PeerError
 from gpuscale.telemetry.model import (
     Absent,
     BackendState,
@@ -65,7 +66,7 @@ _WHY = {NO_PERM: "not permitted (the agent needs read access to /dev/kfd and /de
         RESTART_ERR: "the amdgpu driver is restarting"}
 
 
-class _Lost(Exception):
+class _Lost(PeerError):
     """A GPU answered that it is gone: the rest of its tick is LOST."""
 
 
@@ -261,7 +262,7 @@ class AmdSmiBackend:
             log.info("%s: readable again", subject)
 
 
-class _Down(Exception):
+class _Down(PeerError):
     """The library cannot be used at all this tick (the reason is the message)."""
 
 
