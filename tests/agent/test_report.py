@@ -156,3 +156,17 @@ def test_a_report_not_known_says_why_and_carries_nothing_else() -> None:
         NodeReport("n", 1, 0.0, 1.0, Unavailable(""))
     with pytest.raises(ValueError, match="carries no devices"):
         NodeReport("n", 1, 0.0, 1.0, Unavailable("no attribution yet"), ())
+
+
+def test_a_pod_holding_a_device_no_one_reads_has_no_gpu_signals_and_says_why() -> None:
+    # Its matched device alone would make its memory-used a part of what it uses.
+    u = usage("v-0")
+    u = PodUsage(u.namespace, u.pod, u.container, "amd.com/cpx_nps1", u.devices,
+                 Absent.NO_DATA, Absent.NO_DATA, Absent.NO_DATA, pod_info=u.pod_info,
+                 unmatched=("amdgpu_xcp_99",))
+    got = report_of(snapshot(), attribution(PARTIAL, u))
+    assert isinstance(got.pods, tuple)
+    (rec,) = got.pods
+    assert set(rec.signals.values()) == {Absent.NO_DATA}
+    assert rec.reasons["gpu-memory-used"] == (
+        "allocated device amdgpu_xcp_99 is not one this node's agent reads")

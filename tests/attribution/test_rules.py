@@ -331,17 +331,60 @@ def test_amd_resource_names_are_gpus() -> None:
 
 
 def test_a_pod_with_a_device_nobody_can_read_has_no_sum() -> None:
-    """Two AMD partitions allocated (amdgpu_xcp_1 is not a PCI address: unread for now),
-    or two devices sharing one PCI address: the pod's sums are unknown, never those of
-    the one device that was matched."""
+    """A device ID in no form we read beside one matched, or two devices sharing one PCI
+    address: the pod's sums are unknown, never those of the one device that was matched,
+    and the unmatched ID is named."""
     amd = gpu(1, 40.0, uuid="00000001-0000-1000-8000-74a1aaaaaaaa", pci_bus_id="0000:c1:00.0")
-    unreadable = DeviceRef("amdgpu_xcp_1", DeviceKind.UNKNOWN, "")
+    unreadable = DeviceRef("amdgpu_part_1", DeviceKind.UNKNOWN, "")
     alloc_two = Allocation("ns", "a", "c", "amd.com/cpx_nps4",
                            (parse_device_id("0000:c1:00.0"), unreadable))
     (p,) = attribute(snap(amd), [alloc_two], pods(info("a", "u-a")), {}).pods
     assert (p.utilization_percent, p.memory_used_bytes) == (Absent.NO_DATA, Absent.NO_DATA)
+    assert p.unmatched == ("amdgpu_part_1",)
     twins = [gpu(i, 40.0, uuid=f"{i:08x}-0000-1000-8000-74a1aaaaaaaa",
                  pci_bus_id="0000:c1:00.0") for i in (1, 2)]
     (p,) = attribute(snap(*twins), [alloc("a", "0000:c1:00.0", resource="amd.com/gpu")],
                      pods(info("a", "u-a")), {}).pods
     assert p.utilization_percent is Absent.NO_DATA
+
+
+def partitioned(util: float, busy: tuple[float | Absent, ...],
+                names: tuple[str, ...]) -> GpuSample:
+    """An AMD GPU in a partition mode: its own PCI address, one partition per name."""
+    parts = tuple(MigSample(f"{p:08x}-0000-1000-8000-74a1bbbbbbbb", uuid(0), p, p, 0,
+                            "cpx.nps1", GIB, 24 * GIB, b, device_id=n)
+                  for p, (b, n) in enumerate(zip(busy, names, strict=True)))
+    return gpu(0, util, pci_bus_id="0000:c1:00.0", mig_enabled=True,
+               sharing=SharingMode.MIG, migs=parts)
+
+
+def test_amd_partitions_go_to_their_pod_by_the_device_plugins_name() -> None:
+    """The GPU's own PCI address is its first partition; amdgpu_xcp_<n> the others. Each
+    pod gets its partition's busy share, not the GPU's average."""
+    g = partitioned(12.0, (90.0, 0.0, 6.0), ("0000:c1:00.0", "amdgpu_xcp_0", "amdgpu_xcp_1"))
+    result = attribute(snap(g), [alloc("a", "0000:C1:00.0", resource="amd.com/cpx_nps1"),
+                                 alloc("b", "amdgpu_xcp_1", resource="amd.com/cpx_nps1")],
+                       pods(info("a", "u-a"), info("b", "u-b")), {})
+    got = {p.pod: p for p in result.pods}
+    assert (got["a"].utilization_percent, got["b"].utilization_percent) == (90.0, 6.0)
+    assert got["a"].devices[0].mig_profile == "cpx.nps1"
+    assert result.idle_gpus == (g.migs[1].uuid,)
+    assert result.state is AttributionState.OK
+
+
+def test_a_partitioned_gpus_address_is_never_the_whole_gpu() -> None:
+    # Partition names unreadable (no /sys): the PCI address must not fall back to the
+    # whole GPU, whose 12 % averages a 90 % partition with idle ones.
+    g = partitioned(12.0, (90.0, 0.0), ("", ""))
+    (p,) = attribute(snap(g), [alloc("a", "0000:c1:00.0", resource="amd.com/cpx_nps1")],
+                     pods(info("a", "u-a")), {}).pods
+    assert p.utilization_percent is Absent.NO_DATA
+    assert p.unmatched == ("0000:c1:00.0",)
+
+
+def test_amd_partition_ids_parse_strictly() -> None:
+    ref = parse_device_id("amdgpu_xcp_12")
+    assert (ref.kind, ref.uuid) == (DeviceKind.PLATFORM, "amdgpu_xcp_12")
+    for raw in ("amdgpu_xcp_", "amdgpu_xcp_1a", "AMDGPU_XCP_1", "amdgpu_xcp_123456"):
+        with pytest.raises(DeviceIdError):
+            parse_device_id(raw)

@@ -32,6 +32,7 @@ from tests.peers.fakenvml import DRIVER, build, gpu_line, mig_line, proc_line
 from tests.peers.kubeapi import KubeApiPeer, api_client, make_pod
 from tests.peers.kubelet import KubeletPeer, pod
 from tests.support.polling import until
+from tests.support.sysfs import drm_tree
 
 NODE = load_scenario("timesliced-node").nodes[0]  # GPU 0: 4 pods time-slicing
 
@@ -440,6 +441,36 @@ async def test_mps_clients_whose_work_the_driver_books_to_the_server_read_shared
     assert [gpu_signal(result, c) for c in ("ts-a", "ts-b")] == ["shared", "shared"]
 
 
+async def attribute_on_fake_amdsmi(cluster: tuple[KubeletPeer, KubeApiPeer, Path],
+                                   tmp_path: Path, lines: list[str],
+                                   render_nodes: dict[int, str] | None = None,
+                                   ) -> dict[str, Any]:
+    """One tick of the AMD backend (the real amdsmi package on the fake libamd_smi.so)
+    through the agent's attribution, against the kubelet and API peers; ``render_nodes``
+    lays out the host's /sys for partitions (none: no /sys)."""
+    from tests.peers import fakeamdsmi
+
+    kubelet, api, proc = cluster
+    config = tmp_path / "amd.txt"
+    config.write_text("\n".join(lines) + "\n")
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "t",
+        "clusters": [{"name": "t", "cluster": {"server": f"http://127.0.0.1:{api.port}"}}],
+        "users": [{"name": "t", "user": {"token": api.token}}],
+        "contexts": [{"name": "t", "context": {"cluster": "t", "user": "t"}}]}))
+    sys_root = drm_tree(tmp_path / "sys", render_nodes or {})
+    driver = Path(fakeamdsmi.__file__).parent / "drive.py"
+    proc_ = await asyncio.create_subprocess_exec(
+        sys.executable, str(driver), str(kubelet.socket_path), str(proc), str(kubeconfig),
+        NODE.name, str(sys_root), env=fakeamdsmi.env(fakeamdsmi.build(), config),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc_.communicate(), 60)
+    assert proc_.returncode == 0, err.decode()
+    result: dict[str, Any] = json.loads(out)
+    return result
+
+
 async def test_amd_gpus_through_the_real_amdsmi_attributed_by_pci_address(
         cluster: tuple[KubeletPeer, KubeApiPeer, Path], tmp_path: Path) -> None:
     """An AMD node end to end: the real amdsmi package on the fake libamd_smi.so, the
@@ -448,30 +479,46 @@ async def test_amd_gpus_through_the_real_amdsmi_attributed_by_pci_address(
     never 0."""
     from tests.peers import fakeamdsmi
 
-    kubelet, api, proc = cluster
-    kubelet.pods = [pod("dev", "ts-a", ("app", "amd.com/gpu", ["0000:05:00.0"])),
-                    pod("dev", "ts-b", ("app", "amd.com/gpu", ["0000:06:00.0"]))]
-    config = tmp_path / "amd.txt"
-    config.write_text("\n".join([
+    cluster[0].pods = [pod("dev", "ts-a", ("app", "amd.com/gpu", ["0000:05:00.0"])),
+                       pod("dev", "ts-b", ("app", "amd.com/gpu", ["0000:06:00.0"]))]
+    result = await attribute_on_fake_amdsmi(cluster, tmp_path, [
         fakeamdsmi.gpu_line(0, gfx=63, vram_used=40960),
         fakeamdsmi.gpu_line(1, lost_after=9),  # gone after its first sample
-        fakeamdsmi.proc_line(0, 7001, name="python3", vram=40 * 2**30)]) + "\n")
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "t",
-        "clusters": [{"name": "t", "cluster": {"server": f"http://127.0.0.1:{api.port}"}}],
-        "users": [{"name": "t", "user": {"token": api.token}}],
-        "contexts": [{"name": "t", "context": {"cluster": "t", "user": "t"}}]}))
-    driver = Path(fakeamdsmi.__file__).parent / "drive.py"
-    proc_ = await asyncio.create_subprocess_exec(
-        sys.executable, str(driver), str(kubelet.socket_path), str(proc), str(kubeconfig),
-        NODE.name, env=fakeamdsmi.env(fakeamdsmi.build(), config),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-    out, err = await asyncio.wait_for(proc_.communicate(), 60)
-    assert proc_.returncode == 0, err.decode()
-    result = json.loads(out)
+        fakeamdsmi.proc_line(0, 7001, name="python3", vram=40 * 2**30)])
     got = by_pod(result)
     assert got["ts-a"]["utilization_percent"] == 63.0
     assert got["ts-a"]["memory_used_bytes"] == 40960 * 2**20
     assert gpu_signal(result, "ts-a") == 63.0
     assert gpu_signal(result, "ts-b") == "lost"
+
+
+async def test_amd_cpx_partitions_each_pod_gets_its_own_partitions_share(
+        cluster: tuple[KubeletPeer, KubeApiPeer, Path], tmp_path: Path) -> None:
+    """An MI300X in CPX mode offered as amd.com/cpx_nps1: the device plugin names the
+    first partition by the GPU's PCI address and the others amdgpu_xcp_<n>. Each pod reads
+    its own partition's busy share - the one on the busy partition 90, not the GPU's
+    average of 12 - and a pod holding a partition this node cannot name (and one holding
+    a name no partition has) reads unknown, never a number."""
+    from tests.peers import fakeamdsmi
+
+    names = {p: fakeamdsmi.xcp_name(0, p) for p in range(8)}
+    cluster[0].pods = [
+        pod("dev", "ts-a", ("app", "amd.com/cpx_nps1", [names[0]])),
+        pod("dev", "ts-b", ("app", "amd.com/cpx_nps1", [names[3]])),
+        pod("dev", "ts-c", ("app", "amd.com/cpx_nps1", [names[5], "amdgpu_xcp_99"])),
+        pod("dev", "ts-d", ("app", "amd.com/cpx_nps1", [names[6]]))]
+    lines, render_nodes = fakeamdsmi.partitioned_gpu(0, gfx=12, busy=(5, 0, 0, 90, 0, 1, 0),
+                                                     vram_used=2048)
+    del render_nodes[128 + 6]  # partition 6's render node is missing from this /sys
+    result = await attribute_on_fake_amdsmi(
+        cluster, tmp_path, [*lines, fakeamdsmi.proc_line(3, 7001, vram=2**30)],
+        render_nodes)
+    got = by_pod(result)
+    assert got["ts-a"]["utilization_percent"] == 5.0
+    assert got["ts-b"]["utilization_percent"] == 90.0
+    assert got["ts-b"]["memory_used_bytes"] == 2048 * 2**20
+    assert got["ts-b"]["devices"][0]["mig_profile"] == "cpx.nps1"
+    assert [gpu_signal(result, c) for c in ("ts-a", "ts-b")] == [5.0, 90.0]
+    assert not isinstance(gpu_signal(result, "ts-c"), float)  # one device nobody has
+    assert not isinstance(gpu_signal(result, "ts-d"), float)  # its name is unreadable
+    assert "amdgpu_xcp_99" in result["attribution"]["unknown_devices"]

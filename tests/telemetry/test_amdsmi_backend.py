@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from tests.peers.fakeamdsmi import build, env, gpu_line, proc_line
+from tests.peers.fakeamdsmi import build, env, gpu_line, partitioned_gpu, proc_line, xcp_name
+from tests.support.sysfs import drm_tree
 
 MIB = 1024 * 1024
 
@@ -21,11 +22,13 @@ def rocm() -> Path:
     return build()
 
 
-def gpus(rocm: Path, tmp_path: Path, lines: list[str], **extra: str) -> tuple[int, Any, str]:
+def gpus(rocm: Path, tmp_path: Path, lines: list[str], sys_root: Path | None = None,
+         **extra: str) -> tuple[int, Any, str]:
     config = tmp_path / "node.txt"
     config.write_text("\n".join(lines) + "\n")
     got = subprocess.run([sys.executable, "-m", "gpuscale.cli", "gpus", "--gpu-backend",
-                          "amd", "--attribution", "off", "--json"],
+                          "amd", "--attribution", "off", "--json",
+                          "--sys-root", str(sys_root or tmp_path / "no-sysfs")],
                          capture_output=True, text=True, timeout=60, check=False,
                          env=env(rocm, config, **extra))
     return got.returncode, json.loads(got.stdout), got.stderr
@@ -76,7 +79,7 @@ def test_a_lost_gpu_and_unsupported_calls_are_never_numbers(rocm: Path,
 ])
 def test_no_usable_library_is_unavailable_with_the_reason(
         rocm: Path, tmp_path: Path, extra: dict[str, str], why: str) -> None:
-    code, snap, _ = gpus(rocm, tmp_path, [gpu_line(0)], **extra)  # stdout: JSON only
+    code, snap, _ = gpus(rocm, tmp_path, [gpu_line(0)], None, **extra)  # stdout: JSON only
     assert code == 1
     assert snap["state"] == "unavailable"
     assert why in snap["reason"]
@@ -122,3 +125,63 @@ def test_what_the_library_cannot_say_never_becomes_a_number(rocm: Path,
     assert (g1["state"], g1["uuid"], g1["utilization_percent"]) == (
         "unavailable", "", "unavailable")
     assert second["gpus"][0]["utilization_percent"] == "unavailable"
+
+
+def test_cpx_partitions_are_read_as_partitions_of_one_gpu(rocm: Path, tmp_path: Path) -> None:
+    """Two MI300X in CPX mode: each is one GPU of 8 partitions. A partition's utilization
+    is its own XCC's busy share (95), never the GPU's average (12); power and temperature
+    are the socket's; each partition carries the device plugin's name for it. The second
+    GPU's KFD puts the partition ID in the BDF's function (an older driver)."""
+    lines0, names0 = partitioned_gpu(0, gfx=12, busy=(95, 0, 3), vram_used=4096, power=420,
+                                     temp=61)
+    lines1, names1 = partitioned_gpu(1, gfx=50, busy=(50,) * 8,
+                                     bdf_function_is_partition=True)
+    sysfs = drm_tree(tmp_path / "sys", {**names0, **names1})
+    code, snap, err = gpus(rocm, tmp_path, [*lines0, *lines1,
+                                            proc_line(0, 4242, vram=3 * 2**30),
+                                            proc_line(9, 4343, vram=2**30)], sys_root=sysfs)
+    assert code == 0, err
+    assert [g["pci_bus_id"] for g in snap["gpus"]] == ["0000:05:00.0", "0000:06:00.0"]
+    g0, g1 = snap["gpus"]
+    assert (g0["mig_enabled"], g0["sharing"], len(g0["migs"])) == (True, "mig", 8)
+    assert g0["utilization_percent"] == 12.0  # the GPU's average over its partitions
+    assert (g0["power_watts"], g0["temperature_c"]) == (420.0, 61.0)
+    parts = g0["migs"]
+    assert [m["utilization_percent"] for m in parts[:4]] == [95.0, 0.0, 3.0, "unsupported"]
+    assert [m["gpu_instance_id"] for m in parts] == list(range(8))
+    assert [m["profile"] for m in parts] == ["cpx.nps1"] * 8
+    assert [m["device_id"] for m in parts] == [xcp_name(0, p) for p in range(8)]
+    assert parts[0]["memory_used_bytes"] == 4096 * MIB
+    assert parts[0]["memory_total_bytes"] == 196592 // 8 * MIB
+    assert [p["pid"] for p in parts[0]["processes"]] == [4242]
+    assert [p["pid"] for p in g1["migs"][1]["processes"]] == [4343]
+    assert [p["pid"] for p in g0["processes"]] == [4242]  # the GPU: all its partitions'
+    assert len({m["uuid"] for g in (g0, g1) for m in g["migs"]} | {g0["uuid"]}) == 17
+    assert [m["device_id"] for m in g1["migs"]] == [xcp_name(1, p) for p in range(8)]
+    assert snap["problems"] == []
+
+
+def test_partitions_whose_names_cannot_be_read_say_why(rocm: Path, tmp_path: Path) -> None:
+    # No host /sys: which device-plugin device each partition is cannot be known, so no
+    # pod will be matched to them (their pods read unknown) - and the reason says so.
+    lines, _ = partitioned_gpu(0, partitions=2, compute="DPX", memory="NPS2",
+                               busy=(40, 10))
+    code, snap, err = gpus(rocm, tmp_path, lines)
+    assert code == 0, err
+    (g,) = snap["gpus"]
+    assert [m["device_id"] for m in g["migs"]] == ["", ""]
+    assert [m["profile"] for m in g["migs"]] == ["dpx.nps2"] * 2
+    assert any("mount the host's /sys" in p for p in snap["problems"])
+
+
+@pytest.mark.parametrize("unsupported", ["metrics", "kfd"])
+def test_a_partition_without_its_own_busy_share_never_reads_the_gpus(
+        rocm: Path, tmp_path: Path, unsupported: str) -> None:
+    # The metrics table not supported, or the partition ID not readable: the partition's
+    # utilization is unknown - the GPU's average (12) would be smaller than a busy one's.
+    lines, names = partitioned_gpu(0, partitions=4, compute="QPX", gfx=12,
+                                   busy=(90, 0, 0, 0), unsupported=unsupported)
+    code, snap, err = gpus(rocm, tmp_path, lines, sys_root=drm_tree(tmp_path / "s", names))
+    assert code == 0, err
+    (g,) = snap["gpus"]
+    assert all(m["utilization_percent"] == "unsupported" for m in g["migs"]), g["migs"]

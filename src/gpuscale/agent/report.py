@@ -127,18 +127,26 @@ def pod_records(snapshot: NodeSnapshot, attribution: NodeAttribution,
     out = []
     for (ns, name), usages in by_pod.items():
         devices = [d for u in usages for d in u.devices]
+        unmatched = [raw for u in usages for raw in u.unmatched]
         utils = [d.utilization_percent for d in devices]
         used = [d.memory_used_bytes for d in devices]
         total = [d.memory_total_bytes for d in devices]
+        known = bool(devices) and not unmatched  # else a figure of some devices only
         signals: dict[str, Reading] = {
-            "gpu-utilization": _mean(utils) if devices else Absent.NO_DATA,
-            "gpu-memory": _ratio(used, total) if devices else Absent.NO_DATA,
-            "gpu-memory-used": _mib(used) if devices else Absent.NO_DATA,
+            "gpu-utilization": _mean(utils) if known else Absent.NO_DATA,
+            "gpu-memory": _ratio(used, total) if known else Absent.NO_DATA,
+            "gpu-memory-used": _mib(used) if known else Absent.NO_DATA,
         }
-        reasons: Mapping[str, str] = {}
+        reasons: dict[str, str] = {}
+        if unmatched:
+            why = (f"allocated device {unmatched[0][:80]} is not one this node's agent "
+                   f"reads" + (f" (and {len(unmatched) - 1} more)" if len(unmatched) > 1
+                               else ""))
+            reasons = dict.fromkeys(("gpu-utilization", "gpu-memory", "gpu-memory-used"),
+                                    why)
         if engines and (ns, name) in engines:
             signals.update(engines[(ns, name)].signals)
-            reasons = engines[(ns, name)].reasons
+            reasons.update(engines[(ns, name)].reasons)
         info = usages[0].pod_info
         out.append(PodRecord(ns, name, snapshot.node,
                              dict(info.labels) if info else {},

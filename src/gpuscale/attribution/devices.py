@@ -1,8 +1,11 @@
 """Device IDs and resource names of the NVIDIA and AMD device plugins, parsed strictly.
 
-The AMD device plugin (ROCm/k8s-device-plugin) names each GPU - and each partition of a
-partitioned GPU - by its PCI address, and offers them as ``amd.com/gpu``, or, on a node
-whose GPUs are partitioned differently, as ``amd.com/<compute>_<memory>`` (``cpx_nps4``).
+The AMD device plugin (ROCm/k8s-device-plugin, ``internal/pkg/amdgpu/amdgpu.go``
+``GetAMDGPUs``) names a GPU by its PCI address (the amdgpu driver's device directory,
+``0000:19:00.0``); on a partitioned GPU that address is its first partition, and every
+other partition is named by its platform device (``amdgpu_xcp_<n>``, numbered across the
+node). It offers them as ``amd.com/gpu``, or, on a node whose GPUs are partitioned
+differently, as ``amd.com/<compute>_<memory>`` (``cpx_nps4``).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ _MIG = re.compile(rf"(?P<uuid>MIG-{_UUID}){_REPLICA}")
 _MIG_OLD = re.compile(rf"MIG-(?P<uuid>GPU-{_UUID})/(?P<gi>\d{{1,4}})/(?P<ci>\d{{1,4}}){_REPLICA}")
 
 _PCI = re.compile(rf"(?P<bdf>[0-9a-fA-F]{{4}}:[0-9a-fA-F]{{2}}:[0-9a-fA-F]{{2}}\.[0-7]){_REPLICA}")
+_XCP = re.compile(rf"(?P<name>amdgpu_xcp_\d{{1,5}}){_REPLICA}")
 
 DEFAULT_RESOURCES = ("nvidia.com/gpu", "nvidia.com/gpu.shared", "amd.com/gpu")
 _MIG_RESOURCE = re.compile(r"nvidia\.com/mig-(?:\d+c\.)?\d+g\.\d+gb(?:\.shared)?")
@@ -45,9 +49,11 @@ def parse_device_id(raw: str) -> DeviceRef:
                          compute_instance_id=int(m["ci"]), replica=_int(m["replica"]))
     if m := _PCI.fullmatch(raw):
         return DeviceRef(raw, DeviceKind.PCI, m["bdf"].lower(), replica=_int(m["replica"]))
+    if m := _XCP.fullmatch(raw):
+        return DeviceRef(raw, DeviceKind.PLATFORM, m["name"], replica=_int(m["replica"]))
     raise DeviceIdError(f"{raw[:80]!r} is not GPU-<uuid>, MIG-<uuid>, "
-                        f"MIG-GPU-<uuid>/<gi>/<ci> or a PCI address dddd:bb:dd.f (each "
-                        f"optionally ::<n>)")
+                        f"MIG-GPU-<uuid>/<gi>/<ci>, a PCI address dddd:bb:dd.f or "
+                        f"amdgpu_xcp_<n> (each optionally ::<n>)")
 
 
 def _int(v: str | None) -> int | None:

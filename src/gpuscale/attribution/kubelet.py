@@ -119,8 +119,7 @@ class PodResourcesClient:
                             refs.append(parse_device_id(raw))
                         except DeviceIdError as exc:
                             # Kept, unmatched: the pod holds a GPU we cannot read, so its
-                            # sums are unknown, never those of its other devices alone
-                            # (the AMD plugin's amdgpu_xcp_<n> partitions, for now).
+                            # sums are unknown, never those of its other devices alone.
                             refs.append(DeviceRef(raw[:256], DeviceKind.UNKNOWN, ""))
                             problems.append(f"{pod.namespace}/{pod.name}/{c.name}: {exc}")
                     allocations.append(Allocation(pod.namespace, pod.name, c.name,

@@ -15,6 +15,7 @@ class DeviceKind(enum.Enum):
     GPU = "gpu"  # a whole GPU, or one replica of a time-sliced/MPS GPU
     MIG = "mig"
     PCI = "pci"  # an AMD GPU or partition by its PCI address (the AMD device plugin's ID)
+    PLATFORM = "platform"  # an AMD partition by its platform device (amdgpu_xcp_<n>)
     UNKNOWN = "unknown"  # a GPU resource's device ID in no form we read: never matched
 
 
@@ -123,7 +124,9 @@ class PodUsage:
 
     ``utilization_percent`` is the sum over its devices, in percent of one GPU (a pod with
     two busy GPUs reads 200); ``Absent`` when any device's share is unknown - never a
-    partial sum. Memory likewise.
+    partial sum. Memory likewise. ``unmatched``: its device IDs that match no device this
+    node reads (not seen, or not nameable): its sums are then unknown, and so is any
+    figure made from its ``devices`` alone.
     """
 
     namespace: str
@@ -137,6 +140,7 @@ class PodUsage:
     pod_info: PodInfo | None = None  # None when the API does not know the pod (yet)
     sampled_at: float = 0.0  # wall time of the GPU sample these numbers come from
     allocated_at: float = 0.0  # wall time of the kubelet List the allocation comes from
+    unmatched: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,6 +2,10 @@
 
 - Whole GPU held by one container: it gets the device's utilization and memory.
 - MIG slice: its holder gets the slice's memory and utilization (GPM, else unsupported).
+  A partition of an AMD GPU likewise, matched by the device plugin's name for it (its PCI
+  address or ``amdgpu_xcp_<n>``); a partitioned AMD GPU's own PCI address names its first
+  partition, never the whole GPU (whose activity averages every partition's: smaller than
+  a busy partition's).
 - A GPU (or slice) held by several containers (time-slicing, MPS): each gets the SM % and
   memory of its own processes when per-process data and PID -> pod mapping exist (a
   container with no process on the device, or whose processes the driver listed without a
@@ -87,7 +91,11 @@ def attribute(snapshot: NodeSnapshot,
     gpus = {g.uuid: g for g in snapshot.gpus}
     pcis = [g.pci_bus_id.lower() for g in snapshot.gpus if g.pci_bus_id]
     by_pci = {g.pci_bus_id.lower(): g for g in snapshot.gpus  # an address two devices
-              if g.pci_bus_id and pcis.count(g.pci_bus_id.lower()) == 1}  # share: neither
+              if g.pci_bus_id and pcis.count(g.pci_bus_id.lower()) == 1  # share: neither
+              and not g.mig_enabled}  # a partitioned GPU: by its partitions' names only
+    names = [m.device_id.lower() for g in snapshot.gpus for m in g.migs if m.device_id]
+    by_name = {m.device_id.lower(): (g, m) for g in snapshot.gpus for m in g.migs
+               if m.device_id and names.count(m.device_id.lower()) == 1}
     migs = {m.uuid: (g, m) for g in snapshot.gpus for m in g.migs}
     mig_ids = {(g.uuid, m.gpu_instance_id, m.compute_instance_id): (g, m)
                for g in snapshot.gpus for m in g.migs}
@@ -96,31 +104,34 @@ def attribute(snapshot: NodeSnapshot,
         if ref.kind is DeviceKind.GPU:
             g = gpus.get(ref.uuid)
             return _Target(g, None) if g else None
-        if ref.kind is DeviceKind.PCI:  # an AMD GPU (or partition) by its PCI address
-            g = by_pci.get(ref.uuid)
+        if ref.kind in (DeviceKind.PCI, DeviceKind.PLATFORM):  # AMD: a GPU or partition
+            part = by_name.get(ref.uuid)
+            if part:
+                return _Target(*part)
+            g = by_pci.get(ref.uuid) if ref.kind is DeviceKind.PCI else None
             return _Target(g, None) if g else None
         hit = (migs.get(ref.uuid) if ref.gpu_instance_id is None
                else mig_ids.get((ref.uuid, ref.gpu_instance_id, ref.compute_instance_id or 0)))
         return _Target(*hit) if hit else None
 
     holders: dict[str, set[Holder]] = defaultdict(set)
-    resolved: list[tuple[Allocation, list[tuple[DeviceRef, _Target]], bool]] = []
+    resolved: list[tuple[Allocation, list[tuple[DeviceRef, _Target]], list[str]]] = []
     unknown: list[str] = []
     for a in allocations:
         done = None if isinstance(pods, Absent) else pods.get((a.namespace, a.pod))
         if done is not None and done.phase in TERMINAL:
             continue
         targets = []
-        complete = True
+        missing: list[str] = []
         for ref in a.devices:
             t = resolve(ref) if ref.kind is not DeviceKind.UNKNOWN else None
             if t is None:
-                unknown.append(ref.raw)
-                complete = False
+                missing.append(ref.raw)
                 continue
             holders[t.key].add((a.namespace, a.pod, a.container))
             targets.append((ref, t))
-        resolved.append((a, targets, complete))
+        unknown.extend(missing)
+        resolved.append((a, targets, missing))
     if unknown:
         reasons.append(f"{len(unknown)} allocated device(s) not seen on this node")
 
@@ -128,7 +139,8 @@ def attribute(snapshot: NodeSnapshot,
               {(p.namespace, p.name): p.uid for p in pods.values()})
     usages: list[PodUsage] = []
     missing_pods: set[str] = set()
-    for a, targets, complete in resolved:
+    for a, targets, missing in resolved:
+        complete = not missing
         info = None if isinstance(pods, Absent) else pods.get((a.namespace, a.pod))
         if info is None and not isinstance(pods, Absent):
             missing_pods.add(f"{a.namespace}/{a.pod}")
@@ -150,7 +162,8 @@ def attribute(snapshot: NodeSnapshot,
             util if complete or isinstance(util, Absent) else Absent.NO_DATA,
             used if complete or isinstance(used, Absent) else Absent.NO_DATA,
             total if complete or isinstance(total, Absent) else Absent.NO_DATA,
-            pod_info=info, sampled_at=snapshot.taken_at, allocated_at=allocated_at))
+            pod_info=info, sampled_at=snapshot.taken_at, allocated_at=allocated_at,
+            unmatched=tuple(missing)))
     if missing_pods:
         reasons.append(f"{len(missing_pods)} pod(s) not in the API cache yet: "
                        f"{', '.join(sorted(missing_pods)[:5])}")

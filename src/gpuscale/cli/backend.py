@@ -53,6 +53,9 @@ def add_backend_args(p: argparse.ArgumentParser) -> None:
                    help="this node's Kubernetes name (default $NODE_NAME)")
     a.add_argument("--proc-root", type=Path, default=Path("/proc"),
                    help="host /proc for PID -> pod (needs hostPID; default /proc)")
+    a.add_argument("--sys-root", type=Path, default=Path("/sys"),
+                   help="host sysfs: which device-plugin device each AMD partition is "
+                        "(default /sys)")
     a.add_argument("--extra-resource", action="append", default=[],
                    help="another extended resource name whose devices are GPUs (repeatable)")
 
@@ -65,7 +68,7 @@ def make_backend(args: argparse.Namespace) -> GpuBackend:
     if kind == "amd":
         from gpuscale.telemetry.amdsmi_backend import AmdSmiBackend
 
-        return AmdSmiBackend(node_name or None)
+        return AmdSmiBackend(node_name or None, sys_root=args.sys_root)
     if kind in ("nvml", "auto"):
         from gpuscale.telemetry.nvml import NvmlBackend
 
@@ -81,7 +84,7 @@ def make_backend(args: argparse.Namespace) -> GpuBackend:
         from gpuscale.telemetry.amdsmi_backend import AmdSmiBackend, present
 
         if present():  # an AMD GPU stack (/dev/kfd): ask AMD SMI
-            amd = AmdSmiBackend(node_name or None)
+            amd = AmdSmiBackend(node_name or None, sys_root=args.sys_root)
             amd_probe = amd.sample()
             if amd_probe.state is BackendState.OK and amd_probe.gpus:
                 log.info("NVML not usable here (%s): AMD SMI sees %d GPUs", why,

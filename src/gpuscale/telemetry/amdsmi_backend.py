@@ -28,8 +28,21 @@ before is UNAVAILABLE as a whole: its pods cannot be matched to it. Anything els
 package raises for one reading (a name that is not UTF-8, say) is ``unavailable`` for
 that reading, never the tick's end.
 
-Partitions (CPX/DPX/QPX compute partitions, NPS memory partitions) are not read yet: a
-partitioned GPU appears as the processors the library enumerates.
+Partitions. A GPU in a compute-partition mode other than SPX (DPX, QPX, CPX) is several
+processors to the library (an MI300X in CPX: 8), each with its own UUID, render node,
+VRAM reading and process list; the device plugin hands each to a pod on its own. Here the
+processors of one PCI device (domain:bus:device; older KFDs put the partition ID in the
+function) are one physical ``GpuSample`` with ``mig_enabled`` and one ``MigSample`` per
+partition - MIG's seam. Per physical GPU (read on its first partition): GFX and UMC
+activity (the average over all partitions: never a partition's own), power, hotspot
+temperature, and the GPU metrics table. Per partition: its GFX busy share from that
+table (``xcp_stats[partition].gfx_busy_inst``, the mean over the XCCs it holds; absent
+from the table, it is ``unsupported``, never the GPU's activity), its VRAM as the library
+reads it for its handle, its process list. Which device-plugin device a partition is
+(its PCI address, or ``amdgpu_xcp_<n>``) is read from sysfs: the partition's render node
+(``amdsmi_get_gpu_enumeration_info``) and ``<sys>/class/drm/renderD<n>/device``. When that
+cannot be read the partition has no name, no pod can be matched to it, and a problem says
+why - its pods read unknown, never the GPU's numbers.
 """
 
 from __future__ import annotations
@@ -41,6 +54,8 @@ import os
 import socket
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -50,8 +65,10 @@ from gpuscale.telemetry.model import (
     BackendState,
     GpuSample,
     GpuState,
+    MigSample,
     NodeSnapshot,
     ProcessSample,
+    SharingMode,
 )
 
 log = logging.getLogger("gpuscale.telemetry.amdsmi")
@@ -85,14 +102,34 @@ def present() -> bool:
     return os.path.exists("/dev/kfd")
 
 
+@dataclass(frozen=True, slots=True)
+class _Processor:
+    """What the library enumerated: one GPU, or one partition of a partitioned GPU."""
+
+    index: int  # position in the library's enumeration
+    handle: Any
+    uuid: str
+    bdf: str
+    name: str
+
+    @property
+    def device(self) -> str:
+        """The physical PCI device (domain:bus:device): what partitions of a GPU share."""
+        return self.bdf.rsplit(".", 1)[0].lower()
+
+
 class AmdSmiBackend:
     name = "amdsmi"
 
     def __init__(self, hostname: str | None = None,
                  load: Callable[[], ModuleType] = _load_amdsmi,
                  clock: Callable[[], float] = time.time,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+                 monotonic: Callable[[], float] = time.monotonic,
+                 sys_root: Path = Path("/sys")) -> None:
         self._node = hostname or socket.gethostname()
+        self._sys = sys_root
+        self._names: dict[int, str] = {}  # render minor -> device plugin name (read once)
+        self._part_names: dict[int, str] = {}  # processor index -> its last name
         self._load = load
         self._clock = clock
         self._monotonic = monotonic
@@ -150,7 +187,9 @@ class AmdSmiBackend:
             self.close()
             return self._down(self._why(exc), taken_at, began)
         self._cleared("node")
-        gpus = tuple(self._gpu(i, h) for i, h in enumerate(handles))
+        # at their place in the snapshot: partitions make the library's processor
+        # numbering differ from the GPUs'
+        gpus = tuple(replace(g, index=i) for i, g in enumerate(self._gpus(handles)))
         return NodeSnapshot(node=self._node, backend=self.name, taken_at=taken_at,
                             monotonic=began, gpus=gpus,
                             duration_seconds=self._monotonic() - began,
@@ -162,21 +201,76 @@ class AmdSmiBackend:
                             monotonic=began, state=BackendState.UNAVAILABLE,
                             reason=reason, duration_seconds=self._monotonic() - began)
 
-    def _gpu(self, index: int, h: Any) -> GpuSample:
+    def _gpus(self, handles: list[Any]) -> list[GpuSample]:
+        """Every processor read: whole GPUs, and partitions grouped by their GPU."""
+        order: list[GpuSample | str] = []  # in enumeration order: a GPU, or a group key
+        groups: dict[str, list[_Processor]] = {}
+        for index, h in enumerate(handles):
+            got = self._identify(index, h)
+            if isinstance(got, GpuSample):
+                order.append(got)
+                continue
+            if got.device not in groups:
+                order.append(got.device)
+            groups.setdefault(got.device, []).append(got)
+        out: list[GpuSample] = []
+        for entry in order:
+            if isinstance(entry, GpuSample):
+                out.append(entry)
+                continue
+            members = groups[entry]
+            modes = self._modes(members[0])
+            if len(members) == 1 and modes[0] in ("SPX", ""):
+                out.append(self._gpu(members[0]))
+            else:
+                out.append(self._partitioned(members, modes))
+        return out
+
+    def _identify(self, index: int, h: Any) -> _Processor | GpuSample:
+        """A processor's identity, or the GpuSample that says it cannot be had (lost, or
+        never readable)."""
         smi = self._smi
         assert smi is not None
-        uuid = ""
         try:
             got_uuid = self._call(index, "uuid", smi.amdsmi_get_gpu_device_uuid, h)
             got_bdf = self._call(index, "bdf", smi.amdsmi_get_gpu_device_bdf, h)
             asic = self._call(index, "asic", smi.amdsmi_get_gpu_asic_info, h)
-            name = str(asic.get("market_name", "")) if isinstance(asic, dict) else ""
-            if isinstance(got_uuid, Absent) or isinstance(got_bdf, Absent):
-                if index not in self._known:  # no identity: its pods cannot be matched
-                    return _unknown_gpu(index)
-                uuid, bdf, name = self._known[index]
-            else:
-                uuid, bdf = str(got_uuid), str(got_bdf)
+        except _Lost:
+            return self._lost(index)
+        name = str(asic.get("market_name", "")) if isinstance(asic, dict) else ""
+        if isinstance(got_uuid, Absent) or isinstance(got_bdf, Absent):
+            if index not in self._known:  # no identity: its pods cannot be matched
+                return _unknown_gpu(index)
+            uuid, bdf, name = self._known[index]
+        else:
+            uuid, bdf = str(got_uuid), str(got_bdf)
+            self._known[index] = (uuid, bdf, name)  # lost later this tick: still this GPU
+        return _Processor(index, h, uuid, bdf, name)
+
+    def _modes(self, p: _Processor) -> tuple[str, str]:
+        """The GPU's compute and memory partition modes ("" where it has none)."""
+        smi = self._smi
+        assert smi is not None
+        try:
+            compute = self._call(p.index, "compute_partition",
+                                 smi.amdsmi_get_gpu_compute_partition, p.handle)
+            memory = self._call(p.index, "memory_partition",
+                                smi.amdsmi_get_gpu_memory_partition, p.handle)
+        except _Lost:
+            return "", ""
+        return (str(compute).strip().upper() if not isinstance(compute, Absent) else "",
+                str(memory).strip().upper() if not isinstance(memory, Absent) else "")
+
+    def _lost(self, index: int) -> GpuSample:
+        uuid, bdf, name = self._known.get(index, ("", "", ""))
+        self._note(f"gpu {index}", f"GPU {uuid or index} is lost", logging.ERROR)
+        return _lost_gpu(index, uuid, name, bdf)
+
+    def _gpu(self, p: _Processor) -> GpuSample:
+        smi = self._smi
+        assert smi is not None
+        index, h, uuid, bdf, name = p.index, p.handle, p.uuid, p.bdf, p.name
+        try:
             activity = self._call(index, "activity", smi.amdsmi_get_gpu_activity, h)
             used = self._call(index, "vram_used", smi.amdsmi_get_gpu_memory_usage, h,
                               smi.AmdSmiMemoryType.VRAM)
@@ -188,24 +282,9 @@ class AmdSmiBackend:
                               smi.AmdSmiTemperatureMetric.CURRENT)
             procs = self._call(index, "processes", smi.amdsmi_get_gpu_process_list, h)
         except _Lost:
-            uuid, bdf, name = self._known.get(index, (uuid, "", ""))
-            self._note(f"gpu {index}", f"GPU {uuid or index} is lost", logging.ERROR)
-            return GpuSample(index=index, uuid=uuid, name=name, pci_bus_id=bdf, minor_number=-1,
-                             state=GpuState.LOST, utilization_percent=Absent.LOST,
-                             memory_util_percent=Absent.LOST, memory_used_bytes=Absent.LOST,
-                             memory_total_bytes=Absent.LOST, power_watts=Absent.LOST,
-                             temperature_c=Absent.LOST, processes_unknown=Absent.LOST)
+            return self._lost(index)
         self._cleared(f"gpu {index}")
-        if uuid and bdf:
-            self._known[index] = (uuid, bdf, name)
-        processes: tuple[ProcessSample, ...] = ()
-        # amdgpu lists only processes that ran lately: never the full list (see above)
-        unknown: Absent = procs if isinstance(procs, Absent) else Absent.UNSUPPORTED
-        if not isinstance(procs, Absent):
-            processes = tuple(
-                ProcessSample(int(p["pid"]), _bytes(p.get("memory_usage", {}).get("vram_mem")),
-                              sm_util_percent=Absent.UNSUPPORTED)
-                for p in procs)
+        processes, unknown = _processes(procs)
         used_b, total_b = _count(used), _count(total)
         return GpuSample(
             index=index, uuid=uuid, name=name, pci_bus_id=bdf, minor_number=-1,
@@ -218,6 +297,110 @@ class AmdSmiBackend:
             power_limit_watts=_field(power, "power_limit"),
             temperature_c=temp if isinstance(temp, Absent) else float(temp),
             processes=processes, processes_unknown=unknown)
+
+    def _partitioned(self, members: list[_Processor], modes: tuple[str, str]) -> GpuSample:
+        """One physical GPU whose partitions the library enumerates as processors."""
+        smi = self._smi
+        assert smi is not None
+        parts: list[tuple[int, _Processor]] = []
+        for m in members:
+            try:
+                kfd = self._call(m.index, "kfd", smi.amdsmi_get_gpu_kfd_info, m.handle)
+            except _Lost:
+                kfd = Absent.LOST
+            pid = kfd.get("current_partition_id") if isinstance(kfd, dict) else None
+            parts.append((pid if isinstance(pid, int) else -1, m))
+        parts.sort(key=lambda x: (x[0] < 0, x[0], x[1].index))
+        first = parts[0][1]
+        profile = ".".join(x.lower() for x in modes if x) or "partition"
+        try:
+            activity = self._call(first.index, "activity", smi.amdsmi_get_gpu_activity,
+                                  first.handle)
+            power = self._call(first.index, "power", smi.amdsmi_get_power_info, first.handle)
+            temp = self._call(first.index, "temperature", smi.amdsmi_get_temp_metric,
+                              first.handle, smi.AmdSmiTemperatureType.HOTSPOT,
+                              smi.AmdSmiTemperatureMetric.CURRENT)
+            table = self._call(first.index, "metrics", smi.amdsmi_get_gpu_metrics_info,
+                               first.handle)
+        except _Lost:
+            lost = self._lost(first.index)
+            migs = tuple(_lost_partition(pid, m, lost.uuid, profile,
+                                         self._part_names.get(m.index, ""))
+                         for pid, m in parts)
+            return replace(lost, mig_enabled=True, sharing=SharingMode.MIG, migs=migs)
+        self._cleared(f"gpu {first.index}")
+        busy = table.get("xcp_stats.gfx_busy_inst") if isinstance(table, dict) else table
+        migs = tuple(self._partition(pid, m, first.uuid, profile, busy) for pid, m in parts)
+        procs = tuple(p for mig in migs for p in mig.processes)
+        unknown = next((mig.processes_unknown for mig in migs
+                        if mig.processes_unknown is not Absent.UNSUPPORTED
+                        and mig.processes_unknown is not None), Absent.UNSUPPORTED)
+        used, total = migs[0].memory_used_bytes, migs[0].memory_total_bytes
+        return GpuSample(
+            index=first.index, uuid=first.uuid, name=first.name,
+            pci_bus_id=f"{first.device}.0", minor_number=-1,
+            utilization_percent=_percent(_field(activity, "gfx_activity")),
+            memory_util_percent=_percent(_field(activity, "umc_activity")),
+            memory_used_bytes=used, memory_total_bytes=total,
+            memory_free_bytes=(total - used if not isinstance(total, Absent)
+                               and not isinstance(used, Absent) else Absent.UNAVAILABLE),
+            power_watts=_field(power, "current_socket_power"),
+            power_limit_watts=_field(power, "power_limit"),
+            temperature_c=temp if isinstance(temp, Absent) else float(temp),
+            mig_enabled=True, sharing=SharingMode.MIG, migs=migs,
+            processes=procs, processes_unknown=unknown)
+
+    def _partition(self, pid: int, m: _Processor, parent: str, profile: str,
+                   busy: Any) -> MigSample:
+        smi = self._smi
+        assert smi is not None
+        try:
+            used = self._call(m.index, "vram_used", smi.amdsmi_get_gpu_memory_usage,
+                              m.handle, smi.AmdSmiMemoryType.VRAM)
+            total = self._call(m.index, "vram_total", smi.amdsmi_get_gpu_memory_total,
+                               m.handle, smi.AmdSmiMemoryType.VRAM)
+            procs = self._call(m.index, "processes", smi.amdsmi_get_gpu_process_list,
+                               m.handle)
+            name = self._name_of(m)
+        except _Lost:
+            self._note(f"gpu {m.index}", f"partition {m.uuid or m.index} is lost",
+                       logging.ERROR)
+            return _lost_partition(pid, m, parent, profile, self._part_names.get(m.index, ""))
+        self._cleared(f"gpu {m.index}")
+        processes, unknown = _processes(procs)
+        return MigSample(
+            uuid=_partition_key(m.uuid, parent, pid), parent_uuid=parent, index=max(pid, 0),
+            gpu_instance_id=pid, compute_instance_id=0, profile=profile,
+            memory_used_bytes=_count(used), memory_total_bytes=_count(total),
+            utilization_percent=_xcp_busy(busy, pid), processes=processes,
+            processes_unknown=unknown, device_id=name)
+
+    def _name_of(self, m: _Processor) -> str:
+        """The device plugin's name for a partition (from its render node in sysfs), or ""
+        when it cannot be read (then a problem says why)."""
+        smi = self._smi
+        assert smi is not None
+        info = self._call(m.index, "enumeration", smi.amdsmi_get_gpu_enumeration_info,
+                          m.handle)
+        render = info.get("drm_render") if isinstance(info, dict) else None
+        if not isinstance(render, int):
+            self._problem(f"gpu {m.index}: which device-plugin device this partition is "
+                          f"cannot be read (no render node from amdsmi): its pods are "
+                          f"unknown")
+            return self._part_names.get(m.index, "")
+        name = self._names.get(render)
+        if name is None:
+            link = self._sys / "class" / "drm" / f"renderD{render}" / "device"
+            try:
+                name = os.path.basename(os.path.realpath(link, strict=True))
+            except OSError as exc:
+                self._problem(f"gpu {m.index}: which device-plugin device this partition "
+                              f"is cannot be read ({link}: {exc.strerror}; mount the "
+                              f"host's /sys): its pods are unknown")
+                return ""
+            self._names[render] = name
+        self._part_names[m.index] = name
+        return name
 
     def _call(self, index: int, what: str, fn: Callable[..., Any], handle: Any,
               *args: Any) -> Any:
@@ -291,6 +474,53 @@ def _count(value: Any) -> int | Absent:
 def _percent(value: float | Absent) -> float | Absent:
     """An activity: above 100 it is not one (a reading the library garbled)."""
     return Absent.UNAVAILABLE if not isinstance(value, Absent) and value > 100 else value
+
+
+def _lost_gpu(index: int, uuid: str, name: str, bdf: str) -> GpuSample:
+    return GpuSample(index=index, uuid=uuid, name=name, pci_bus_id=bdf, minor_number=-1,
+                     state=GpuState.LOST, utilization_percent=Absent.LOST,
+                     memory_util_percent=Absent.LOST, memory_used_bytes=Absent.LOST,
+                     memory_total_bytes=Absent.LOST, power_watts=Absent.LOST,
+                     temperature_c=Absent.LOST, processes_unknown=Absent.LOST)
+
+
+def _lost_partition(pid: int, m: _Processor, parent: str, profile: str,
+                    name: str) -> MigSample:
+    """A partition whose GPU fell off the bus: it keeps its name, so its pods read lost."""
+    return MigSample(uuid=_partition_key(m.uuid, parent, pid), parent_uuid=parent,
+                     index=max(pid, 0), gpu_instance_id=pid, compute_instance_id=0,
+                     profile=profile, memory_used_bytes=Absent.LOST,
+                     memory_total_bytes=Absent.LOST, utilization_percent=Absent.LOST,
+                     processes_unknown=Absent.LOST, device_id=name)
+
+
+def _partition_key(uuid: str, parent: str, pid: int) -> str:
+    """A partition's key: its own UUID, unless the library gives it the GPU's."""
+    return uuid if uuid and uuid != parent else f"{parent}:p{pid}"
+
+
+def _xcp_busy(busy: Any, pid: int) -> float | Absent:
+    """A partition's GFX busy share: the mean over the XCCs it holds in the metrics table
+    (entries the library marks N/A are XCCs it does not hold)."""
+    if busy is None or isinstance(busy, Absent):
+        return busy if isinstance(busy, Absent) else Absent.UNSUPPORTED
+    if not isinstance(busy, list) or not 0 <= pid < len(busy):
+        return Absent.UNSUPPORTED
+    row = busy[pid]
+    vals = [v for v in row if isinstance(v, int) and 0 <= v <= 100] if isinstance(
+        row, list) else []
+    return sum(vals) / len(vals) if vals else Absent.UNSUPPORTED
+
+
+def _processes(procs: Any) -> tuple[tuple[ProcessSample, ...], Absent]:
+    """A process list, and why it is not complete: amdgpu lists only processes that ran
+    lately, so never the full list (see above)."""
+    if isinstance(procs, Absent):
+        return (), procs
+    return tuple(ProcessSample(int(p["pid"]),
+                               _bytes(p.get("memory_usage", {}).get("vram_mem")),
+                               sm_util_percent=Absent.UNSUPPORTED)
+                 for p in procs), Absent.UNSUPPORTED
 
 
 def _unknown_gpu(index: int) -> GpuSample:

@@ -82,10 +82,14 @@ class ProcessSample:
 
 @dataclass(frozen=True, slots=True)
 class MigSample:
-    """One MIG compute instance.
+    """One MIG compute instance, or one partition of a partitioned AMD GPU.
 
     Utilization comes from GPM (graphics-engine activity, 0-100) where the hardware has it,
-    otherwise ``Absent.UNSUPPORTED`` - the driver gives no device utilization on MIG.
+    otherwise ``Absent.UNSUPPORTED`` - the driver gives no device utilization on MIG. An AMD
+    partition's is the mean busy share of the XCCs it holds (never the whole GPU's
+    activity); ``gpu_instance_id`` is its partition ID, ``profile`` its modes
+    (``cpx.nps1``), ``device_id`` the device plugin's name for it (a PCI address or
+    ``amdgpu_xcp_<n>``; "" when it could not be read, and then no pod can be matched to it).
     """
 
     uuid: str
@@ -101,6 +105,7 @@ class MigSample:
     #: Why ``processes`` is not the instance's full list (its listing failed, is unsupported,
     #: or the GPU is lost); None when it is.
     processes_unknown: Absent | None = None
+    device_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)

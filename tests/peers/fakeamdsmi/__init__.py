@@ -4,7 +4,9 @@
 structures) and a generated ``stubs.c``: every other function the installed ``amdsmi``
 package binds at import (read from its ``amdsmi_wrapper.py``, which is generated from
 ``amdsmi.h``), each answering AMDSMI_STATUS_NOT_SUPPORTED, so the package imports as it
-does against the real library. Cached per source, symbol list and compiler. The package
+does against the real library. The GPU metrics table (``amdsmi_gpu_metrics_t``, 77 packed
+fields) is declared in C from that same file (``gpu_metrics.h``, generated), so its layout
+is the installed package's, not a copy. Cached per source, symbol list and compiler. The package
 finds the library as it would on a node: ``$ROCM_PATH/lib/libamd_smi.so`` (``env``).
 
 The node is a text file (``FAKEAMDSMI_CONFIG``) of ``gpu`` and ``proc`` lines; see
@@ -40,6 +42,32 @@ def symbols() -> list[str]:
     return sorted(set(re.findall(r"_libraries\['libamd_smi\.so'\]\.(amdsmi_\w+)", text)))
 
 
+_CTYPES = {"c_ubyte": "uint8_t", "c_uint8": "uint8_t", "c_uint16": "uint16_t",
+           "c_uint32": "uint32_t", "c_uint64": "uint64_t", "c_int32": "int32_t",
+           "c_int64": "int64_t", "c_char": "char"}
+_METRICS = ("struct_amd_metrics_table_header_t", "struct_amdsmi_gpu_xcp_metrics_t",
+            "struct_amdsmi_gpu_metrics_t")
+
+
+def metrics_header() -> str:
+    """C declarations of the GPU metrics table, translated from the package's ctypes
+    structures (each packed to 1 byte, as the package declares them)."""
+    text = _wrapper().read_text()
+    out = ["#pragma pack(push, 1)"]
+    for struct in _METRICS:
+        m = re.search(rf"^{struct}\._fields_ = \[\n(.*?)^\]", text, re.MULTILINE | re.DOTALL)
+        assert m, f"{struct} not in the installed amdsmi_wrapper.py"
+        out.append("typedef struct {")
+        for name, typ, count in re.findall(
+                r"\('(\w+)', (?:ctypes\.)?(\w+)(?: \* (\d+))?\)", m.group(1)):
+            c = _CTYPES.get(typ) or {"amd_metrics_table_header_t":
+                                     "struct_amd_metrics_table_header_t"}.get(typ, typ)
+            out.append(f"    {c} {name}{f'[{count}]' if count else ''};")
+        out.append(f"}} {struct};")
+    out.append("#pragma pack(pop)")
+    return "\n".join(out) + "\n"
+
+
 def build(cache_dir: Path | None = None) -> Path:
     """Compile the fake; return a ROCm root holding ``lib/libamd_smi.so``."""
     source = SOURCE.read_text()
@@ -48,7 +76,8 @@ def build(cache_dir: Path | None = None) -> Path:
                     for name in symbols() if name not in defined)
     stubs = stubs.replace("int amdsmi_free_name_value_pairs(void) { return 2; }\n",
                           "void amdsmi_free_name_value_pairs(void *p) { (void)p; }\n")
-    digest = hashlib.sha256((source + stubs).encode()).hexdigest()[:16]
+    header = metrics_header()
+    digest = hashlib.sha256((source + stubs + header).encode()).hexdigest()[:16]
     root = (cache_dir or Path(tempfile.gettempdir()) / "gpuscale-fakeamdsmi") / digest
     lib = root / "lib" / "libamd_smi.so"
     if lib.exists():
@@ -59,9 +88,10 @@ def build(cache_dir: Path | None = None) -> Path:
     lib.parent.mkdir(parents=True, exist_ok=True)
     stub_file = root / "stubs.c"
     stub_file.write_text(stubs)
+    (root / "gpu_metrics.h").write_text(header)
     tmp = lib.with_name(f"libamd_smi.so.{os.getpid()}")
     subprocess.run([cc, "-O2", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC",
-                    "-o", str(tmp), str(SOURCE), str(stub_file)],
+                    "-I", str(root), "-o", str(tmp), str(SOURCE), str(stub_file)],
                    check=True, capture_output=True, text=True)
     tmp.replace(lib)
     return root
@@ -73,6 +103,39 @@ def gpu_line(idx: int, **kw: Any) -> str:
               "serial": f"{0x3E4A1B2C00 + idx:016X}", **kw}
     return "gpu idx=" + str(idx) + " " + " ".join(
         f'{k}="{v}"' if " " in str(v) else f"{k}={v}" for k, v in fields.items())
+
+
+def xcp_name(gpu: int, partition: int, partitions: int = 8) -> str:
+    """The AMD device plugin's name for a partition: its GPU's PCI address for the first,
+    ``amdgpu_xcp_<n>`` (numbered across the node) for the others."""
+    if partition == 0:
+        return f"0000:{0x05 + gpu:02x}:00.0"
+    return f"amdgpu_xcp_{gpu * (partitions - 1) + partition - 1}"
+
+
+def partitioned_gpu(gpu: int, *, partitions: int = 8, compute: str = "CPX",
+                    memory: str = "NPS1", busy: tuple[int, ...] = (),
+                    bdf_function_is_partition: bool = False,
+                    **kw: Any) -> tuple[list[str], dict[int, str]]:
+    """One physical GPU in a partition mode: its processors' ``gpu`` lines, and each
+    partition's render minor -> device plugin name (for ``tests.support.sysfs``).
+    Processor ``gpu * partitions + p`` is partition p; ``busy[p]`` its XCCs' busy share;
+    power and temperature answer only on the first partition (the socket's readings)."""
+    lines, names = [], {}
+    for p in range(partitions):
+        idx = gpu * partitions + p
+        fields: dict[str, Any] = {
+            "bdf": f"0000:{0x05 + gpu:02x}:00.{p if bdf_function_is_partition else 0}",
+            "socket": gpu, "partition": p, "render": 128 + idx, "compute": compute,
+            "memory": memory, "vram_total": 196592 // partitions, **kw}
+        if p < len(busy):
+            fields["busy"] = busy[p]
+        if p > 0:
+            fields["unsupported"] = ",".join(
+                x for x in ("power", "temp", str(kw.get("unsupported", ""))) if x)
+        lines.append(gpu_line(idx, **fields))
+        names[128 + idx] = xcp_name(gpu, p, partitions)
+    return lines, names
 
 
 def proc_line(gpu: int, pid: int, **kw: Any) -> str:

@@ -21,12 +21,25 @@
  *   - calls before amdsmi_init answer AMDSMI_STATUS_NOT_INIT; amdsmi_init without
  *     AMDSMI_INIT_AMD_GPUS finds no GPU sockets; FAKEAMDSMI_DRIVER=absent makes
  *     amdsmi_init answer AMDSMI_STATUS_DRIVER_NOT_LOADED.
+ * Partitions (an MI300X in CPX mode is 8 processors on one socket): processors with the
+ * same socket= key are one physical GPU, enumerated under one socket handle in the order
+ * of their partition= (the KFD's current_partition_id). Each has its own UUID, render
+ * node (render=, what amdsmi_get_gpu_enumeration_info gives as drm_render), VRAM and
+ * process list; the compute and memory partition modes (compute=CPX memory=NPS1) are the
+ * physical GPU's. Quirks: GPU activity (amdsmi_get_gpu_activity) is the physical GPU's
+ * average on every partition's handle - never one partition's; a partition's own GFX
+ * busy share is only in the GPU metrics table (xcp_stats[partition].gfx_busy_inst, one
+ * entry per XCC it holds; busy= on its line), the same table on every handle of the
+ * socket; older KFDs put the partition ID in the BDF's function (bdf=0000:05:00.3), newer
+ * ones give every partition the GPU's BDF - both are just the bdf= of each line.
  */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+
+#include "gpu_metrics.h" /* generated from the installed package (see __init__.py) */
 
 #define S_SUCCESS 0
 #define S_INVAL 1
@@ -85,14 +98,26 @@ typedef struct {
 #pragma pack(pop)
 
 typedef struct {
-    int present, lost;
+    int present, lost, socket, partition, render;
     long calls, lost_after; /* lost once this many calls on it were answered (0: never) */
-    char uuid[256], name[256], serial[256], unsupported[264];
+    char uuid[256], name[256], serial[256], unsupported[264], compute[16], memory[16];
     unsigned domain, bus, device, function;
-    uint32_t vram_total, vram_used, gfx, umc, mm, power, power_limit;
+    uint32_t vram_total, vram_used, gfx, umc, mm, power, power_limit, busy;
     uint64_t vram_used_bytes;
     int64_t temp;
 } gpu_t;
+
+typedef struct {
+    uint64_t kfd_id;
+    uint32_t node_id, current_partition_id, reserved[12];
+} kfd_info_t;
+
+#pragma pack(push, 1)
+typedef struct {
+    uint32_t drm_render, drm_card, hsa_id, hip_id;
+    char hip_uuid[256];
+} enumeration_info_t;
+#pragma pack(pop)
 
 typedef struct {
     int gpu, idle;
@@ -105,9 +130,10 @@ static gpu_t gpus[MAX_GPUS];
 static proc_t procs[MAX_PROCS];
 static int ngpus, nprocs, initialized;
 static struct timespec loaded_at; /* the config file's mtime when last read */
-/* One socket per GPU, as amdsmi gives on an MI300X node in SPX mode: a socket handle is
- * the address of its slot here, a processor handle the address of its gpu_t. */
+/* A socket handle is the address of its slot here (slot i: the i-th distinct socket= in
+ * the file), a processor handle the address of its gpu_t. */
 static int sockets[MAX_GPUS];
+static int socket_ids[MAX_GPUS], nsockets;
 
 static const char *value_of(const char *line, const char *key, char *out, size_t size) {
     size_t klen = strlen(key);
@@ -175,6 +201,14 @@ static void load(void) {
             g->power = (uint32_t)num(line, "power", 150);
             g->power_limit = (uint32_t)num(line, "power_limit", 750);
             g->temp = (int64_t)num(line, "temp", 40);
+            g->socket = (int)num(line, "socket", (uint64_t)(ngpus - 1));
+            g->partition = (int)num(line, "partition", 0);
+            g->render = (int)num(line, "render", (uint64_t)(127 + ngpus));
+            g->busy = (uint32_t)num(line, "busy", 0xFFFFFFFFu);
+            snprintf(g->compute, sizeof g->compute, "%.15s",
+                     value_of(line, "compute", buf, sizeof buf) ? buf : "SPX");
+            snprintf(g->memory, sizeof g->memory, "%.15s",
+                     value_of(line, "memory", buf, sizeof buf) ? buf : "NPS1");
         } else if (strncmp(line, "proc ", 5) == 0 && nprocs < MAX_PROCS) {
             proc_t *p = &procs[nprocs++];
             p->gpu = (int)num(line, "gpu", 0);
@@ -187,6 +221,16 @@ static void load(void) {
         }
     }
     fclose(f);
+}
+
+/* The distinct sockets, in the order of their first processor. */
+static void index_sockets(void) {
+    nsockets = 0;
+    for (int i = 0; i < ngpus; i++) {
+        int seen = 0;
+        for (int k = 0; k < nsockets; k++) seen |= socket_ids[k] == gpus[i].socket;
+        if (!seen) socket_ids[nsockets++] = gpus[i].socket;
+    }
 }
 
 static gpu_t *gpu_of(void *handle) {
@@ -230,6 +274,7 @@ int amdsmi_init(uint64_t flags) {
     if (driver && strcmp(driver, "absent") == 0) return S_DRIVER_NOT_LOADED;
     load();
     if (!(flags & INIT_AMD_GPUS)) ngpus = 0;
+    index_sockets();
     initialized = 1;
     return S_SUCCESS;
 }
@@ -244,10 +289,10 @@ int amdsmi_get_socket_handles(uint32_t *count, void **handles) {
     if (!initialized) return S_NOT_INIT;
     if (!count) return S_INVAL;
     if (handles) {
-        if (*count < (uint32_t)ngpus) return S_INSUFFICIENT_SIZE;
-        for (int i = 0; i < ngpus; i++) handles[i] = &sockets[i];
+        if (*count < (uint32_t)nsockets) return S_INSUFFICIENT_SIZE;
+        for (int i = 0; i < nsockets; i++) handles[i] = &sockets[i];
     }
-    *count = (uint32_t)ngpus;
+    *count = (uint32_t)nsockets;
     return S_SUCCESS;
 }
 
@@ -255,12 +300,19 @@ int amdsmi_get_processor_handles(void *socket, uint32_t *count, void **handles) 
     if (!initialized) return S_NOT_INIT;
     if (!count) return S_INVAL;
     long i = (int *)socket - sockets;
-    if (i < 0 || i >= ngpus) return S_INVAL;
-    if (handles) {
-        if (*count < 1) return S_INSUFFICIENT_SIZE;
-        handles[0] = &gpus[i];
+    if (i < 0 || i >= nsockets) return S_INVAL;
+    uint32_t n = 0;
+    for (int part = 0; part < 8; part++)  /* in partition order, as the KFD numbers them */
+        for (int k = 0; k < ngpus; k++) {
+            if (gpus[k].socket != socket_ids[i] || gpus[k].partition != part) continue;
+            if (handles && n < *count) handles[n] = &gpus[k];
+            n++;
+        }
+    if (handles && n > *count) {
+        *count = n;
+        return S_INSUFFICIENT_SIZE;
     }
-    *count = 1;
+    *count = n;
     return S_SUCCESS;
 }
 
@@ -393,5 +445,72 @@ int amdsmi_get_gpu_process_list(void *h, uint32_t *max, proc_info_t *list) {
         return S_INSUFFICIENT_SIZE;
     }
     *max = n;
+    return S_SUCCESS;
+}
+
+int amdsmi_get_gpu_kfd_info(void *h, kfd_info_t *info) {
+    gpu_t *g;
+    int s = check(h, "kfd", &g);
+    if (s) return s;
+    memset(info, 0, sizeof *info);
+    info->kfd_id = 0x7000u + (uint64_t)(g - gpus);
+    info->node_id = (uint32_t)(g - gpus) + 1; /* node 0 is the CPU */
+    info->current_partition_id = (uint32_t)g->partition;
+    return S_SUCCESS;
+}
+
+int amdsmi_get_gpu_enumeration_info(void *h, enumeration_info_t *info) {
+    gpu_t *g;
+    int s = check(h, "enumeration", &g);
+    if (s) return s;
+    memset(info, 0, sizeof *info);
+    info->drm_render = (uint32_t)g->render;
+    info->drm_card = (uint32_t)g->render - 128;
+    info->hsa_id = info->hip_id = (uint32_t)(g - gpus);
+    snprintf(info->hip_uuid, sizeof info->hip_uuid, "GPU-%.240s", g->uuid);
+    return S_SUCCESS;
+}
+
+static int partition_string(void *h, const char *field, int memory, char *out, uint32_t len) {
+    gpu_t *g;
+    int s = check(h, field, &g);
+    if (s) return s;
+    const char *v = memory ? g->memory : g->compute;
+    if (!out || len < strlen(v) + 1) return S_INSUFFICIENT_SIZE;
+    snprintf(out, len, "%s", v);
+    return S_SUCCESS;
+}
+
+int amdsmi_get_gpu_compute_partition(void *h, char *out, uint32_t len) {
+    return partition_string(h, "partition", 0, out, len);
+}
+
+int amdsmi_get_gpu_memory_partition(void *h, char *out, uint32_t len) {
+    return partition_string(h, "partition", 1, out, len);
+}
+
+/* The physical GPU's metrics table, whichever of its partitions is asked: every field
+ * the fake does not model is all ones (the library's "not available"). */
+int amdsmi_get_gpu_metrics_info(void *h, struct_amdsmi_gpu_metrics_t *m) {
+    gpu_t *g;
+    int s = check(h, "metrics", &g);
+    if (s) return s;
+    memset(m, 0xFF, sizeof *m);
+    m->common_header.structure_size = (uint16_t)sizeof *m;
+    m->common_header.format_revision = 1;
+    m->common_header.content_revision = 8;
+    m->temperature_hotspot = (uint16_t)g->temp;
+    m->average_gfx_activity = (uint16_t)g->gfx;
+    m->average_umc_activity = (uint16_t)g->umc;
+    int parts = 0;
+    for (int k = 0; k < ngpus; k++) parts += gpus[k].socket == g->socket;
+    m->num_partition = (uint16_t)parts;
+    int xccs = parts > 0 && parts <= 8 ? 8 / parts : 1; /* an MI300X has 8 XCCs */
+    for (int k = 0; k < ngpus; k++) {
+        if (gpus[k].socket != g->socket || gpus[k].partition < 0 || gpus[k].partition >= 8)
+            continue;
+        for (int x = 0; x < xccs; x++)
+            m->xcp_stats[gpus[k].partition].gfx_busy_inst[x] = gpus[k].busy;
+    }
     return S_SUCCESS;
 }
