@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import re
 from collections.abc import Iterable, Mapping
 from contextlib import suppress
 from typing import TYPE_CHECKING, Any
@@ -37,6 +38,7 @@ SERVICE = "gpuscale.inspect.v1.Inspect"
 RECORD_CHUNK = 50  # ScaledObjects answered between two turns of the event loop
 MAX_FILTER = 253
 FLEET_CHUNK = 500  # pods put into a Fleet reply between two turns of the event loop
+_AMD_PARTITION = re.compile(r"(?:spx|dpx|tpx|qpx|cpx)\b")  # an AMD partition's profile
 USAGE_CHUNK = 1000  # devices put into a Usage reply between two turns of the event loop
 FORGOTTEN_S = 600.0  # Fleet lists the ScaledObjects KEDA asked about within this
 
@@ -229,7 +231,8 @@ class Inspector(pb_grpc.InspectServicer):
             index = {d.uuid: d.index for d in devs}
             for d in devs:
                 if d.parent_uuid:
-                    what = f"MIG {d.model} on GPU {index.get(d.parent_uuid, d.index)}"
+                    kind = "partition" if _AMD_PARTITION.match(d.model) else "MIG"
+                    what = f"{kind} {d.model} on GPU {index.get(d.parent_uuid, d.index)}"
                 elif len(d.pods) > 1 or d.sharing in ("time-sliced", "mps"):
                     what = f"GPU {d.index} {d.sharing} 1/{max(1, len(d.pods))}"
                 else:
