@@ -522,3 +522,36 @@ async def test_amd_cpx_partitions_each_pod_gets_its_own_partitions_share(
     assert not isinstance(gpu_signal(result, "ts-c"), float)  # one device nobody has
     assert not isinstance(gpu_signal(result, "ts-d"), float)  # its name is unreadable
     assert "amdgpu_xcp_99" in result["attribution"]["unknown_devices"]
+
+
+@pytest.mark.parametrize(("fault", "shared", "want"), [
+    ("", False, 80.0),  # nothing fails: the partition's own 80, not the GPU's 10
+    ("lost=1", False, "no_data"),  # the GPU gone before it was ever read: nothing matches
+    ("lost_after=5", False, "no_data"),  # gone in the middle of its first tick
+    ("unsupported=metrics", False, "unsupported"),  # no per-partition busy shares
+    ("unsupported=kfd", False, "unsupported"),  # partition IDs unreadable: whose share?
+    ("unsupported=enumeration", False, "no_data"),  # no render nodes: partitions unnamed
+    ("unsupported=process", True, "shared"),  # a shared partition with no process list
+    ("idle_all", True, "shared"),  # a shared partition whose busy processes are left out
+    ("", True, "shared"),  # amdgpu gives no per-process busy share: never a split
+], ids=lambda v: str(v))
+async def test_amd_partition_faults_never_give_a_smaller_number(
+        cluster: tuple[KubeletPeer, KubeApiPeer, Path], tmp_path: Path, fault: str,
+        shared: bool, want: float | str) -> None:
+    """The fault matrix on a CPX MI300X: what the pod truly uses is its partition's 80 %.
+    Whatever fails, its GPU signal is that number, or no number - never less. Two pods
+    sharing the partition: neither has a number (each could be using any part of 80)."""
+    from tests.peers import fakeamdsmi
+
+    names = {p: fakeamdsmi.xcp_name(0, p) for p in range(8)}
+    holders = ["ts-a", "ts-b"] if shared else ["ts-a"]
+    cluster[0].pods = [pod("dev", h, ("app", "amd.com/cpx_nps1",  # replicas if shared
+                                      [f"{names[1]}::{i}" if shared else names[1]]))
+                       for i, h in enumerate(holders)]
+    extra = dict([fault.split("=")]) if "=" in fault else {}
+    lines, render_nodes = fakeamdsmi.partitioned_gpu(0, gfx=10, busy=(0, 80), **extra)
+    idle = {"idle": 1} if fault == "idle_all" else {}
+    result = await attribute_on_fake_amdsmi(cluster, tmp_path, [
+        *lines, fakeamdsmi.proc_line(1, 7001, vram=2**30, **idle),
+        fakeamdsmi.proc_line(1, 7002, vram=2**30, **idle)], render_nodes)
+    assert [gpu_signal(result, h) for h in holders] == [want] * len(holders)
