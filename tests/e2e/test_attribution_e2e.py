@@ -534,7 +534,7 @@ async def test_amd_cpx_partitions_each_pod_gets_its_own_partitions_share(
     ("unsupported=process", True, "shared"),  # a shared partition with no process list
     ("idle_all", True, "shared"),  # a shared partition whose busy processes are left out
     ("", True, "shared"),  # amdgpu gives no per-process busy share: never a split
-], ids=lambda v: str(v))
+], ids=str)
 async def test_amd_partition_faults_never_give_a_smaller_number(
         cluster: tuple[KubeletPeer, KubeApiPeer, Path], tmp_path: Path, fault: str,
         shared: bool, want: float | str) -> None:
