@@ -18,6 +18,40 @@ RUN python -m venv /opt/gpuscale \
  && /opt/gpuscale/bin/pip uninstall -y -q pip setuptools \
  && find /opt/gpuscale -name '__pycache__' -prune -exec rm -rf {} +
 
+# `docker build --target rocm -t ghcr.io/gpuscale/gpuscale:<tag>-rocm .`: the agent for AMD
+# Instinct nodes (DaemonSet gpuscale-agent-amd). The amdsmi package reads GPUs through ROCm's
+# libamd_smi.so, which no Python wheel carries: this stage adds it from AMD's apt
+# repository, the ROCm release the amdsmi package in image-constraints.txt was made for
+# (the agent refuses another major.minor: the package declares the library's structures).
+# ROCm publishes Ubuntu packages; jammy's need glibc 2.35, bookworm has 2.36.
+# Not built on the project's machines either (no Docker engine, no access to
+# repo.radeon.com): build and try it on an AMD node first (docs/amd.md).
+FROM python:3.11.7-slim-bookworm AS rocm
+ARG ROCM_VERSION=7.0.2
+COPY --from=build /opt/gpuscale /opt/gpuscale
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends ca-certificates curl gnupg \
+ && install -d -m 0755 /etc/apt/keyrings \
+ && curl -fsSL https://repo.radeon.com/rocm/rocm.gpg.key \
+    | gpg --dearmor -o /etc/apt/keyrings/rocm.gpg \
+ && echo "deb [arch=amd64 signed-by=/etc/apt/keyrings/rocm.gpg] https://repo.radeon.com/rocm/apt/${ROCM_VERSION} jammy main" \
+    > /etc/apt/sources.list.d/rocm.list \
+ && apt-get update \
+ && apt-get install -y --no-install-recommends amd-smi-lib rocm-core \
+ && apt-get purge -y curl gnupg && apt-get autoremove -y \
+ && rm -rf /var/lib/apt/lists/* \
+ && ln -sfn "$(ls -d /opt/rocm-* | head -n1)" /opt/rocm \
+ && test -e /opt/rocm/lib/libamd_smi.so
+ENV PATH=/opt/gpuscale/bin:$PATH \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    ROCM_PATH=/opt/rocm
+USER 65532:65532
+EXPOSE 9400 9401
+ENTRYPOINT ["gpuscale"]
+CMD ["agent", "--gpu-backend=amd", "--stream-insecure"]
+
+# The default target (last stage): the image for the scaler and the NVIDIA agent.
 FROM python:3.11.7-slim-bookworm
 COPY --from=build /opt/gpuscale /opt/gpuscale
 ENV PATH=/opt/gpuscale/bin:$PATH \
@@ -30,3 +64,4 @@ USER 65532:65532
 EXPOSE 9400 9401 9402 6000
 ENTRYPOINT ["gpuscale"]
 CMD ["agent", "--gpu-backend=nvml", "--stream-insecure"]
+

@@ -5,6 +5,7 @@ the PrometheusRule equal to the shipped rule file and unit-tested with promtool.
 from __future__ import annotations
 
 import base64
+import re
 import shutil
 import subprocess
 from collections.abc import Iterable
@@ -38,6 +39,13 @@ def by_kind(objs: tuple[dict[str, Any], ...], kind: str) -> list[dict[str, Any]]
     return [o for o in objs if o["kind"] == kind]
 
 
+def named(objs: Iterable[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    return next(o for o in objs if o["kind"] == kind and o["metadata"]["name"] == name)
+
+
+AGENTS = ("gpuscale-agent", "gpuscale-agent-amd")  # the NVIDIA and the AMD DaemonSets
+
+
 @pytest.mark.parametrize("path", ["kustomize/base", "kustomize/overlays/host-pid",
                                   "kustomize/overlays/tls", "kustomize/overlays/production",
                                   "kustomize/overlays/metrics-api"])
@@ -47,7 +55,8 @@ def test_every_rendered_object_validates(path: str) -> None:
     for obj in objs:
         validate(obj)
     names = {(o["kind"], o["metadata"]["name"]) for o in objs}
-    assert {("DaemonSet", "gpuscale-agent"), ("Deployment", "gpuscale-scaler"),
+    assert {("DaemonSet", "gpuscale-agent"), ("DaemonSet", "gpuscale-agent-amd"),
+            ("Deployment", "gpuscale-scaler"),
             ("Service", "gpuscale-agent"), ("Service", "gpuscale-scaler"),
             ("PodDisruptionBudget", "gpuscale-scaler"), ("NetworkPolicy", "gpuscale-agent"),
             ("NetworkPolicy", "gpuscale-scaler"), ("ServiceMonitor", "gpuscale"),
@@ -56,7 +65,7 @@ def test_every_rendered_object_validates(path: str) -> None:
 
 def test_a_broken_object_is_caught() -> None:
     """The validation above can fail: a typo'd field is rejected."""
-    ds = dict(by_kind(render("kustomize/base"), "DaemonSet")[0])
+    ds = dict(named(render("kustomize/base"), "DaemonSet", "gpuscale-agent"))
     ds["spec"] = {**ds["spec"], "replicas": 3}
     with pytest.raises(kubernetes_validate.ValidationError):
         validate(ds)
@@ -67,7 +76,7 @@ def test_a_broken_object_is_caught() -> None:
 
 
 def test_agent_daemonset_contract() -> None:
-    ds = by_kind(render("kustomize/base"), "DaemonSet")[0]
+    ds = named(render("kustomize/base"), "DaemonSet", "gpuscale-agent")
     pod = ds["spec"]["template"]["spec"]
     (agent,) = pod["containers"]
     terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
@@ -83,14 +92,62 @@ def test_agent_daemonset_contract() -> None:
     assert sc["capabilities"]["drop"] == ["ALL"]
     assert sc["allowPrivilegeEscalation"] is False
     assert sc["runAsUser"] == 0  # the kubelet socket is root-only on most hosts
-    non_root = next(o for o in helm_render({"agent": {"runAsNonRoot": True, "socketGroup": 998}})
-                    if o["kind"] == "DaemonSet")
+    non_root = named(helm_render({"agent": {"runAsNonRoot": True, "socketGroup": 998}}),
+                     "DaemonSet", "gpuscale-agent")
     nsc = non_root["spec"]["template"]["spec"]["containers"][0]["securityContext"]
     assert (nsc["runAsNonRoot"], nsc["runAsUser"], nsc["runAsGroup"]) == (True, 65532, 998)
     assert "hostPID" not in pod
     assert {"readinessProbe", "livenessProbe"} <= set(agent)
-    host_pid = by_kind(render("kustomize/overlays/host-pid"), "DaemonSet")[0]
-    assert host_pid["spec"]["template"]["spec"]["hostPID"] is True
+    for name in AGENTS:
+        host_pid = named(render("kustomize/overlays/host-pid"), "DaemonSet", name)
+        assert host_pid["spec"]["template"]["spec"]["hostPID"] is True
+
+
+def test_amd_agent_daemonset_contract() -> None:
+    """AMD nodes (the AMD GPU operator's label, or NFD's AMD PCI label) without NVIDIA
+    GPUs get their own agent: the AMD backend, the device nodes the library opens, no GPU
+    taken from the workloads, locked down unless asked; its pods are agents to the
+    Service and NetworkPolicy; Helm can turn it off, use the host's ROCm, or privilege it."""
+    objs = render("kustomize/base")
+    ds = named(objs, "DaemonSet", "gpuscale-agent-amd")
+    nvidia = named(objs, "DaemonSet", "gpuscale-agent")
+    pod = ds["spec"]["template"]["spec"]
+    (agent,) = pod["containers"]
+    terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    for term in terms["nodeSelectorTerms"]:  # never a node the NVIDIA agent takes
+        exprs = {(e["key"], e["operator"]) for e in term["matchExpressions"]}
+        assert {("nvidia.com/gpu.present", "NotIn"),
+                ("feature.node.kubernetes.io/pci-10de.present", "NotIn")} <= exprs
+    wanted = {e["key"] for t in terms["nodeSelectorTerms"] for e in t["matchExpressions"]
+              if e["operator"] == "In"}
+    assert wanted == {"feature.node.kubernetes.io/amd-gpu",
+                      "feature.node.kubernetes.io/pci-1002.present"}
+    assert agent["args"][:2] == ["agent", "--gpu-backend=amd"]
+    assert "amd.com/gpu" not in str(agent["resources"])  # sees all GPUs, takes none
+    mounts = {m["name"]: m for m in agent["volumeMounts"]}
+    assert (mounts["kfd"]["mountPath"], mounts["dri"]["mountPath"]) == ("/dev/kfd", "/dev/dri")
+    assert not mounts["kfd"].get("readOnly")  # the library opens them read-write
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["kfd"]["hostPath"] == {"path": "/dev/kfd", "type": "CharDevice"}
+    sc = agent["securityContext"]
+    assert (sc["capabilities"]["drop"], sc["allowPrivilegeEscalation"]) == (["ALL"], False)
+    assert "privileged" not in sc
+    labels = ds["spec"]["template"]["metadata"]["labels"]
+    assert nvidia["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    service = named(objs, "Service", "gpuscale-agent")
+    assert service["spec"]["selector"].items() <= labels.items()
+    assert not [o for o in helm_render({"agent": {"amd": {"enabled": False}}})
+                if o["metadata"]["name"] == "gpuscale-agent-amd"]
+    host = named(helm_render({"agent": {"amd": {"rocmPath": "/opt/rocm-7.0.2",
+                                                "privileged": True}}}),
+                 "DaemonSet", "gpuscale-agent-amd")
+    hpod = host["spec"]["template"]["spec"]
+    assert hpod["containers"][0]["image"].endswith(":0.1.0")  # the plain image
+    assert {"name": "rocm", "hostPath": {"path": "/opt/rocm-7.0.2", "type": "Directory"}} \
+        in hpod["volumes"]
+    assert hpod["containers"][0]["securityContext"]["privileged"] is True
+    for obj in helm_render({"agent": {"amd": {"rocmPath": "/opt/rocm", "privileged": True}}}):
+        validate(obj)
 
 
 def _args(objs: Iterable[dict[str, Any]]) -> list[str]:
@@ -270,12 +327,13 @@ def test_helm_value_combinations_validate(combo: str) -> None:
         assert not [s for s in services if "annotations" in s["metadata"]]
     if combo in ("tls", "host-pid"):
         overlay = sorted(render(f"kustomize/overlays/{combo}"), key=_key)
-        ds = next(o for o in overlay if o["kind"] == "DaemonSet")
-        helm_ds = next(o for o in objs if o["kind"] == "DaemonSet")
-        assert helm_ds["spec"]["template"]["spec"].get("hostPID") == \
-            ds["spec"]["template"]["spec"].get("hostPID")
-        assert helm_ds["spec"]["template"]["spec"]["containers"][0]["args"] == \
-            ds["spec"]["template"]["spec"]["containers"][0]["args"]
+        for name in AGENTS:
+            ds = named(overlay, "DaemonSet", name)
+            helm_ds = named(objs, "DaemonSet", name)
+            assert helm_ds["spec"]["template"]["spec"].get("hostPID") == \
+                ds["spec"]["template"]["spec"].get("hostPID")
+            assert helm_ds["spec"]["template"]["spec"]["containers"][0]["args"] == \
+                ds["spec"]["template"]["spec"]["containers"][0]["args"]
 
 
 def test_helm_lint_and_values_schema() -> None:
@@ -304,7 +362,6 @@ def test_helm_lint_and_values_schema() -> None:
 def test_dashboard_queries_only_series_gpuscale_exports() -> None:
     """Every metric the Grafana dashboard queries is one the agent or scaler exposes."""
     import json
-    import re
 
     dash = json.loads(DASHBOARD.read_text())
     exprs = [t["expr"] for p in dash["panels"] for t in p["targets"]]
@@ -319,7 +376,6 @@ def test_dashboard_queries_only_series_gpuscale_exports() -> None:
 def test_image_constraints_pin_every_runtime_dependency() -> None:
     """The image installs with deploy/image-constraints.txt: every direct dependency in
     pyproject.toml must be pinned there (a new one would otherwise float)."""
-    import re
     import tomllib
 
     deps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
@@ -330,6 +386,21 @@ def test_image_constraints_pin_every_runtime_dependency() -> None:
         assert name in pins, f"{name} is not pinned in deploy/image-constraints.txt"
     assert "COPY pyproject.toml README.md deploy/image-constraints.txt" in (
         REPO / "Dockerfile").read_text()
+
+
+def test_the_rocm_image_carries_the_rocm_its_amdsmi_was_made_for() -> None:
+    """The AMD agent refuses a ROCm whose major.minor is not its amdsmi package's: the
+    image's ROCm release is the pinned package's, and the default target stays the plain
+    image (the last stage)."""
+    text = (REPO / "Dockerfile").read_text()
+    pin = re.search(r"^amdsmi==(\S+)$", (DEPLOY / "image-constraints.txt").read_text(),
+                    re.MULTILINE)
+    rocm = re.search(r"^ARG ROCM_VERSION=(\S+)$", text, re.MULTILINE)
+    assert pin
+    assert rocm
+    assert rocm.group(1) == pin.group(1)
+    stages = re.findall(r"^FROM \S+(?: AS (\w+))?$", text, re.MULTILINE)
+    assert stages == ["build", "rocm", ""]
 
 
 def test_the_dashboard_is_provisioned_by_helm_and_compose() -> None:

@@ -84,27 +84,28 @@ def check(objs: list[dict[str, Any]], scaler_peers: dict[str, Peer] = SCALER_PEE
           agent_peers: dict[str, Peer] = AGENT_PEERS) -> None:
     policies = {o["metadata"]["name"]: o for o in by_kind(tuple(objs), "NetworkPolicy")}
     assert set(policies) == {"gpuscale-scaler", "gpuscale-agent"}
-    templates = {name: next(o for o in objs if o["kind"] == kind)["spec"]["template"]
-                 for name, kind in (("gpuscale-scaler", "Deployment"),
-                                    ("gpuscale-agent", "DaemonSet"))}
+    # Each policy's workloads: the scaler Deployment; the agent DaemonSets (NVIDIA, AMD).
+    owned = {name: [o["spec"]["template"] for o in objs if o["kind"] == kind]
+             for name, kind in (("gpuscale-scaler", "Deployment"),
+                                ("gpuscale-agent", "DaemonSet"))}
     others = [o["spec"]["template"]["metadata"]["labels"] for o in objs
               if o["kind"] in ("Deployment", "DaemonSet", "StatefulSet")]
     for name, wanted in (("gpuscale-scaler", scaler_peers), ("gpuscale-agent", agent_peers)):
-        policy, template = policies[name], templates[name]
+        policy = policies[name]
         validate(policy)
         assert policy["spec"]["policyTypes"] == ["Ingress"]
-        labels = template["metadata"]["labels"]
-        # It selects its workload's pods, and no other workload's.
-        assert selects(policy["spec"]["podSelector"], labels), name
-        assert [x for x in others if selects(policy["spec"]["podSelector"], x)] == [labels]
-        # Every port those pods serve has exactly the one peer meant for it; no other port
-        # is opened.
-        ports = {p["name"]: (p.get("protocol", "TCP"), p["containerPort"])
-                 for c in template["spec"]["containers"] for p in c.get("ports", [])}
-        assert set(ports) == set(wanted), name
-        assert ingress(policy) == {ports[n]: [peer] for n, peer in wanted.items()}, name
-        # NetworkPolicies do not apply to host-network pods on most CNIs.
-        assert not template["spec"].get("hostNetwork", False), name
+        mine = [t["metadata"]["labels"] for t in owned[name]]
+        # It selects its workloads' pods, and no other workload's.
+        assert [x for x in others if selects(policy["spec"]["podSelector"], x)] == mine, name
+        for template in owned[name]:
+            # Every port those pods serve has exactly the one peer meant for it; no other
+            # port is opened.
+            ports = {p["name"]: (p.get("protocol", "TCP"), p["containerPort"])
+                     for c in template["spec"]["containers"] for p in c.get("ports", [])}
+            assert set(ports) == set(wanted), name
+            assert ingress(policy) == {ports[n]: [peer] for n, peer in wanted.items()}, name
+            # NetworkPolicies do not apply to host-network pods on most CNIs.
+            assert not template["spec"].get("hostNetwork", False), name
 
 
 @pytest.mark.parametrize("rendering", sorted(RENDERINGS))
@@ -119,9 +120,9 @@ def test_the_stream_peer_is_the_scaler_deployments_own_pods() -> None:
     namespace, and only them."""
     objs = render("kustomize/base")
     scaler = by_kind(objs, "Deployment")[0]["spec"]["template"]["metadata"]["labels"]
-    agent = by_kind(objs, "DaemonSet")[0]["spec"]["template"]["metadata"]["labels"]
     assert selects(SCALER_PODS["podSelector"], scaler)
-    assert not selects(SCALER_PODS["podSelector"], agent)
+    for ds in by_kind(objs, "DaemonSet"):  # the NVIDIA and the AMD agents
+        assert not selects(SCALER_PODS["podSelector"], ds["spec"]["template"]["metadata"]["labels"])
 
 
 def test_the_checks_catch_an_open_port_or_peer() -> None:

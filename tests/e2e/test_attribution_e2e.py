@@ -548,7 +548,8 @@ async def test_amd_partition_faults_never_give_a_smaller_number(
     cluster[0].pods = [pod("dev", h, ("app", "amd.com/cpx_nps1",  # replicas if shared
                                       [f"{names[1]}::{i}" if shared else names[1]]))
                        for i, h in enumerate(holders)]
-    extra = dict([fault.split("=")]) if "=" in fault else {}
+    key, _, value = fault.partition("=")
+    extra: dict[str, Any] = {key: value} if value else {}
     lines, render_nodes = fakeamdsmi.partitioned_gpu(0, gfx=10, busy=(0, 80), **extra)
     idle = {"idle": 1} if fault == "idle_all" else {}
     result = await attribute_on_fake_amdsmi(cluster, tmp_path, [

@@ -185,3 +185,25 @@ def test_a_partition_without_its_own_busy_share_never_reads_the_gpus(
     assert code == 0, err
     (g,) = snap["gpus"]
     assert all(m["utilization_percent"] == "unsupported" for m in g["migs"]), g["migs"]
+
+
+@pytest.mark.parametrize("rocm_version", ["7.1.0", "6.4.3"])
+def test_another_rocm_release_is_refused_with_what_to_install(
+        rocm: Path, tmp_path: Path, rocm_version: str) -> None:
+    # The package's structure layouts are its ROCm's: read through them, another release's
+    # library could give wrong numbers. Nothing is read; the reason says what to install.
+    code, snap, _ = gpus(rocm, tmp_path, [gpu_line(0, gfx=40)], None,
+                         FAKEAMDSMI_ROCM_VERSION=rocm_version)
+    assert code == 1
+    assert snap["state"] == "unavailable"
+    assert f"ROCm {rocm_version} on this node, but the amdsmi package is 7.0.2" in snap["reason"]
+    assert f"amdsmi=={rocm_version[:3]}.*" in snap["reason"]
+
+
+def test_a_patch_release_or_an_unreadable_version_is_read(rocm: Path, tmp_path: Path) -> None:
+    for version in ("7.0.0", "fail"):
+        code, snap, err = gpus(rocm, tmp_path, [gpu_line(0, gfx=40)], None,
+                               FAKEAMDSMI_ROCM_VERSION=version)
+        assert code == 0, err
+        assert snap["gpus"][0]["utilization_percent"] == 40.0
+        assert ("cannot check this node's ROCm version" in err) == (version == "fail")

@@ -159,6 +159,36 @@ class AmdSmiBackend:
         except smi.AmdSmiLibraryException as exc:
             raise _Down(self._why(exc)) from None
         self._initialized = True
+        skew = self._version_skew()
+        if skew:
+            self.close()
+            raise _Down(skew)
+
+    def _version_skew(self) -> str:
+        """Why this node's ROCm cannot be read with this amdsmi package, or "". The package
+        declares the library's structures in Python (amdsmi_wrapper.py, generated from one
+        ROCm's amdsmi.h) and is versioned as that ROCm: another ROCm release may lay them
+        out differently, and a reading through the wrong layout is a wrong number. Major
+        and minor must match; a ROCm whose version cannot be read is logged once and
+        used (the image ships the two together)."""
+        smi = self._smi
+        assert smi is not None
+        package = str(getattr(smi, "__version__", ""))
+        try:
+            ok, rocm = smi.amdsmi_get_rocm_version()
+        except Exception as exc:  # the package's own lookup failed: treat as unknown
+            ok, rocm = False, f"{type(exc).__name__}"
+        if not ok:
+            self._note("rocm version", f"cannot check this node's ROCm version against the "
+                       f"amdsmi package {package} ({str(rocm)[:120]}): readings assume "
+                       f"they match", logging.WARNING)
+            return ""
+        if str(rocm).split(".")[:2] != package.split(".")[:2]:
+            return (f"ROCm {rocm} on this node, but the amdsmi package is {package}: its "
+                    f"structure layouts may not be this library's, so nothing is read. Use "
+                    f"the agent image built for ROCm {'.'.join(str(rocm).split('.')[:2])}, "
+                    f"or install amdsmi=={'.'.join(str(rocm).split('.')[:2])}.*")
+        return ""
 
     def close(self) -> None:
         if self._initialized and self._smi is not None:

@@ -27,6 +27,7 @@ from typing import Any
 
 HERE = Path(__file__).parent
 SOURCE = HERE / "fakeamdsmi.c"
+ROCM_CORE = HERE / "rocmcore.c"  # librocm-core.so: the ROCm version the package checks
 
 
 def _wrapper() -> Path:
@@ -77,7 +78,8 @@ def build(cache_dir: Path | None = None) -> Path:
     stubs = stubs.replace("int amdsmi_free_name_value_pairs(void) { return 2; }\n",
                           "void amdsmi_free_name_value_pairs(void *p) { (void)p; }\n")
     header = metrics_header()
-    digest = hashlib.sha256((source + stubs + header).encode()).hexdigest()[:16]
+    core = ROCM_CORE.read_text()
+    digest = hashlib.sha256((source + stubs + header + core).encode()).hexdigest()[:16]
     root = (cache_dir or Path(tempfile.gettempdir()) / "gpuscale-fakeamdsmi") / digest
     lib = root / "lib" / "libamd_smi.so"
     if lib.exists():
@@ -90,10 +92,13 @@ def build(cache_dir: Path | None = None) -> Path:
     stub_file.write_text(stubs)
     (root / "gpu_metrics.h").write_text(header)
     tmp = lib.with_name(f"libamd_smi.so.{os.getpid()}")
-    subprocess.run([cc, "-O2", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC",
-                    "-I", str(root), "-o", str(tmp), str(SOURCE), str(stub_file)],
+    flags = ["-O2", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC"]
+    core_lib = lib.with_name("librocm-core.so")
+    subprocess.run([cc, *flags, "-o", str(core_lib), str(ROCM_CORE)], check=True,
+                   capture_output=True, text=True)
+    subprocess.run([cc, *flags, "-I", str(root), "-o", str(tmp), str(SOURCE), str(stub_file)],
                    check=True, capture_output=True, text=True)
-    tmp.replace(lib)
+    tmp.replace(lib)  # last: its presence says the build is whole
     return root
 
 
