@@ -129,7 +129,8 @@ def test_amd_gpus_get_amds_exporter_series_and_only_the_dcgm_ones_that_mean_the_
              memory_total_bytes=196592 * MIB, memory_free_bytes=145392 * MIB,
              power_watts=410.0, temperature_c=55.0)
     got = render(snapshot(mi, backend="amdsmi"))
-    labels = {"gpu_id": "0", "card_model": "AMD Instinct MI300X", "hostname": "node-a"}
+    labels = {"gpu_id": "0", "gpu_partition_id": "0", "card_model": "AMD Instinct MI300X",
+              "hostname": "node-a"}
     for name, value in (("gpu_gfx_activity", 37.0), ("gpu_umc_activity", 12.0),
                         ("gpu_used_vram", 51200.0), ("gpu_total_vram", 196592.0),
                         ("gpu_free_vram", 145392.0), ("gpu_package_power", 410.0),
@@ -145,3 +146,35 @@ def test_amd_gpus_get_amds_exporter_series_and_only_the_dcgm_ones_that_mean_the_
         assert name not in got
     # And an NVIDIA node has none of AMD's.
     assert "gpu_gfx_activity" not in render(snapshot(gpu(utilization_percent=5.0)))
+
+
+def test_a_partitioned_amd_gpu_is_one_gpu_id_per_partition_as_amds_exporter_has_it() -> None:
+    """An MI300X in CPX mode (2 of its partitions here) after a whole MI300X: gpu_id counts
+    processors as amdsmi enumerates them; VRAM per partition, never also the GPU's (a sum
+    counts it once); the GPU's activity, power and temperature on partition 0 only; each
+    partition's own busy share in the MIG series."""
+    whole = gpu(uuid="w", name="AMD Instinct MI300X", pci_bus_id="0000:05:00.0",
+                minor_number=-1, utilization_percent=5.0, memory_used_bytes=MIB,
+                memory_total_bytes=8 * MIB)
+    parts = tuple(MigSample(f"p{i}", "g", i, i, 0, "cpx.nps1", (i + 1) * MIB, 4 * MIB,
+                            [90.0, 10.0][i], device_id=f"d{i}") for i in range(2))
+    cpx = gpu(index=1, uuid="g", name="AMD Instinct MI300X", pci_bus_id="0000:06:00.0",
+              minor_number=-1, utilization_percent=50.0, memory_used_bytes=3 * MIB,
+              memory_total_bytes=8 * MIB, power_watts=400.0, temperature_c=60.0,
+              mig_enabled=True, sharing=SharingMode.MIG, migs=parts)
+    got = render(snapshot(whole, cpx, backend="amdsmi"))
+    used = {(lab["gpu_id"], lab["gpu_partition_id"], lab.get("gpu_compute_partition_type")):
+            v for lab, v in got["gpu_used_vram"]}
+    assert used == {("0", "0", None): 1.0, ("1", "0", "cpx"): 1.0, ("2", "1", "cpx"): 2.0}
+    assert [(lab["gpu_id"], v) for lab, v in got["gpu_gfx_activity"]] == [("0", 5.0),
+                                                                         ("1", 50.0)]
+    assert [(lab["gpu_id"], v) for lab, v in got["gpu_package_power"]] == [("1", 400.0)]
+    assert {lab["gpu_memory_partition_type"] for lab, _ in got["gpu_total_vram"]
+            if "gpu_memory_partition_type" in lab} == {"nps1"}
+    assert sum(v for _, v in got["DCGM_FI_DEV_FB_USED"]) == 1.0 + 1.0 + 2.0  # once each
+    # dcgm's MIG convention: no device utilization on the partitioned GPU (its 50 % average
+    # would call a GPU with a 90 % partition half idle), each partition's engine activity.
+    assert [lab["device"] for lab, _ in got["DCGM_FI_DEV_GPU_UTIL"]] == ["amdgpu0"]
+    assert sorted(v for _, v in got["DCGM_FI_PROF_GR_ENGINE_ACTIVE"]) == [0.1, 0.9]
+    busy = {lab["GPU_I_ID"]: v for lab, v in got["gpuscale_mig_utilization_percent"]}
+    assert busy == {"0": 90.0, "1": 10.0}

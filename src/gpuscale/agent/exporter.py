@@ -15,12 +15,19 @@ series are emitted per instance only, so ``sum(DCGM_FI_DEV_FB_USED)`` does not c
 AMD GPUs (the ``amdsmi`` backend): the series of AMD's device metrics exporter that people
 already query - ``gpu_gfx_activity``, ``gpu_umc_activity``, ``gpu_used_vram``,
 ``gpu_total_vram``, ``gpu_free_vram`` (MiB), ``gpu_package_power`` (W),
-``gpu_junction_temperature`` (C) - with its labels ``gpu_id, card_model, hostname`` (and
-``pod, namespace, container`` of the holders), and of the dcgm-exporter series only those
-whose meaning is the same: ``DCGM_FI_DEV_GPU_UTIL`` (the graphics/compute engine's busy
-percentage), ``DCGM_FI_DEV_FB_USED``/``FREE`` (VRAM) and ``DCGM_FI_DEV_POWER_USAGE``, with
-``device="amdgpu<N>"`` - not ``DCGM_FI_DEV_GPU_TEMP`` (an edge temperature; the MI300's is
-the hotspot) nor the copy-engine or clock series.
+``gpu_junction_temperature`` (C) - with its labels ``gpu_id, gpu_partition_id,
+card_model, hostname`` (and ``pod, namespace, container`` of the holders), and of the
+dcgm-exporter series only those whose meaning is the same: ``DCGM_FI_DEV_GPU_UTIL`` (the
+graphics/compute engine's busy percentage), ``DCGM_FI_DEV_FB_USED``/``FREE`` (VRAM) and
+``DCGM_FI_DEV_POWER_USAGE``, with ``device="amdgpu<N>"`` - not ``DCGM_FI_DEV_GPU_TEMP`` (an
+edge temperature; the MI300's is the hotspot) nor the copy-engine or clock series. A
+partitioned AMD GPU is, as in AMD's exporter, one ``gpu_id`` per partition (numbered as
+amdsmi enumerates them), labelled ``gpu_partition_id`` and
+``gpu_compute_partition_type``/``gpu_memory_partition_type``: VRAM per partition; the
+GPU's activity, power and temperature on its partition 0 only (the physical GPU's, as
+AMD's exporter gives them); each partition's own busy share is
+``gpuscale_mig_utilization_percent`` and ``DCGM_FI_PROF_GR_ENGINE_ACTIVE`` (the MIG
+series, ``GPU_I_PROFILE="cpx.nps1"``, ``GPU_I_ID`` the partition).
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ from gpuscale.telemetry.model import (
     BackendState,
     GpuSample,
     GpuState,
+    IntReading,
     MigSample,
     NodeSnapshot,
     ProcessSample,
@@ -124,6 +132,7 @@ class SnapshotCollector(Collector):
             "unavailable, lost, no_data).",
             labels=["gpu", "UUID", "GPU_I_ID", "reading", "reason"])
         amd = snap.backend == AMD_BACKEND
+        amd_id = 0  # AMD's gpu_id: the processors as amdsmi enumerates them
         for g in snap.gpus:
             dl = {"gpu": str(g.index), "UUID": g.uuid, "pci_bus_id": g.pci_bus_id,
                   "device": f"amdgpu{g.index}" if amd else f"nvidia{g.minor_number}",
@@ -139,10 +148,7 @@ class SnapshotCollector(Collector):
                 else:
                     self._dcgm_gpu(f, labels, g)
             if amd:
-                al = {"gpu_id": str(g.index), "card_model": g.name,
-                      "hostname": self._hostname}
-                for labels in _with_pods(al, holders.get(g.uuid, []), False):
-                    self._amd_gpu(f, labels, g)
+                amd_id = self._amd_gpu(f, g, amd_id, holders)
             self._gpu(f, dl, g)
             for name, value in _readings(g):
                 if isinstance(value, Absent):
@@ -175,22 +181,37 @@ class SnapshotCollector(Collector):
 
     @staticmethod
     def _amd_dcgm_gpu(f: dict[str, _Family], dl: dict[str, str], g: GpuSample) -> None:
-        """The dcgm-exporter series whose meaning is the same on an AMD GPU."""
-        f["DCGM_FI_DEV_GPU_UTIL"].add(dl, g.utilization_percent)
-        f["DCGM_FI_DEV_FB_USED"].add(dl, g.memory_used_bytes)
-        f["DCGM_FI_DEV_FB_FREE"].add(dl, g.memory_free_bytes)
+        """The dcgm-exporter series whose meaning is the same on an AMD GPU. A partitioned
+        one is a MIG GPU to them: no device utilization (its average over partitions would
+        call a GPU with one busy partition idle) and VRAM per partition (a sum counts it
+        once); each partition's busy share is its DCGM_FI_PROF_GR_ENGINE_ACTIVE."""
+        if not g.mig_enabled:
+            f["DCGM_FI_DEV_GPU_UTIL"].add(dl, g.utilization_percent)
+            f["DCGM_FI_DEV_FB_USED"].add(dl, g.memory_used_bytes)
+            f["DCGM_FI_DEV_FB_FREE"].add(dl, g.memory_free_bytes)
         f["DCGM_FI_DEV_POWER_USAGE"].add(dl, g.power_watts)
 
-    @staticmethod
-    def _amd_gpu(f: dict[str, _Family], al: dict[str, str], g: GpuSample) -> None:
-        """AMD's device metrics exporter's series, with its labels."""
-        f["gpu_gfx_activity"].add(al, g.utilization_percent)
-        f["gpu_umc_activity"].add(al, g.memory_util_percent)
-        f["gpu_used_vram"].add(al, g.memory_used_bytes)
-        f["gpu_total_vram"].add(al, g.memory_total_bytes)
-        f["gpu_free_vram"].add(al, g.memory_free_bytes)
-        f["gpu_package_power"].add(al, g.power_watts)
-        f["gpu_junction_temperature"].add(al, g.temperature_c)
+    def _amd_gpu(self, f: dict[str, _Family], g: GpuSample, first_id: int,
+                 holders: dict[str, list[Holder]]) -> int:
+        """AMD's device metrics exporter's series, with its labels: one gpu_id per
+        partition the library enumerates. Returns the next gpu_id."""
+        base = {"card_model": g.name, "hostname": self._hostname}
+        if not g.migs:
+            al = {"gpu_id": str(first_id), "gpu_partition_id": "0", **base}
+            for labels in _with_pods(al, holders.get(g.uuid, []), False):
+                _amd_physical(f, labels, g)
+                _amd_vram(f, labels, g.memory_used_bytes, g.memory_total_bytes)
+            return first_id + 1
+        for i, m in enumerate(g.migs):
+            compute, _, memory = m.profile.partition(".")
+            al = {"gpu_id": str(first_id + i), "gpu_partition_id": str(m.gpu_instance_id),
+                  "gpu_compute_partition_type": compute,
+                  "gpu_memory_partition_type": memory, **base}
+            for labels in _with_pods(al, holders.get(m.uuid, []), False):
+                if i == 0:  # the physical GPU's readings, on its first partition
+                    _amd_physical(f, labels, g)
+                _amd_vram(f, labels, m.memory_used_bytes, m.memory_total_bytes)
+        return first_id + len(g.migs)
 
     @staticmethod
     def _gpu(f: dict[str, _Family], dl: dict[str, str], g: GpuSample) -> None:
@@ -238,6 +259,21 @@ class SnapshotCollector(Collector):
 
 
 Holder = tuple[str, str, str]  # namespace, pod, container
+
+
+def _amd_physical(f: dict[str, _Family], al: dict[str, str], g: GpuSample) -> None:
+    f["gpu_gfx_activity"].add(al, g.utilization_percent)
+    f["gpu_umc_activity"].add(al, g.memory_util_percent)
+    f["gpu_package_power"].add(al, g.power_watts)
+    f["gpu_junction_temperature"].add(al, g.temperature_c)
+
+
+def _amd_vram(f: dict[str, _Family], al: dict[str, str], used: IntReading,
+              total: IntReading) -> None:
+    f["gpu_used_vram"].add(al, used)
+    f["gpu_total_vram"].add(al, total)
+    f["gpu_free_vram"].add(al, total if isinstance(total, Absent) else
+                           used if isinstance(used, Absent) else total - used)
 
 
 def _holders(att: NodeAttribution | None) -> dict[str, list[Holder]]:
