@@ -5,6 +5,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
+import shutil
+import subprocess
 from dataclasses import asdict
 from enum import Enum
 from typing import Any
@@ -18,6 +21,9 @@ from gpuscale.stream.records import NodeReport
 from gpuscale.stream.subscriber import read_node
 from gpuscale.stream.tls import DEFAULT_SERVER_NAME, channel_credentials
 from gpuscale.telemetry.model import Absent, BackendState, NodeSnapshot
+from gpuscale.tools import amd_check
+
+AMD_SMI_TIMEOUT_S = 60.0  # amd-smi metric on 64 partitions takes seconds, not minutes
 
 
 def add_parser(sub: Any) -> None:
@@ -25,6 +31,13 @@ def add_parser(sub: Any) -> None:
                                        "(or what a running agent reads: --agent)")
     add_backend_args(gpus)
     gpus.add_argument("--json", action="store_true", help="print the snapshot as JSON")
+    gpus.add_argument("--compare-amd-smi", action="store_true",
+                      help="AMD nodes, first run: read the GPUs once and compare each reading "
+                           "with what amd-smi (list, metric --json) says right after; exit 1 "
+                           "if any differs (docs/amd.md)")
+    gpus.add_argument("--amd-smi", default="amd-smi", metavar="PATH",
+                      help="the amd-smi command for --compare-amd-smi (default: amd-smi on "
+                           "PATH, else $ROCM_PATH/bin/amd-smi)")
     a = gpus.add_argument_group("a running agent instead of this node's GPUs")
     a.add_argument("--agent", metavar="HOST:PORT",
                    help="read the agent's telemetry stream (its --stream-port; demo --scenario "
@@ -56,6 +69,8 @@ def run(args: argparse.Namespace) -> int:
         snap, att = asyncio.run(one_tick())
     except ConfigError as exc:
         return fail(exc)
+    if args.compare_amd_smi:
+        return _compare_amd_smi(args, snap)
     if args.json:
         out = snapshot_to_json(snap)
         out["attribution"] = snapshot_to_json(att) if att is not None else None
@@ -63,6 +78,36 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(format_gpus(snap, att))
     return 0 if snap.state is BackendState.OK else 1
+
+
+def _compare_amd_smi(args: argparse.Namespace, snap: NodeSnapshot) -> int:
+    if snap.backend != "amdsmi":
+        return fail(f"--compare-amd-smi compares the AMD backend's readings: this run read "
+                    f"{snap.backend} (add --gpu-backend amd)")
+    if snap.state is not BackendState.OK:
+        return fail(f"the AMD backend could not read this node: {snap.reason}", code=1)
+    tool = shutil.which(args.amd_smi) or shutil.which(
+        os.path.join(os.environ.get("ROCM_PATH", "/opt/rocm"), "bin", "amd-smi"))
+    if tool is None:
+        return fail(f"{args.amd_smi!r} not found (install amd-smi, ROCm's amd-smi-lib, or "
+                    f"give --amd-smi PATH)")
+    outputs = []
+    for command in ("list", "metric"):
+        try:
+            got = subprocess.run([tool, command, "--json"], capture_output=True, text=True,
+                                 timeout=AMD_SMI_TIMEOUT_S, check=False)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return fail(f"amd-smi {command} --json: {exc}", code=1)
+        if got.returncode != 0:
+            return fail(f"amd-smi {command} --json exited {got.returncode}: "
+                        f"{got.stderr.strip()[:300]}", code=1)
+        outputs.append(got.stdout)
+    try:
+        rows = amd_check.compare(amd_check.ours(snap), amd_check.theirs(*outputs))
+    except amd_check.AmdSmiOutputError as exc:
+        return fail(exc)
+    print(amd_check.report(rows))
+    return 1 if any(r.verdict == "DIFFERS" for r in rows) else 0
 
 
 def _from_agent(args: argparse.Namespace) -> int:

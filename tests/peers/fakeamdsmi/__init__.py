@@ -125,7 +125,9 @@ def partitioned_gpu(gpu: int, *, partitions: int = 8, compute: str = "CPX",
     """One physical GPU in a partition mode: its processors' ``gpu`` lines, and each
     partition's render minor -> device plugin name (for ``tests.support.sysfs``).
     Processor ``gpu * partitions + p`` is partition p; ``busy[p]`` its XCCs' busy share;
-    power and temperature answer only on the first partition (the socket's readings)."""
+    power and temperature are the first partition's (the socket's readings): the others
+    answer power 0 and no temperature (AMD's device metrics exporter documents both for
+    partitions other than 0, docs/configuration/metricslist.md)."""
     lines, names = [], {}
     for p in range(partitions):
         idx = gpu * partitions + p
@@ -136,8 +138,9 @@ def partitioned_gpu(gpu: int, *, partitions: int = 8, compute: str = "CPX",
         if p < len(busy):
             fields["busy"] = busy[p]
         if p > 0:
+            fields["power"] = 0
             fields["unsupported"] = ",".join(
-                x for x in ("power", "temp", str(kw.get("unsupported", ""))) if x)
+                x for x in ("temp", str(kw.get("unsupported", ""))) if x)
         lines.append(gpu_line(idx, **fields))
         names[128 + idx] = xcp_name(gpu, p, partitions)
     return lines, names
