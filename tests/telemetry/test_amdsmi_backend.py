@@ -159,6 +159,12 @@ def test_cpx_partitions_are_read_as_partitions_of_one_gpu(rocm: Path, tmp_path: 
     assert len({m["uuid"] for g in (g0, g1) for m in g["migs"]} | {g0["uuid"]}) == 17
     assert [m["device_id"] for m in g1["migs"]] == [xcp_name(1, p) for p in range(8)]
     assert snap["problems"] == []
+    table = subprocess.run([sys.executable, "-m", "gpuscale.cli", "gpus", "--gpu-backend",
+                            "amd", "--attribution", "off", "--sys-root", str(sysfs)],
+                           capture_output=True, text=True, timeout=60, check=True,
+                           env=env(rocm, tmp_path / "node.txt")).stdout
+    assert "cpx.nps1" in table
+    assert "amdgpu_xcp_2" in table  # each partition with the device plugin's name
 
 
 def test_partitions_whose_names_cannot_be_read_say_why(rocm: Path, tmp_path: Path) -> None:

@@ -202,9 +202,10 @@ def format_gpus(snap: NodeSnapshot, att: NodeAttribution | None = None) -> str:
         for m in g.migs:
             mmem = (f"{_fmt(m.memory_used_bytes, '', gib, 1)}/"
                     f"{_fmt(m.memory_total_bytes, '', gib, 1)}G")
+            name = f"  {m.device_id}" if m.device_id else ""  # the device plugin's (AMD)
             lines.append(f"{'':<4}{m.gpu_instance_id:<5}{m.profile:<24}"
                          f"{_fmt(m.utilization_percent, '%'):>12}{mmem:>20}{'':>8}  {m.uuid}"
-                         + (f"  <- {owners[m.uuid]}" if m.uuid in owners else ""))
+                         + name + (f"  <- {owners[m.uuid]}" if m.uuid in owners else ""))
         for p in g.processes:
             gi = "" if p.gpu_instance_id is None else str(p.gpu_instance_id)
             lines.append(f"{'':<4}{gi:<5}{'  pid ' + str(p.pid):<24}"
