@@ -1,6 +1,7 @@
 """Agent cost on an AMD node: 8 MI300X in CPX mode (each GPU 8 compute partitions, which
-the library enumerates as 64 processors), 2 processes a partition, through the real
-``amdsmi`` package on the fake libamd_smi.so (tests/peers/fakeamdsmi).
+the library enumerates as 64 processors under 8 sockets), 2 processes a partition, through
+the real ``amdsmi`` package on the fake libamd_smi.so (tests/peers/fakeamdsmi), each
+partition named through a sysfs tree as the host lays it out (tests/support/sysfs).
 
 Prints, for BENCHMARKS.md:
   1. one sample: wall and CPU time per AmdSmiBackend.sample(), and library calls per sample
@@ -33,16 +34,19 @@ sys.path.insert(0, str(REPO))
 
 from bench.proc import proc_cpu_seconds, proc_mem_mib  # noqa: E402
 from tests.peers import fakeamdsmi, fakenvml  # noqa: E402
+from tests.support.sysfs import drm_tree  # noqa: E402
 
-PARTITIONS = 64  # 8 GPUs x CPX
+GPUS, PER_GPU = 8, 8  # 8 MI300X x CPX
+PARTITIONS = GPUS * PER_GPU
 PROCS_PER_PARTITION = 2
 
 SAMPLE_CODE = textwrap.dedent("""
     import json, statistics, sys, time
     kind, n = sys.argv[1], int(sys.argv[2])
     if kind == "amd":
+        from pathlib import Path
         from gpuscale.telemetry.amdsmi_backend import AmdSmiBackend
-        b = AmdSmiBackend("bench")
+        b = AmdSmiBackend("bench", sys_root=Path(sys.argv[3]))
     else:
         from gpuscale.telemetry.nvml import NvmlBackend
         b = NvmlBackend(interval=1.0, node="bench")
@@ -73,7 +77,8 @@ SAMPLE_CODE = textwrap.dedent("""
             setattr(module, name, counted(fn))
     b.sample()
     walls.sort(); cpus.sort()
-    print(json.dumps({"gpus": len(first.gpus),
+    assert not first.problems, first.problems
+    print(json.dumps({"gpus": sum(max(1, len(g.migs)) for g in first.gpus),
                       "processes": sum(len(g.processes) for g in first.gpus),
                       "median_ms": statistics.median(walls) * 1e3,
                       "p99_ms": walls[int(len(walls) * 0.99) - 1] * 1e3,
@@ -81,20 +86,27 @@ SAMPLE_CODE = textwrap.dedent("""
 """)
 
 
-def amd_node(path: Path) -> Path:
-    lines = []
+def amd_node(path: Path, sys_root: Path) -> Path:
+    """The node's config for the fake library, and its sysfs render nodes under sys_root."""
+    lines, names = [], {}
+    for g in range(GPUS):
+        gpu_lines, gpu_names = fakeamdsmi.partitioned_gpu(
+            g, partitions=PER_GPU, name="AMD Instinct MI300X", gfx=40, umc=10, power=700,
+            temp=60, vram_used=8192, busy=tuple((g * 8 + p) * 7 % 100 for p in range(8)))
+        lines += gpu_lines
+        names.update(gpu_names)
     for i in range(PARTITIONS):
-        lines.append(fakeamdsmi.gpu_line(i, name="AMD Instinct MI300X", vram_total=24574,
-                                         vram_used=8192 + i, gfx=(i * 7) % 100, umc=10,
-                                         power=700, temp=60))
         lines += [fakeamdsmi.proc_line(i, 10_000 + i * 10 + k, name="python3",
                                        vram=4 * 2**30) for k in range(PROCS_PER_PARTITION)]
     path.write_text("\n".join(lines) + "\n")
+    drm_tree(sys_root, names)
     return path
 
 
-def one_sample(kind: str, env: dict[str, str], samples: int) -> dict[str, float]:
-    out = subprocess.run([sys.executable, "-c", SAMPLE_CODE, kind, str(samples)], env=env,
+def one_sample(kind: str, env: dict[str, str], samples: int,
+               sys_root: Path) -> dict[str, float]:
+    out = subprocess.run([sys.executable, "-c", SAMPLE_CODE, kind, str(samples),
+                          str(sys_root)], env=env,
                          capture_output=True, text=True, check=False)
     if out.returncode != 0:
         sys.exit(f"{kind} sample benchmark failed:\n{out.stderr}")
@@ -109,7 +121,8 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=300, help="samples for part 1")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="gpuscale-bench-amd-"))
-    amd_env = {**fakeamdsmi.env(fakeamdsmi.build(), amd_node(tmp / "amd.txt")),
+    sys_root = tmp / "sys"
+    amd_env = {**fakeamdsmi.env(fakeamdsmi.build(), amd_node(tmp / "amd.txt", sys_root)),
                "PYTHONUNBUFFERED": "1"}
     nvml_scenario = tmp / "nvml.txt"
     nvml_scenario.write_text("\n".join(fakenvml.gpu_line(i) for i in range(8)) + "\n")
@@ -118,10 +131,10 @@ def main() -> None:
 
     print(f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores, "
           f"Python {platform.python_version()}, {time.strftime('%Y-%m-%d')}")
-    print(f"fake AMD SMI: 8 MI300X x CPX = {PARTITIONS} processors, "
+    print(f"fake AMD SMI: {GPUS} MI300X x CPX = {PARTITIONS} processors, "
           f"{PARTITIONS * PROCS_PER_PARTITION} processes\n")
-    amd = one_sample("amd", amd_env, args.samples)
-    nvml = one_sample("nvml", nvml_env, args.samples)
+    amd = one_sample("amd", amd_env, args.samples, sys_root)
+    nvml = one_sample("nvml", nvml_env, args.samples, sys_root)
     print(f"1. one AMD sample ({args.samples} samples, {amd['gpus']:.0f} processors, "
           f"{amd['processes']:.0f} processes): wall median {amd['median_ms']:.2f} ms, p99 "
           f"{amd['p99_ms']:.2f} ms; CPU median {amd['cpu_median_ms']:.2f} ms; "
@@ -133,7 +146,7 @@ def main() -> None:
     agent = subprocess.Popen(
         [sys.executable, "-m", "gpuscale.cli", "--log-level", "WARNING", "agent",
          "--gpu-backend", "amd", "--attribution", "off", "--host", "127.0.0.1", "--port",
-         "0", "--interval", "1", "--stream-port", "-1"],
+         "0", "--interval", "1", "--stream-port", "-1", "--sys-root", str(sys_root)],
         env=amd_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert agent.stdout is not None
