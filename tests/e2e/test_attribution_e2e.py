@@ -533,14 +533,15 @@ async def test_amd_cpx_partitions_each_pod_gets_its_own_partitions_share(
     ("unsupported=enumeration", False, "no_data"),  # no render nodes: partitions unnamed
     ("unsupported=process", True, "shared"),  # a shared partition with no process list
     ("idle_all", True, "shared"),  # a shared partition whose busy processes are left out
-    ("", True, "shared"),  # amdgpu gives no per-process busy share: never a split
 ], ids=str)
 async def test_amd_partition_faults_never_give_a_smaller_number(
         cluster: tuple[KubeletPeer, KubeApiPeer, Path], tmp_path: Path, fault: str,
         shared: bool, want: float | str) -> None:
     """The fault matrix on a CPX MI300X: what the pod truly uses is its partition's 80 %.
     Whatever fails, its GPU signal is that number, or no number - never less. Two pods
-    sharing the partition: neither has a number (each could be using any part of 80)."""
+    sharing the partition whose processes cannot be read: neither has a number (each could
+    be using any part of 80). (Shared and readable: split by the processes' GFX time,
+    test_amdsmi_backend and test_rules.)"""
     from tests.peers import fakeamdsmi
 
     names = {p: fakeamdsmi.xcp_name(0, p) for p in range(8)}

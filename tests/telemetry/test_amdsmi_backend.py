@@ -53,8 +53,9 @@ def test_mi300x_readings_as_the_agent_takes_them(rocm: Path, tmp_path: Path) -> 
     assert (g0["power_watts"], g0["power_limit_watts"], g0["temperature_c"]) == (
         410.0, 750.0, 55.0)
     assert [(p["pid"], p["used_memory_bytes"], p["sm_util_percent"])
-            for p in g0["processes"]] == [(4242, 8 * 1024 * MIB, "unsupported")]
+            for p in g0["processes"]] == [(4242, 8 * 1024 * MIB, "no_data")]  # 1st sight
     assert g0["processes_unknown"] == "unsupported"  # amdgpu lists only recent users
+    assert g0["processes_omit_idle"] is True
     assert (g1["utilization_percent"], g1["processes"]) == (0.0, [])  # a true 0: idle
 
 
@@ -153,6 +154,9 @@ def test_cpx_partitions_are_read_as_partitions_of_one_gpu(rocm: Path, tmp_path: 
     assert [m["device_id"] for m in parts] == [xcp_name(0, p) for p in range(8)]
     assert parts[0]["memory_used_bytes"] == 4096 * MIB
     assert parts[0]["memory_total_bytes"] == 196592 // 8 * MIB
+    # The GPU's: the sums over its partitions (each partition's share of it stays right).
+    assert g0["memory_total_bytes"] == 8 * (196592 // 8) * MIB
+    assert g0["memory_used_bytes"] == 8 * 4096 * MIB
     assert [p["pid"] for p in parts[0]["processes"]] == [4242]
     assert [p["pid"] for p in g1["migs"][1]["processes"]] == [4343]
     assert [p["pid"] for p in g0["processes"]] == [4242]  # the GPU: all its partitions'
@@ -213,3 +217,51 @@ def test_a_patch_release_or_an_unreadable_version_is_read(rocm: Path, tmp_path: 
         assert code == 0, err
         assert snap["gpus"][0]["utilization_percent"] == 40.0
         assert ("cannot check this node's ROCm version" in err) == (version == "fail")
+
+
+def test_a_process_entry_without_a_pid_makes_the_list_unavailable(rocm: Path,
+                                                                  tmp_path: Path) -> None:
+    # Whose process it is cannot be said: the list is unavailable, never a list without it.
+    code, snap, err = gpus(rocm, tmp_path, [gpu_line(0, gfx=30), proc_line(0, 0, vram=MIB),
+                                            proc_line(0, 4242, vram=MIB)])
+    assert code == 0, err
+    (g,) = snap["gpus"]
+    assert (g["processes"], g["processes_unknown"]) == ([], "unavailable")
+    assert g["utilization_percent"] == 30.0
+
+
+GFX_OVER_TIME = """
+import json, sys
+from pathlib import Path
+from gpuscale.telemetry.amdsmi_backend import AmdSmiBackend
+clock = [100.0]
+b = AmdSmiBackend("n", monotonic=lambda: clock[0])
+first = b.sample()
+Path(sys.argv[1]).write_text(Path(sys.argv[2]).read_text())  # the counters move on
+clock[0] = 102.0
+second = b.sample()
+print(json.dumps([[(p.pid, p.sm_util_percent if isinstance(p.sm_util_percent, float)
+                    else p.sm_util_percent.value) for p in s.gpus[0].processes]
+                  for s in (first, second)]))
+"""
+
+
+def test_each_processs_gfx_time_becomes_its_busy_share(rocm: Path, tmp_path: Path) -> None:
+    """Over 2 s: 0.6 s of GFX time is 30 %; a first sight has no share yet; a counter that
+    went back (a new process with a reused PID) has none; 5 s in 2 s (several XCCs
+    summed) is capped at 100, never divided."""
+    before, after = tmp_path / "node.txt", tmp_path / "after.txt"
+    before.write_text("\n".join([gpu_line(0, gfx=90), proc_line(0, 11, gfx=10**9),
+                                  proc_line(0, 12, gfx=5 * 10**9),
+                                  proc_line(0, 13, gfx=10**9)]) + "\n")
+    after.write_text("\n".join([gpu_line(0, gfx=90), proc_line(0, 11, gfx=16 * 10**8),
+                                 proc_line(0, 12, gfx=10**9), proc_line(0, 13, gfx=6 * 10**9),
+                                 proc_line(0, 14, gfx=10**9)]) + "\n")
+    got = subprocess.run([sys.executable, "-c", GFX_OVER_TIME, str(before), str(after)],
+                         capture_output=True, text=True, timeout=60, check=True,
+                         env=env(rocm, before))
+    first, second = json.loads(got.stdout)
+    assert {pid: v for pid, v in first} == {11: "no_data", 12: "no_data", 13: "no_data"}
+    shares = {pid: v for pid, v in second}
+    assert shares[11] == pytest.approx(30.0)
+    assert (shares[12], shares[13], shares[14]) == ("no_data", 100.0, "no_data")

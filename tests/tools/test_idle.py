@@ -14,7 +14,15 @@ from hypothesis import strategies as st
 
 from gpuscale.common.errors import ConfigError
 from gpuscale.tools.client import ToolError
-from gpuscale.tools.idle import Bucket, Device, Options, build_report, idle_now, price_of
+from gpuscale.tools.idle import (
+    Bucket,
+    Device,
+    Options,
+    build_report,
+    device_share,
+    idle_now,
+    price_of,
+)
 from gpuscale.tools.idle_format import CSV_COLUMNS, table, to_csv, to_json
 from gpuscale.tools.idle_options import parse_duration, parse_prices, prices_from_mapping
 from gpuscale.tools.idle_sources import Series, devices_from_matrices
@@ -64,6 +72,18 @@ def test_a_mig_instance_counts_and_costs_its_fraction() -> None:
     assert r.total.cost_allocated == pytest.approx(0.3)
     assert price_of(f"{A100} 3g.40gb", 0.5, {A100.lower(): 2.0}) == 2.0  # case-insensitive
     assert price_of(f"{A100} 3g.40gb", 0.5, {"NVIDIA L4": 2.0}) is None
+
+
+def test_an_amd_partition_counts_and_costs_its_share_of_the_gpu() -> None:
+    mi = "AMD Instinct MI300X"
+    assert device_share(f"{mi} cpx.nps1") == (mi, 1 / 8)
+    assert device_share(f"{mi} QPX.NPS4") == (mi, 1 / 4)
+    assert device_share(mi) is None
+    assert price_of(f"{mi} cpx.nps1", 1 / 8, {mi: 4.0}) == 4.0  # the GPU's price per hour
+    part = gpu(minutes(60, 50.0), f"{mi} cpx.nps1", 1 / 8, "p-3")
+    r = one([part], prices={mi: 4.0})
+    assert r.total.allocated_h == pytest.approx(1 / 8)
+    assert r.total.cost_allocated == pytest.approx(4.0 / 8)
 
 
 def test_a_time_sliced_gpu_is_split_between_its_pods() -> None:

@@ -18,8 +18,12 @@ hotspot (junction) sensor - MI300 has no edge sensor. VRAM is read in bytes (the
 memory-usage calls; the VRAM-usage call rounds down to whole MiB). Processes: pid and VRAM;
 amdgpu lists only processes that used the GPU recently (its fdinfo), so the list is not
 everything holding a context: it is marked incomplete (``processes_unknown``
-UNSUPPORTED), and a GPU shared by several pods then reads "shared", never 0 for a pod whose
-process is not listed; per-process engine use is not turned into a percentage here.
+UNSUPPORTED) and ``processes_omit_idle``. Each listed process's GFX engine time (a counter
+in ns) becomes a busy percentage from its change since the last tick (``no_data`` on the
+first, or when the counter went back: a new process with a reused PID), capped at 100 (a
+counter summed over several XCCs can pass the wall time: capped, never divided). A GPU
+shared by several pods is then split by the listed processes; a pod with none listed is
+"shared", never 0.
 
 A call that succeeded before on a GPU and now answers "not supported" is ``unavailable``,
 not ``unsupported`` (rocm_smi maps a vanished sysfs file to NOT_SUPPORTED: the GPU may be
@@ -131,6 +135,9 @@ class AmdSmiBackend:
         self._sys = sys_root
         self._names: dict[int, str] = {}  # render minor -> device plugin name (read once)
         self._part_names: dict[int, str] = {}  # processor index -> its last name
+        self._layout = -1  # processors enumerated last tick
+        # processor index -> pid -> (GFX engine ns, monotonic time) at the last tick
+        self._gfx: dict[int, dict[int, tuple[int, float]]] = {}
         self._load = load
         self._clock = clock
         self._monotonic = monotonic
@@ -218,6 +225,11 @@ class AmdSmiBackend:
             self.close()
             return self._down(self._why(exc), taken_at, began)
         self._cleared("node")
+        if len(handles) != self._layout:  # partitions changed (a new mode): names too
+            self._layout = len(handles)
+            self._names.clear()
+            self._part_names.clear()
+            self._gfx.clear()
         # at their place in the snapshot: partitions make the library's processor
         # numbering differ from the GPUs'
         gpus = tuple(replace(g, index=i) for i, g in enumerate(self._gpus(handles)))
@@ -319,7 +331,7 @@ class AmdSmiBackend:
         except _Lost:
             return self._lost(index)
         self._cleared(f"gpu {index}")
-        processes, unknown = _processes(procs)
+        processes, unknown = self._processes(index, procs)
         used_b, total_b = _count(used), _count(total)
         return GpuSample(
             index=index, uuid=uuid, name=name, pci_bus_id=bdf, minor_number=-1,
@@ -331,7 +343,8 @@ class AmdSmiBackend:
             power_watts=_field(power, "current_socket_power"),
             power_limit_watts=_field(power, "power_limit"),
             temperature_c=temp if isinstance(temp, Absent) else float(temp),
-            processes=processes, processes_unknown=unknown)
+            processes=processes, processes_unknown=unknown,
+            processes_omit_idle=unknown is Absent.UNSUPPORTED)
 
     def _partitioned(self, members: list[_Processor], modes: tuple[str, str]) -> GpuSample:
         """One physical GPU whose partitions the library enumerates as processors."""
@@ -368,7 +381,10 @@ class AmdSmiBackend:
         unknown = next((mig.processes_unknown for mig in migs
                         if mig.processes_unknown is not Absent.UNSUPPORTED
                         and mig.processes_unknown is not None), Absent.UNSUPPORTED)
-        used, total = migs[0].memory_used_bytes, migs[0].memory_total_bytes
+        # The GPU's memory: the sums over its partitions (a partition's share of the GPU is
+        # then right whether the driver gives each partition its share or the whole pool).
+        used = _isum([mig.memory_used_bytes for mig in migs])
+        total = _isum([mig.memory_total_bytes for mig in migs])
         return GpuSample(
             index=first.index, uuid=first.uuid, name=first.name,
             pci_bus_id=f"{first.device}.0", minor_number=-1,
@@ -381,7 +397,8 @@ class AmdSmiBackend:
             power_limit_watts=_field(power, "power_limit"),
             temperature_c=temp if isinstance(temp, Absent) else float(temp),
             mig_enabled=True, sharing=SharingMode.MIG, migs=migs,
-            processes=procs, processes_unknown=unknown)
+            processes=procs, processes_unknown=unknown,
+            processes_omit_idle=unknown is Absent.UNSUPPORTED)
 
     def _partition(self, pid: int, m: _Processor, parent: str, profile: str,
                    busy: Any) -> MigSample:
@@ -400,13 +417,14 @@ class AmdSmiBackend:
                        logging.ERROR)
             return _lost_partition(pid, m, parent, profile, self._part_names.get(m.index, ""))
         self._cleared(f"gpu {m.index}")
-        processes, unknown = _processes(procs)
+        processes, unknown = self._processes(m.index, procs)
         return MigSample(
             uuid=_partition_key(m.uuid, parent, pid), parent_uuid=parent, index=max(pid, 0),
             gpu_instance_id=pid, compute_instance_id=0, profile=profile,
             memory_used_bytes=_count(used), memory_total_bytes=_count(total),
             utilization_percent=_xcp_busy(busy, pid), processes=processes,
-            processes_unknown=unknown, device_id=name)
+            processes_unknown=unknown, device_id=name,
+            processes_omit_idle=unknown is Absent.UNSUPPORTED)
 
     def _name_of(self, m: _Processor) -> str:
         """The device plugin's name for a partition (from its render node in sysfs), or ""
@@ -434,6 +452,37 @@ class AmdSmiBackend:
             self._names[render] = name
         self._part_names[m.index] = name
         return name
+
+    def _processes(self, index: int, procs: Any) -> tuple[tuple[ProcessSample, ...], Absent]:
+        """A processor's process list with each process's GFX busy percentage since the
+        last tick, and why the list is not complete (see the module's text). An entry
+        without a PID makes the list unavailable this tick (whose process it is cannot be
+        said)."""
+        if isinstance(procs, Absent):
+            return (), procs
+        now = self._monotonic()
+        seen = self._gfx.setdefault(index, {})
+        fresh: dict[int, tuple[int, float]] = {}
+        out = []
+        for p in procs if isinstance(procs, list) else [None]:
+            pid = p.get("pid") if isinstance(p, dict) else None
+            if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+                return (), Absent.UNAVAILABLE
+            assert isinstance(p, dict)
+            usage = p.get("memory_usage")
+            vram = usage.get("vram_mem") if isinstance(usage, dict) else None
+            engines = p.get("engine_usage")
+            gfx = engines.get("gfx") if isinstance(engines, dict) else None
+            busy: float | Absent = Absent.UNSUPPORTED
+            if isinstance(gfx, int) and not isinstance(gfx, bool) and gfx >= 0:
+                fresh[pid] = (gfx, now)
+                last = seen.get(pid)
+                busy = Absent.NO_DATA
+                if last is not None and now > last[1] and gfx >= last[0]:
+                    busy = min(100.0, (gfx - last[0]) / ((now - last[1]) * 1e9) * 100)
+            out.append(ProcessSample(pid, _bytes(vram), sm_util_percent=busy))
+        self._gfx[index] = fresh  # processes gone are forgotten
+        return tuple(out), Absent.UNSUPPORTED
 
     def _call(self, index: int, what: str, fn: Callable[..., Any], handle: Any,
               *args: Any) -> Any:
@@ -558,15 +607,11 @@ def _gfx_busy(handle: Any, smi: ModuleType) -> list[list[int]]:
     return [list(xcp.gfx_busy_inst) for xcp in table.xcp_stats]
 
 
-def _processes(procs: Any) -> tuple[tuple[ProcessSample, ...], Absent]:
-    """A process list, and why it is not complete: amdgpu lists only processes that ran
-    lately, so never the full list (see above)."""
-    if isinstance(procs, Absent):
-        return (), procs
-    return tuple(ProcessSample(int(p["pid"]),
-                               _bytes(p.get("memory_usage", {}).get("vram_mem")),
-                               sm_util_percent=Absent.UNSUPPORTED)
-                 for p in procs), Absent.UNSUPPORTED
+def _isum(values: list[int | Absent]) -> int | Absent:
+    """A sum of byte counts, or the first reason one is missing."""
+    missing = next((v for v in values if isinstance(v, Absent)), None)
+    return missing if missing is not None else sum(v for v in values
+                                                   if not isinstance(v, Absent))
 
 
 def _unknown_gpu(index: int) -> GpuSample:

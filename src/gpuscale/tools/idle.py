@@ -25,6 +25,20 @@ from dataclasses import dataclass, field
 
 # A MIG profile at the end of a model: "... 3g.40gb", "... 1g.10gb+me", "... 1c.3g.40gb".
 MIG_PROFILE = re.compile(r"^(?P<gpu>.+) (?:\d+c\.)?(?P<slices>\d+)g\.\d+gb(?:\+[a-z]+)?$")
+# An AMD partition's modes at the end of a model: "AMD Instinct MI300X cpx.nps1".
+AMD_PARTITION = re.compile(r"^(?P<gpu>.+) (?P<mode>spx|dpx|tpx|qpx|cpx)\.nps\d$",
+                           re.IGNORECASE)
+_PARTS = {"spx": 1, "dpx": 2, "tpx": 3, "qpx": 4, "cpx": 8}  # an MI300X's XCDs: 8
+
+
+def device_share(model: str) -> tuple[str, float] | None:
+    """A MIG instance's or an AMD partition's GPU model and its share of that GPU by its
+    profile (compute slices of 7; one of the mode's partitions); None for a whole GPU."""
+    if m := MIG_PROFILE.match(model):
+        return m.group("gpu"), min(1.0, int(m.group("slices")) / 7)
+    if a := AMD_PARTITION.match(model):
+        return a.group("gpu"), 1 / _PARTS[a.group("mode").lower()]
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,17 +286,18 @@ def _padded(owners: tuple[str, ...], n: int) -> tuple[str, ...]:
 
 
 def price_of(model: str, fraction: float, prices: Mapping[str, float]) -> float | None:
-    """Price per GPU-hour of a device of ``model`` (None: no price). A MIG instance: its
-    own model's price per instance-hour over its fraction, else its GPU's price."""
+    """Price per GPU-hour of a device of ``model`` (None: no price). A MIG instance or an
+    AMD partition: its own model's price per instance-hour over its fraction, else its
+    GPU's price."""
     if not prices:
         return None
-    m = MIG_PROFILE.match(model)
-    if m is None:
+    share = device_share(model)
+    if share is None:
         return _lookup(model, prices)
     own = _lookup(model, prices)
     if own is not None:
         return own / fraction if fraction > 0 else None
-    return _lookup(m.group("gpu"), prices)
+    return _lookup(share[0], prices)
 
 
 def _lookup(model: str, prices: Mapping[str, float]) -> float | None:

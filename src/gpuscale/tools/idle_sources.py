@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from gpuscale.proto import inspect_pb2 as pb
-from gpuscale.tools.idle import MIG_PROFILE, AdvisoryPlan, Bucket, Device
+from gpuscale.tools.idle import AdvisoryPlan, Bucket, Device, device_share
 
 
 def devices_from_usage(reply: pb.UsageReply) -> list[Device]:
@@ -121,8 +121,9 @@ def _mig_fractions(memory: Sequence[Series]) -> dict[tuple[str, str], float]:
 
 
 def _profile_fraction(model: str, key: tuple[str, str]) -> float:
-    """A MIG instance without memory totals: its compute slices of 7; a GPU: 1."""
-    m = MIG_PROFILE.match(model)
-    if "/" not in key[1] or m is None:
+    """A MIG instance or AMD partition without memory totals: its share by its profile
+    (compute slices of 7; one of its mode's partitions); a GPU: 1."""
+    share = device_share(model)
+    if "/" not in key[1] or share is None:
         return 1.0
-    return min(1.0, int(m.group("slices")) / 7)
+    return share[1]
