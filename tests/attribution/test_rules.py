@@ -389,23 +389,3 @@ def test_amd_partition_ids_parse_strictly() -> None:
         with pytest.raises(DeviceIdError):
             parse_device_id(raw)
 
-
-def test_an_amd_list_that_leaves_out_idle_processes_splits_by_those_it_lists() -> None:
-    """Two pods on one AMD GPU: the one whose process amdgpu lists gets that process's
-    share; the one with none listed may be idle or left out - SHARED, never 0."""
-    procs = (ProcessSample(1, GIB, 30.0),)
-    g = gpu(0, 80.0, sharing=SharingMode.TIME_SLICED, processes=procs,
-            processes_unknown=Absent.UNSUPPORTED, processes_omit_idle=True)
-    allocs = [alloc(p, f"{uuid(0)}::{i}", resource="amd.com/gpu")
-              for i, p in enumerate(("a", "b"))]
-    infos = pods(info("a", "ua", containers=(("c", "ca"),)),
-                 info("b", "ub", containers=(("c", "cb"),)))
-    got = {p.pod: p for p in attribute(snap(g), allocs, infos,
-                                       {1: ProcessOwner("ua", "ca")}).pods}
-    assert (got["a"].utilization_percent, got["a"].memory_used_bytes) == (30.0, GIB)
-    assert got["b"].utilization_percent is Absent.SHARED
-    # Without the flag (a list incomplete for other reasons) nobody is split.
-    plain = replace(g, processes_omit_idle=False)
-    got = {p.pod: p for p in attribute(snap(plain), allocs, infos,
-                                       {1: ProcessOwner("ua", "ca")}).pods}
-    assert got["a"].utilization_percent is Absent.SHARED

@@ -532,16 +532,16 @@ async def test_amd_cpx_partitions_each_pod_gets_its_own_partitions_share(
     ("unsupported=kfd", False, "unsupported"),  # partition IDs unreadable: whose share?
     ("unsupported=enumeration", False, "no_data"),  # no render nodes: partitions unnamed
     ("unsupported=process", True, "shared"),  # a shared partition with no process list
-    ("idle_all", True, "shared"),  # a shared partition whose busy processes are left out
+    ("hidden_all", True, "shared"),  # a shared partition whose processes are not listed
+    ("", True, "shared"),  # shared and readable: still no per-process busy share
 ], ids=str)
 async def test_amd_partition_faults_never_give_a_smaller_number(
         cluster: tuple[KubeletPeer, KubeApiPeer, Path], tmp_path: Path, fault: str,
         shared: bool, want: float | str) -> None:
     """The fault matrix on a CPX MI300X: what the pod truly uses is its partition's 80 %.
     Whatever fails, its GPU signal is that number, or no number - never less. Two pods
-    sharing the partition whose processes cannot be read: neither has a number (each could
-    be using any part of 80). (Shared and readable: split by the processes' GFX time,
-    test_amdsmi_backend and test_rules.)"""
+    sharing the partition: neither has a number (each could be using any part of 80; the
+    library gives no per-process busy share of compute work)."""
     from tests.peers import fakeamdsmi
 
     names = {p: fakeamdsmi.xcp_name(0, p) for p in range(8)}
@@ -552,8 +552,8 @@ async def test_amd_partition_faults_never_give_a_smaller_number(
     key, _, value = fault.partition("=")
     extra: dict[str, Any] = {key: value} if value else {}
     lines, render_nodes = fakeamdsmi.partitioned_gpu(0, gfx=10, busy=(0, 80), **extra)
-    idle = {"idle": 1} if fault == "idle_all" else {}
+    hidden = {"hidden": 1} if fault == "hidden_all" else {}
     result = await attribute_on_fake_amdsmi(cluster, tmp_path, [
-        *lines, fakeamdsmi.proc_line(1, 7001, vram=2**30, **idle),
-        fakeamdsmi.proc_line(1, 7002, vram=2**30, **idle)], render_nodes)
+        *lines, fakeamdsmi.proc_line(1, 7001, vram=2**30, **hidden),
+        fakeamdsmi.proc_line(1, 7002, vram=2**30, **hidden)], render_nodes)
     assert [gpu_signal(result, h) for h in holders] == [want] * len(holders)

@@ -9,9 +9,8 @@
 - A GPU (or slice) held by several containers (time-slicing, MPS): each gets the SM % and
   memory of its own processes when per-process data and PID -> pod mapping exist (a
   container with no process on the device, or whose processes the driver listed without a
-  sample, used 0 of it - except where the list leaves out idle processes, AMD's: there a
-  container with none listed is SHARED); otherwise the device's numbers are reported as
-  shared, with the sharer count, and the pod's own number is ``Absent.SHARED`` - never the
+  sample, used 0 of it); otherwise the device's numbers are reported as shared, with the
+  sharer count, and the pod's own number is ``Absent.SHARED`` - never the
   whole device to each sharer, never to the last. No process list (it failed, or the GPU
   is lost) is never read as "no processes": the pod's number is then SHARED, or LOST with
   the GPU.
@@ -198,12 +197,8 @@ def _device_usage(ref: DeviceRef, t: _Target, sharers: int, info: PodInfo | None
     if sharers == 1:
         return usage
     unknown = m.processes_unknown if m else g.processes_unknown
-    omit_idle = m.processes_omit_idle if m else g.processes_omit_idle
     own = _own_processes(m.processes if m else g.processes, info, container, owners)
-    # A list that leaves out idle processes (amdgpu's) still splits by the processes it
-    # lists; a container with none listed may be idle or left out: unknown, never 0.
-    partial = omit_idle and unknown is Absent.UNSUPPORTED and bool(own)
-    if own is None or (unknown is not None and not partial):  # whose processes are whose?
+    if own is None or unknown is not None:  # no way to tell whose processes are whose
         why = Absent.LOST if unknown is Absent.LOST else Absent.SHARED
         return replace(usage, split=Split.SHARED, utilization_percent=why,
                        memory_used_bytes=why)

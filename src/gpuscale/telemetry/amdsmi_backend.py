@@ -16,14 +16,14 @@ of the graphics/compute engine), memory utilization = UMC activity, memory from 
 usage (MiB from the library, bytes here), power = current socket power, temperature = the
 hotspot (junction) sensor - MI300 has no edge sensor. VRAM is read in bytes (the
 memory-usage calls; the VRAM-usage call rounds down to whole MiB). Processes: pid and VRAM;
-amdgpu lists only processes that used the GPU recently (its fdinfo), so the list is not
-everything holding a context: it is marked incomplete (``processes_unknown``
-UNSUPPORTED) and ``processes_omit_idle``. Each listed process's GFX engine time (a counter
-in ns) becomes a busy percentage from its change since the last tick (``no_data`` on the
-first, or when the counter went back: a new process with a reused PID), capped at 100 (a
-counter summed over several XCCs can pass the wall time: capped, never divided). A GPU
-shared by several pods is then split by the listed processes; a pod with none listed is
-"shared", never 0.
+The process list comes from the KFD (every process with a compute context on the GPU),
+but a process can be missing from it: the library answers success with an emptied list
+after an error, and another user's processes need permissions the agent may not have. So
+it is marked incomplete (``processes_unknown`` UNSUPPORTED), and a GPU shared by several
+pods reads "shared" for each - never 0 for a pod whose process is missing. Per-process
+busy shares are not read: the library's per-process GFX time is the DRM scheduler's
+(fdinfo ``drm-engine-gfx``), which work on the KFD's compute queues - ROCm programs,
+vLLM among them - never passes (ROCm/amdsmi#130: a GPU 97 % busy, its process 0 ns).
 
 A call that succeeded before on a GPU and now answers "not supported" is ``unavailable``,
 not ``unsupported`` (rocm_smi maps a vanished sysfs file to NOT_SUPPORTED: the GPU may be
@@ -136,8 +136,6 @@ class AmdSmiBackend:
         self._names: dict[int, str] = {}  # render minor -> device plugin name (read once)
         self._part_names: dict[int, str] = {}  # processor index -> its last name
         self._layout = -1  # processors enumerated last tick
-        # processor index -> pid -> (GFX engine ns, monotonic time) at the last tick
-        self._gfx: dict[int, dict[int, tuple[int, float]]] = {}
         self._load = load
         self._clock = clock
         self._monotonic = monotonic
@@ -229,7 +227,6 @@ class AmdSmiBackend:
             self._layout = len(handles)
             self._names.clear()
             self._part_names.clear()
-            self._gfx.clear()
         # at their place in the snapshot: partitions make the library's processor
         # numbering differ from the GPUs'
         gpus = tuple(replace(g, index=i) for i, g in enumerate(self._gpus(handles)))
@@ -343,8 +340,7 @@ class AmdSmiBackend:
             power_watts=_field(power, "current_socket_power"),
             power_limit_watts=_field(power, "power_limit"),
             temperature_c=temp if isinstance(temp, Absent) else float(temp),
-            processes=processes, processes_unknown=unknown,
-            processes_omit_idle=unknown is Absent.UNSUPPORTED)
+            processes=processes, processes_unknown=unknown)
 
     def _partitioned(self, members: list[_Processor], modes: tuple[str, str]) -> GpuSample:
         """One physical GPU whose partitions the library enumerates as processors."""
@@ -397,8 +393,7 @@ class AmdSmiBackend:
             power_limit_watts=_field(power, "power_limit"),
             temperature_c=temp if isinstance(temp, Absent) else float(temp),
             mig_enabled=True, sharing=SharingMode.MIG, migs=migs,
-            processes=procs, processes_unknown=unknown,
-            processes_omit_idle=unknown is Absent.UNSUPPORTED)
+            processes=procs, processes_unknown=unknown)
 
     def _partition(self, pid: int, m: _Processor, parent: str, profile: str,
                    busy: Any) -> MigSample:
@@ -423,8 +418,7 @@ class AmdSmiBackend:
             gpu_instance_id=pid, compute_instance_id=0, profile=profile,
             memory_used_bytes=_count(used), memory_total_bytes=_count(total),
             utilization_percent=_xcp_busy(busy, pid), processes=processes,
-            processes_unknown=unknown, device_id=name,
-            processes_omit_idle=unknown is Absent.UNSUPPORTED)
+            processes_unknown=unknown, device_id=name)
 
     def _name_of(self, m: _Processor) -> str:
         """The device plugin's name for a partition (from its render node in sysfs), or ""
@@ -454,34 +448,21 @@ class AmdSmiBackend:
         return name
 
     def _processes(self, index: int, procs: Any) -> tuple[tuple[ProcessSample, ...], Absent]:
-        """A processor's process list with each process's GFX busy percentage since the
-        last tick, and why the list is not complete (see the module's text). An entry
-        without a PID makes the list unavailable this tick (whose process it is cannot be
-        said)."""
+        """A processor's process list (PID and VRAM; busy shares are not read, see the
+        module's text), and why it is not complete. An entry without a PID makes the list
+        unavailable this tick (whose process it is cannot be said)."""
         if isinstance(procs, Absent):
             return (), procs
-        now = self._monotonic()
-        seen = self._gfx.setdefault(index, {})
-        fresh: dict[int, tuple[int, float]] = {}
         out = []
         for p in procs if isinstance(procs, list) else [None]:
             pid = p.get("pid") if isinstance(p, dict) else None
             if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+                self._problem(f"gpu {index}: processes: unavailable (an entry without a PID)")
                 return (), Absent.UNAVAILABLE
             assert isinstance(p, dict)
             usage = p.get("memory_usage")
             vram = usage.get("vram_mem") if isinstance(usage, dict) else None
-            engines = p.get("engine_usage")
-            gfx = engines.get("gfx") if isinstance(engines, dict) else None
-            busy: float | Absent = Absent.UNSUPPORTED
-            if isinstance(gfx, int) and not isinstance(gfx, bool) and gfx >= 0:
-                fresh[pid] = (gfx, now)
-                last = seen.get(pid)
-                busy = Absent.NO_DATA
-                if last is not None and now > last[1] and gfx >= last[0]:
-                    busy = min(100.0, (gfx - last[0]) / ((now - last[1]) * 1e9) * 100)
-            out.append(ProcessSample(pid, _bytes(vram), sm_util_percent=busy))
-        self._gfx[index] = fresh  # processes gone are forgotten
+            out.append(ProcessSample(pid, _bytes(vram), sm_util_percent=Absent.UNSUPPORTED))
         return tuple(out), Absent.UNSUPPORTED
 
     def _call(self, index: int, what: str, fn: Callable[..., Any], handle: Any,

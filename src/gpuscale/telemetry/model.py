@@ -106,9 +106,6 @@ class MigSample:
     #: or the GPU is lost); None when it is.
     processes_unknown: Absent | None = None
     device_id: str = ""
-    #: The list leaves out only processes that have not run lately (amdgpu's): those
-    #: listed carry their use, a container with none listed is unknown (never 0).
-    processes_omit_idle: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,7 +150,6 @@ class GpuSample:
     migs: tuple[MigSample, ...] = ()
     processes: tuple[ProcessSample, ...] = ()
     processes_unknown: Absent | None = None
-    processes_omit_idle: bool = False  # as MigSample's
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,8 +16,12 @@
  *   - a GPU that fell off the bus answers AMDSMI_STATUS_NOT_FOUND to every call on it
  *     (key lost=1; lost_after=N: after N calls on it, so in the middle of a tick) - what
  *     amdsmi gives when the device's sysfs node is gone;
- *   - the process list omits processes that have not run on the GPU since the last
- *     read (key idle=1 on a process: never listed), as amdgpu's fdinfo does;
+ *   - a process with a context on the GPU may be missing from the list, which still
+ *     answers success (key hidden=1 on a process: never listed) - as the library's list
+ *     comes out after a read error (emptied) or for another user's process it may not
+ *     read;
+ *   - a process's GFX engine time (gfx=) is the DRM scheduler's (fdinfo): compute work
+ *     on the KFD's queues never adds to it, so it says nothing of a ROCm program's use;
  *   - calls before amdsmi_init answer AMDSMI_STATUS_NOT_INIT; amdsmi_init without
  *     AMDSMI_INIT_AMD_GPUS finds no GPU sockets; FAKEAMDSMI_DRIVER=absent makes
  *     amdsmi_init answer AMDSMI_STATUS_DRIVER_NOT_LOADED.
@@ -120,7 +124,7 @@ typedef struct {
 #pragma pack(pop)
 
 typedef struct {
-    int gpu, idle;
+    int gpu, hidden;
     uint32_t pid;
     uint64_t vram, gfx;
     char name[256];
@@ -215,7 +219,7 @@ static void load(void) {
             p->pid = (uint32_t)num(line, "pid", 0);
             p->vram = num(line, "vram", 0);
             p->gfx = num(line, "gfx", 0);
-            p->idle = (int)num(line, "idle", 0);
+            p->hidden = (int)num(line, "hidden", 0);
             snprintf(p->name, sizeof p->name, "%s",
                      value_of(line, "name", buf, sizeof buf) ? buf : "");
         }
@@ -427,7 +431,7 @@ int amdsmi_get_gpu_process_list(void *h, uint32_t *max, proc_info_t *list) {
     uint32_t n = 0;
     int gi = (int)(g - gpus);
     for (int i = 0; i < nprocs; i++) {
-        if (procs[i].gpu != gi || procs[i].idle) continue;
+        if (procs[i].gpu != gi || procs[i].hidden) continue;
         if (list && n < *max) {
             proc_info_t *p = &list[n];
             memset(p, 0, sizeof *p);
