@@ -6,6 +6,13 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpuscale.agent.exporter import MAX_PROCESS_SERIES_PER_GPU, SnapshotCollector
+from gpuscale.attribution.devices import parse_device_id
+from gpuscale.attribution.model import (
+    AttributionState,
+    DeviceUsage,
+    NodeAttribution,
+    PodUsage,
+)
 from gpuscale.telemetry.model import (
     Absent,
     BackendState,
@@ -24,8 +31,14 @@ Samples = dict[str, list[tuple[dict[str, str], float]]]
 
 
 def render(snap: NodeSnapshot | None, now: float = 100.0) -> Samples:
+    return render_with(snap, None, now)
+
+
+def render_with(snap: NodeSnapshot | None, att: NodeAttribution | None,
+                now: float = 100.0) -> Samples:
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(SnapshotCollector(lambda: snap, "node-a", monotonic=lambda: now))
+    registry.register(SnapshotCollector(lambda: snap, "node-a", monotonic=lambda: now,
+                                        attribution=lambda: att))
     text = generate_latest(registry).decode()
     out: Samples = {}
     for fam in text_string_to_metric_families(text):
@@ -178,3 +191,12 @@ def test_a_partitioned_amd_gpu_is_one_gpu_id_per_partition_as_amds_exporter_has_
     assert sorted(v for _, v in got["DCGM_FI_PROF_GR_ENGINE_ACTIVE"]) == [0.1, 0.9]
     busy = {lab["GPU_I_ID"]: v for lab, v in got["gpuscale_mig_utilization_percent"]}
     assert busy == {"0": 90.0, "1": 10.0}
+    # Held by a pod, partition 0 still carries the GPU's activity without the pod's name
+    # (the pod's own share is its partition's 90, not the GPU's 50).
+    holders = NodeAttribution(AttributionState.OK, (), (PodUsage(
+        "llm", "chat-0", "engine", "amd.com/cpx_nps1",
+        (DeviceUsage(parse_device_id("0000:06:00.0"), "g", 1, mig_uuid="p0"),),
+        90.0, MIB, 4 * MIB),))
+    held = render_with(snapshot(whole, cpx, backend="amdsmi"), holders)
+    assert [lab.get("pod") for lab, _ in held["gpu_gfx_activity"]] == [None, None]
+    assert {lab.get("pod") for lab, _ in held["gpu_used_vram"]} == {None, "chat-0"}

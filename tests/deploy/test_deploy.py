@@ -96,6 +96,10 @@ def test_agent_daemonset_contract() -> None:
                      "DaemonSet", "gpuscale-agent")
     nsc = non_root["spec"]["template"]["spec"]["containers"][0]["securityContext"]
     assert (nsc["runAsNonRoot"], nsc["runAsUser"], nsc["runAsGroup"]) == (True, 65532, 998)
+    amd = named(helm_render({"agent": {"runAsNonRoot": True, "socketGroup": 998}}),
+                "DaemonSet", "gpuscale-agent-amd")  # the AMD agent follows the same choice
+    asc = amd["spec"]["template"]["spec"]["containers"][0]["securityContext"]
+    assert (asc["runAsNonRoot"], asc["runAsUser"], asc["runAsGroup"]) == (True, 65532, 998)
     assert "hostPID" not in pod
     assert {"readinessProbe", "livenessProbe"} <= set(agent)
     for name in AGENTS:

@@ -43,6 +43,9 @@ def amd_smi_says(processors: list[dict[str, Any]]) -> tuple[list[Any], list[Any]
                           "umc_activity": unit(p["umc"], "%"), "mm_activity": "N/A"}
             m["power"] = {"socket_power": unit(p["power"], "W"), "gfx_voltage": "N/A"}
             m["temperature"] = {"edge": "N/A", "hotspot": unit(p["hotspot"], "C")}
+        if "xcp" in p:  # the GPU's table: each partition's XCCs (N/A past those it holds)
+            m.setdefault("usage", {})["gfx_busy_inst"] = {
+                f"xcp_{k}": [*row, *["N/A"] * (8 - len(row))] for k, row in enumerate(p["xcp"])}
         metric.append(m)
     return listed, metric
 
@@ -70,7 +73,8 @@ def compare(tmp_path: Path, lines: list[str], listed: Any, metric: Any,
 
 
 def node() -> tuple[list[str], dict[int, str], list[dict[str, Any]]]:
-    """A whole MI300X, then one in DPX mode (2 partitions), and what amd-smi says of them."""
+    """A whole MI300X, then one in DPX mode (2 partitions: 50 and 10 % busy), and what
+    amd-smi says of them (older KFD style: the second partition's BDF function is 1)."""
     lines, names = partitioned_gpu(1, partitions=2, compute="DPX", memory="NPS2", gfx=30,
                                    umc=7, busy=(50, 10), vram_used=2048, power=380, temp=58)
     whole = gpu_line(0, gfx=40, umc=12, vram_used=4096, power=410, temp=55)
@@ -79,9 +83,9 @@ def node() -> tuple[list[str], dict[int, str], list[dict[str, Any]]]:
              "used": 4100, "total": 196592},
             {"gpu": 1, "uuid": "00000002-0000-1000-8000-74a1aaaaaaaa", "bdf": "0000:06:00.0",
              "partition": 0, "gfx": 30, "umc": 7, "power": 380, "hotspot": 58, "used": 2048,
-             "total": 98296},
+             "total": 98296, "xcp": [[50] * 4, [10] * 4]},
             {"gpu": 2, "uuid": "00000003-0000-1000-8000-74a1aaaaaaaa", "bdf": "0000:06:00.1",
-             "partition": 1, "used": 2048, "total": 98296}]
+             "partition": 1, "used": 2048, "total": 98296, "xcp": [[50] * 4, [10] * 4]}]
     return [whole, *lines], names, said
 
 
@@ -95,18 +99,21 @@ def test_readings_that_agree_with_amd_smi_pass(tmp_path: Path) -> None:
     assert {r[-1] for r in rows} == {"same"}, got.stdout
     # Every processor's identity and each reading amd-smi shows was compared.
     assert {(r[0], r[1]) for r in rows} >= {("0", "gfx_activity"), ("1", "power_w"),
-                                             ("2", "partition"), ("2", "vram_used_mib")}
+                                             ("2", "partition"), ("2", "vram_used_mib"),
+                                             ("1", "partition_busy"), ("2", "partition_busy")}
     assert "0 field(s) differ" in got.stdout
 
 
 def test_a_reading_that_differs_fails_and_says_which(tmp_path: Path) -> None:
     lines, names, said = node()
     said[0]["gfx"] = 90  # amd-smi sees the GPU busy, gpuscale read 40: a wrong reading
-    said[2]["partition"] = 3
+    said[2]["uuid"] = "00000009-0000-1000-8000-74a1aaaaaaaa"
+    said[1]["xcp"] = said[2]["xcp"] = [[95] * 4, [10] * 4]  # partition 0 busier than read
     got = compare(tmp_path, lines, *amd_smi_says(said), names=names)
     assert got.returncode == 1
     differs = [line.split() for line in got.stdout.splitlines() if line.endswith("DIFFERS")]
-    assert [(d[0], d[1]) for d in differs] == [("0", "gfx_activity"), ("2", "partition")]
+    assert [(d[0], d[1]) for d in differs] == [("0", "gfx_activity"), ("1", "partition_busy"),
+                                               ("2", "uuid")]
     assert "Please report them" in got.stdout
 
 

@@ -228,3 +228,78 @@ def test_a_process_entry_without_a_pid_makes_the_list_unavailable(rocm: Path,
     assert (g["processes"], g["processes_unknown"]) == ([], "unavailable")
     assert g["utilization_percent"] == 30.0
 
+
+
+BUSY_OVER_TIME = """
+import json, sys, time
+from gpuscale.telemetry.amdsmi_backend import AmdSmiBackend
+b = AmdSmiBackend("n", sys_root=__import__("pathlib").Path(sys.argv[1]))
+shares = []
+for _ in range(2):
+    snap = b.sample()
+    shares.append([m.utilization_percent for m in snap.gpus[0].migs])
+    time.sleep(0.05)
+print(json.dumps(shares))
+"""
+
+
+def test_a_partition_caught_at_a_quiet_moment_reads_its_average(rocm: Path,
+                                                                 tmp_path: Path) -> None:
+    # Partition 0's instantaneous share is 10 while it averaged 60 since the last tick:
+    # from the second tick on it reads 60 (never the smaller); partition 1's average (20)
+    # is below its instantaneous 50: it keeps 50.
+    lines, names = partitioned_gpu(0, partitions=2, compute="DPX", busy=(10, 50))
+    lines[0] = lines[0] + " busy_avg=60"
+    lines[1] = lines[1] + " busy_avg=20"
+    config = tmp_path / "node.txt"
+    config.write_text("\n".join(lines) + "\n")
+    sysfs = drm_tree(tmp_path / "sys", names)
+    got = subprocess.run([sys.executable, "-c", BUSY_OVER_TIME, str(sysfs)],
+                         capture_output=True, text=True, timeout=60, check=True,
+                         env=env(rocm, config))
+    first, second = json.loads(got.stdout)
+    assert first == [10.0, 50.0]
+    assert second[0] == pytest.approx(60.0, abs=3.0)
+    assert second[1] == 50.0
+
+
+def test_repeated_partition_ids_leave_every_partitions_share_unknown(rocm: Path,
+                                                                     tmp_path: Path) -> None:
+    # Two partitions both say they are partition 0: whose row of the metrics table is
+    # whose cannot be said, so neither gets one (and they stay two devices).
+    lines, names = partitioned_gpu(0, partitions=2, compute="DPX", busy=(90, 5))
+    lines[1] = lines[1].replace("partition=1", "partition=0")
+    code, snap, err = gpus(rocm, tmp_path, lines, sys_root=drm_tree(tmp_path / "s", names))
+    assert code == 0, err
+    (g,) = snap["gpus"]
+    assert [m["utilization_percent"] for m in g["migs"]] == ["unsupported"] * 2
+    assert len({m["uuid"] for m in g["migs"]}) == 2
+    assert any("partition IDs unreadable or repeated" in p for p in snap["problems"])
+
+
+IDENTITY_CHANGES = """
+import json, sys
+from pathlib import Path
+from gpuscale.telemetry.amdsmi_backend import AmdSmiBackend
+b = AmdSmiBackend("n")
+first = b.sample().gpus[0]
+Path(sys.argv[1]).write_text(Path(sys.argv[2]).read_text())  # another GPU in its place
+second = b.sample().gpus[0]
+print(json.dumps([[g.uuid, g.state.value, str(g.utilization_percent)] for g in (first, second)]))
+"""
+
+
+def test_a_gpu_whose_identity_is_half_read_is_never_taken_for_the_last_one(
+        rocm: Path, tmp_path: Path) -> None:
+    # The GPU at this place now has another UUID and no readable PCI address: it is not
+    # the one seen there before (whose pods would get its readings) - unknown instead.
+    before, after = tmp_path / "node.txt", tmp_path / "after.txt"
+    before.write_text(gpu_line(0, gfx=10) + "\n")
+    after.write_text(gpu_line(0, uuid="ffffffff-0000-1000-8000-74a1aaaaaaaa", gfx=90,
+                              unsupported="bdf") + "\n")
+    got = subprocess.run([sys.executable, "-c", IDENTITY_CHANGES, str(before), str(after)],
+                         capture_output=True, text=True, timeout=60, check=True,
+                         env=env(rocm, before))
+    first, second = json.loads(got.stdout)
+    assert first == ["00000000-0000-1000-8000-74a1aaaaaaaa", "ok", "10.0"]
+    assert second[:2] == ["", "unavailable"]

@@ -207,9 +207,9 @@ class SnapshotCollector(Collector):
             al = {"gpu_id": str(first_id + i), "gpu_partition_id": str(m.gpu_instance_id),
                   "gpu_compute_partition_type": compute,
                   "gpu_memory_partition_type": memory, **base}
+            if i == 0:  # the physical GPU's readings, on its first partition - and no
+                _amd_physical(f, al, g)  # pod's: its partition's share is not the GPU's
             for labels in _with_pods(al, holders.get(m.uuid, []), False):
-                if i == 0:  # the physical GPU's readings, on its first partition
-                    _amd_physical(f, labels, g)
                 _amd_vram(f, labels, m.memory_used_bytes, m.memory_total_bytes)
         return first_id + len(g.migs)
 

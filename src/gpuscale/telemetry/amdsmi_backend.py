@@ -133,9 +133,9 @@ class AmdSmiBackend:
                  sys_root: Path = Path("/sys")) -> None:
         self._node = hostname or socket.gethostname()
         self._sys = sys_root
-        self._names: dict[int, str] = {}  # render minor -> device plugin name (read once)
-        self._part_names: dict[int, str] = {}  # processor index -> its last name
-        self._layout = -1  # processors enumerated last tick
+        self._part_names: dict[str, str] = {}  # partition UUID -> its last plugin name
+        self._layout: tuple[str, ...] = ()  # each processor's UUID last tick ("?": unread)
+        self._busy: dict[str, _BusyTable] = {}  # PCI device -> its last metrics table
         self._load = load
         self._clock = clock
         self._monotonic = monotonic
@@ -165,6 +165,9 @@ class AmdSmiBackend:
         except smi.AmdSmiLibraryException as exc:
             raise _Down(self._why(exc)) from None
         self._initialized = True
+        self._known.clear()  # handles and positions are new: nothing known carries over
+        self._busy.clear()
+        self._layout = ()
         skew = self._version_skew()
         if skew:
             self.close()
@@ -223,10 +226,6 @@ class AmdSmiBackend:
             self.close()
             return self._down(self._why(exc), taken_at, began)
         self._cleared("node")
-        if len(handles) != self._layout:  # partitions changed (a new mode): names too
-            self._layout = len(handles)
-            self._names.clear()
-            self._part_names.clear()
         # at their place in the snapshot: partitions make the library's processor
         # numbering differ from the GPUs'
         gpus = tuple(replace(g, index=i) for i, g in enumerate(self._gpus(handles)))
@@ -245,14 +244,17 @@ class AmdSmiBackend:
         """Every processor read: whole GPUs, and partitions grouped by their GPU."""
         order: list[GpuSample | str] = []  # in enumeration order: a GPU, or a group key
         groups: dict[str, list[_Processor]] = {}
+        layout = []
         for index, h in enumerate(handles):
             got = self._identify(index, h)
+            layout.append(got.uuid or "?")
             if isinstance(got, GpuSample):
                 order.append(got)
                 continue
             if got.device not in groups:
                 order.append(got.device)
             groups.setdefault(got.device, []).append(got)
+        self._relayout(tuple(layout))
         out: list[GpuSample] = []
         for entry in order:
             if isinstance(entry, GpuSample):
@@ -265,6 +267,18 @@ class AmdSmiBackend:
             else:
                 out.append(self._partitioned(members, modes))
         return out
+
+    def _relayout(self, layout: tuple[str, ...]) -> None:
+        """Forget what was known by position when the processors are not the same ones in
+        the same places any more (a partition mode changed, a GPU went): an index may now
+        be another GPU's."""
+        same = len(layout) == len(self._layout) and all(
+            "?" in (a, b) or a == b for a, b in zip(layout, self._layout, strict=True))
+        if not same:
+            self._known = {i: k for i, k in self._known.items()
+                           if i < len(layout) and layout[i] == k[0]}
+            self._busy.clear()
+        self._layout = layout
 
     def _identify(self, index: int, h: Any) -> _Processor | GpuSample:
         """A processor's identity, or the GpuSample that says it cannot be had (lost, or
@@ -283,9 +297,13 @@ class AmdSmiBackend:
             return self._lost(index)
         name = str(asic.get("market_name", "")) if isinstance(asic, dict) else ""
         if isinstance(got_uuid, Absent) or isinstance(got_bdf, Absent):
-            if index not in self._known:  # no identity: its pods cannot be matched
+            last = self._known.get(index)
+            other = last is not None and (
+                (not isinstance(got_uuid, Absent) and str(got_uuid) != last[0])
+                or (not isinstance(got_bdf, Absent) and str(got_bdf) != last[1]))
+            if last is None or other:  # no identity (or another GPU's): nothing matches it
                 return _unknown_gpu(index)
-            uuid, bdf, name = self._known[index]
+            uuid, bdf, name = last
         else:
             uuid, bdf = str(got_uuid), str(got_bdf)
             self._known[index] = (uuid, bdf, name)  # lost later this tick: still this GPU
@@ -355,6 +373,11 @@ class AmdSmiBackend:
             pid = kfd.get("current_partition_id") if isinstance(kfd, dict) else None
             parts.append((pid if isinstance(pid, int) else -1, m))
         parts.sort(key=lambda x: (x[0] < 0, x[0], x[1].index))
+        ids = [pid for pid, _ in parts]
+        if min(ids) < 0 or len(set(ids)) < len(ids):  # which row of the table is whose?
+            self._problem(f"gpu {parts[0][1].index}: partition IDs unreadable or repeated "
+                          f"({ids}): its partitions' busy shares are unknown")
+            parts = [(-1 - m.index, m) for _, m in parts]  # distinct keys, no table row
         first = parts[0][1]
         profile = ".".join(x.lower() for x in modes if x) or "partition"
         try:
@@ -368,11 +391,15 @@ class AmdSmiBackend:
         except _Lost:
             lost = self._lost(first.index)
             migs = tuple(_lost_partition(pid, m, lost.uuid, profile,
-                                         self._part_names.get(m.index, ""))
+                                         self._part_names.get(m.uuid, ""))
                          for pid, m in parts)
             return replace(lost, mig_enabled=True, sharing=SharingMode.MIG, migs=migs)
         self._cleared(f"gpu {first.index}")
-        migs = tuple(self._partition(pid, m, first.uuid, profile, busy) for pid, m in parts)
+        last = self._busy.get(first.device)
+        if isinstance(busy, _BusyTable):
+            self._busy[first.device] = busy
+        migs = tuple(self._partition(pid, m, first.uuid, profile, _xcp_busy(busy, last, pid))
+                     for pid, m in parts)
         procs = tuple(p for mig in migs for p in mig.processes)
         unknown = next((mig.processes_unknown for mig in migs
                         if mig.processes_unknown is not Absent.UNSUPPORTED
@@ -396,7 +423,7 @@ class AmdSmiBackend:
             processes=procs, processes_unknown=unknown)
 
     def _partition(self, pid: int, m: _Processor, parent: str, profile: str,
-                   busy: Any) -> MigSample:
+                   busy: float | Absent) -> MigSample:
         smi = self._smi
         assert smi is not None
         try:
@@ -410,14 +437,14 @@ class AmdSmiBackend:
         except _Lost:
             self._note(f"gpu {m.index}", f"partition {m.uuid or m.index} is lost",
                        logging.ERROR)
-            return _lost_partition(pid, m, parent, profile, self._part_names.get(m.index, ""))
+            return _lost_partition(pid, m, parent, profile, self._part_names.get(m.uuid, ""))
         self._cleared(f"gpu {m.index}")
         processes, unknown = self._processes(m.index, procs)
         return MigSample(
             uuid=_partition_key(m.uuid, parent, pid), parent_uuid=parent, index=max(pid, 0),
             gpu_instance_id=pid, compute_instance_id=0, profile=profile,
             memory_used_bytes=_count(used), memory_total_bytes=_count(total),
-            utilization_percent=_xcp_busy(busy, pid), processes=processes,
+            utilization_percent=busy, processes=processes,
             processes_unknown=unknown, device_id=name)
 
     def _name_of(self, m: _Processor) -> str:
@@ -432,19 +459,19 @@ class AmdSmiBackend:
             self._problem(f"gpu {m.index}: which device-plugin device this partition is "
                           f"cannot be read (no render node from amdsmi): its pods are "
                           f"unknown")
-            return self._part_names.get(m.index, "")
-        name = self._names.get(render)
-        if name is None:
-            link = self._sys / "class" / "drm" / f"renderD{render}" / "device"
-            try:
-                name = os.path.basename(os.path.realpath(link, strict=True))
-            except OSError as exc:
-                self._problem(f"gpu {m.index}: which device-plugin device this partition "
-                              f"is cannot be read ({link}: {exc.strerror}; mount the "
-                              f"host's /sys): its pods are unknown")
-                return ""
-            self._names[render] = name
-        self._part_names[m.index] = name
+            return ""
+        # Read every tick (one readlink): a render node is another device's after the
+        # driver reloads into another partition mode.
+        link = self._sys / "class" / "drm" / f"renderD{render}" / "device"
+        try:
+            name = os.path.basename(os.path.realpath(link, strict=True))
+        except OSError as exc:
+            self._problem(f"gpu {m.index}: which device-plugin device this partition is "
+                          f"cannot be read ({link}: {exc.strerror}; mount the host's "
+                          f"/sys): its pods are unknown")
+            return ""
+        if m.uuid:
+            self._part_names[m.uuid] = name  # kept for its pods should it be lost
         return name
 
     def _processes(self, index: int, procs: Any) -> tuple[tuple[ProcessSample, ...], Absent]:
@@ -562,30 +589,64 @@ def _partition_key(uuid: str, parent: str, pid: int) -> str:
     return uuid if uuid and uuid != parent else f"{parent}:p{pid}"
 
 
-def _xcp_busy(busy: Any, pid: int) -> float | Absent:
-    """A partition's GFX busy share: the mean over the XCCs it holds in the metrics table
-    (entries the library marks N/A are XCCs it does not hold)."""
-    if busy is None or isinstance(busy, Absent):
-        return busy if isinstance(busy, Absent) else Absent.UNSUPPORTED
-    if not isinstance(busy, list) or not 0 <= pid < len(busy):
+def _xcp_busy(busy: _BusyTable | Absent, last: _BusyTable | None, pid: int) -> float | Absent:
+    """A partition's GFX busy share from the metrics table: the mean over the XCCs it holds
+    (entries the library marks N/A are XCCs it does not hold) of the instantaneous share,
+    or of the share accumulated since the last tick where the table accumulates it, which
+    ever is larger - an instantaneous reading can catch a busy partition at a quiet moment,
+    and an average that is larger says so. The accumulated share is (gfx_busy_acc's change)
+    / (accumulation_counter's change), our reading of amdsmi.h's "Utilization Accumulated
+    (%)" beside the counter the library divides its throttle residencies by; an average
+    outside 0-100 (the reading wrong on some driver) is ignored, so it can only raise."""
+    if isinstance(busy, Absent):
+        return busy
+    if not 0 <= pid < len(busy.inst):
         return Absent.UNSUPPORTED
-    row = busy[pid]
-    vals = [v for v in row if isinstance(v, int) and 0 <= v <= 100] if isinstance(
-        row, list) else []
-    return sum(vals) / len(vals) if vals else Absent.UNSUPPORTED
+    xccs = [i for i, v in enumerate(busy.inst[pid]) if 0 <= v <= 100]
+    if not xccs:
+        return Absent.UNSUPPORTED
+    inst = sum(busy.inst[pid][i] for i in xccs) / len(xccs)
+    if last is None or busy.counter in (0, U64_NA) or last.counter == U64_NA:
+        return inst
+    cycles = busy.counter - last.counter
+    if cycles <= 0 or len(last.acc) <= pid:
+        return inst
+    shares = []
+    for i in xccs:
+        now, then = busy.acc[pid][i], last.acc[pid][i]
+        if U64_NA in (now, then) or now < then:
+            return inst
+        shares.append((now - then) / cycles)
+    average = sum(shares) / len(shares)
+    return max(inst, average) if 0 <= average <= 100 else inst
 
 
-def _gfx_busy(handle: Any, smi: ModuleType) -> list[list[int]]:
-    """Each partition's XCCs' busy shares from the GPU metrics table: the package's own C
-    binding and structure (amdsmi_wrapper), read directly - its Python interface turns all
-    77 fields into a dict each call, 2 ms of CPU a node of 8 GPUs for the one field used.
-    A failed call raises as the interface would."""
+U64_NA = 2**64 - 1  # an accumulator the table does not fill
+
+
+@dataclass(frozen=True, slots=True)
+class _BusyTable:
+    """The GPU metrics table's busy figures, per partition and XCC: the instantaneous
+    shares, and the accumulated ones with the table's accumulation counter."""
+
+    inst: list[list[int]]
+    acc: list[list[int]]
+    counter: int
+
+
+def _gfx_busy(handle: Any, smi: ModuleType) -> _BusyTable:
+    """The busy figures of the GPU metrics table: the package's own C binding and
+    structure (amdsmi_wrapper), read directly - its Python interface turns all 77 fields
+    into a dict each call, 2 ms of CPU a node of 8 GPUs for the few fields used. A failed
+    call raises as the interface would."""
     wrapper = smi.amdsmi_interface.amdsmi_wrapper
     table = wrapper.amdsmi_gpu_metrics_t()
     status = wrapper.amdsmi_get_gpu_metrics_info(handle, ctypes.byref(table))
     if status != 0:
         raise smi.AmdSmiLibraryException(status)
-    return [list(xcp.gfx_busy_inst) for xcp in table.xcp_stats]
+    return _BusyTable([list(x.gfx_busy_inst) for x in table.xcp_stats],
+                      [list(x.gfx_busy_acc) for x in table.xcp_stats],
+                      int(table.accumulation_counter))
 
 
 def _isum(values: list[int | Absent]) -> int | Absent:

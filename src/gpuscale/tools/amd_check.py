@@ -9,7 +9,8 @@ between the two readings can change. What it looks for in amd-smi's JSON, by key
 plain or ``{"value": v, "unit": u}``; a top-level list, or a list under one key):
 ``gpu``, ``uuid``, ``bdf``, ``partition_id`` (list); ``usage.gfx_activity``,
 ``usage.umc_activity``, ``power.socket_power``, ``temperature.hotspot``,
-``mem_usage.used_vram`` and ``total_vram`` in MB (metric). A field amd-smi does not show
+``mem_usage.used_vram`` and ``total_vram`` in MB, and a partition's
+``usage.gfx_busy_inst.xcp_<partition>`` (its XCCs' busy shares) (metric). A field amd-smi does not show
 is reported as such - what amd-smi's output looked like is then worth sending with the
 report.
 """
@@ -52,6 +53,7 @@ TOLERANCE: dict[str, tuple[float, str]] = {
     "hotspot_c": (3.0, "degrees C"),
     "vram_used_mib": (512.0, "MiB"),
     "vram_total_mib": (1.0, "MiB"),
+    "partition_busy": (15.0, "percentage points"),
 }
 RELATIVE = {"power_w"}
 
@@ -79,7 +81,8 @@ def ours(snap: NodeSnapshot) -> list[Processor]:
         for i, m in enumerate(g.migs):
             uuid = m.uuid if ":p" not in m.uuid else g.uuid  # a derived key: no UUID
             values = {**(_physical(g) if i == 0 else {}),
-                      **_vram(m.memory_used_bytes, m.memory_total_bytes)}
+                      **_vram(m.memory_used_bytes, m.memory_total_bytes),
+                      "partition_busy": _v(m.utilization_percent)}
             out.append(Processor(len(out), uuid, g.pci_bus_id.lower(), m.gpu_instance_id,
                                  values))
     return out
@@ -117,6 +120,12 @@ def theirs(listed: str, metric: str) -> list[Processor]:
             got = _number(_dig(m, path))
             if got is not None:
                 values[name] = got
+        part = _int(e.get("partition_id"), -1)
+        xcp = _dig(m, ("usage", "gfx_busy_inst", f"xcp_{part}"))  # its XCCs' busy shares
+        xccs = [v for v in (_number(x) for x in xcp) if v is not None and 0 <= v <= 100] \
+            if isinstance(xcp, list) else []
+        if xccs:
+            values["partition_busy"] = sum(xccs) / len(xccs)
         uuid, bdf = e.get("uuid"), e.get("bdf")
         out.append(Processor(index, str(uuid).lower() if uuid else None,
                              str(bdf).lower() if bdf else None,
@@ -163,14 +172,22 @@ def _int(v: Any, default: int) -> int:
 
 
 def compare(mine: Sequence[Processor], amd: Sequence[Processor]) -> list[Row]:
-    """Every field of every processor, matched by UUID where both give one (else by
-    position), with a verdict."""
-    by_uuid = {p.uuid: p for p in amd if p.uuid}
+    """Every field of every processor, matched by PCI device and partition where both say
+    them, else by UUID, else by position, with a verdict."""
+    def place(p: Processor) -> tuple[str, int] | None:
+        return (p.bdf.rsplit(".", 1)[0], p.partition) if p.bdf and p.partition is not None \
+            else None
+
+    by_place = {k: o for o in amd if (k := place(o)) is not None}
+    by_uuid = {o.uuid: o for o in amd if o.uuid}
     rows: list[Row] = []
     used: set[int] = set()
     for p in mine:
-        other = by_uuid.get(p.uuid) if p.uuid else None
-        if other is None:
+        key = place(p)
+        other = by_place.get(key) if key else None
+        if other is None or other.index in used:
+            other = by_uuid.get(p.uuid) if p.uuid else None
+        if other is None or other.index in used:
             other = next((o for o in amd if o.index == p.index and o.index not in used), None)
         if other is None:
             rows.append(Row(p.index, "processor", p.uuid or "?", "-", "not in amd-smi"))

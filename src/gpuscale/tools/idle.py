@@ -28,7 +28,9 @@ MIG_PROFILE = re.compile(r"^(?P<gpu>.+) (?:\d+c\.)?(?P<slices>\d+)g\.\d+gb(?:\+[
 # An AMD partition's modes at the end of a model: "AMD Instinct MI300X cpx.nps1".
 AMD_PARTITION = re.compile(r"^(?P<gpu>.+) (?P<mode>spx|dpx|tpx|qpx|cpx)\.nps\d$",
                            re.IGNORECASE)
-_PARTS = {"spx": 1, "dpx": 2, "tpx": 3, "qpx": 4, "cpx": 8}  # an MI300X's XCDs: 8
+# Partitions per mode on an MI300X (8 XCDs); an MI300A (6) or MI308X (4) in CPX has fewer:
+# used only where no memory totals give the share (the agent exports them).
+_PARTS = {"spx": 1, "dpx": 2, "tpx": 3, "qpx": 4, "cpx": 8}
 
 
 def device_share(model: str) -> tuple[str, float] | None:

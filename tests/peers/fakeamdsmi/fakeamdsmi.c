@@ -35,13 +35,18 @@
  * busy share is only in the GPU metrics table (xcp_stats[partition].gfx_busy_inst, one
  * entry per XCC it holds; busy= on its line), the same table on every handle of the
  * socket; older KFDs put the partition ID in the BDF's function (bdf=0000:05:00.3), newer
- * ones give every partition the GPU's BDF - both are just the bdf= of each line.
+ * ones give every partition the GPU's BDF - both are just the bdf= of each line. The
+ * table's accumulators: the accumulation counter counts cycles (a millisecond each here)
+ * and each XCC's gfx_busy_acc adds its busy share each cycle (busy_avg=: a partition whose
+ * instantaneous share, busy=, caught a quiet moment) - our reading of "Utilization
+ * Accumulated (%)" in amdsmi.h, to be checked on hardware.
  */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "gpu_metrics.h" /* generated from the installed package (see __init__.py) */
 
@@ -106,7 +111,7 @@ typedef struct {
     long calls, lost_after; /* lost once this many calls on it were answered (0: never) */
     char uuid[256], name[256], serial[256], unsupported[264], compute[16], memory[16];
     unsigned domain, bus, device, function;
-    uint32_t vram_total, vram_used, gfx, umc, mm, power, power_limit, busy;
+    uint32_t vram_total, vram_used, gfx, umc, mm, power, power_limit, busy, busy_avg;
     uint64_t vram_used_bytes;
     int64_t temp;
 } gpu_t;
@@ -133,6 +138,7 @@ typedef struct {
 static gpu_t gpus[MAX_GPUS];
 static proc_t procs[MAX_PROCS];
 static int ngpus, nprocs, initialized;
+static struct timespec initialized_at; /* the accumulators count from here */
 static struct timespec loaded_at; /* the config file's mtime when last read */
 /* A socket handle is the address of its slot here (slot i: the i-th distinct socket= in
  * the file), a processor handle the address of its gpu_t. */
@@ -209,6 +215,7 @@ static void load(void) {
             g->partition = (int)num(line, "partition", 0);
             g->render = (int)num(line, "render", (uint64_t)(127 + ngpus));
             g->busy = (uint32_t)num(line, "busy", 0xFFFFFFFFu);
+            g->busy_avg = (uint32_t)num(line, "busy_avg", g->busy);
             snprintf(g->compute, sizeof g->compute, "%.15s",
                      value_of(line, "compute", buf, sizeof buf) ? buf : "SPX");
             snprintf(g->memory, sizeof g->memory, "%.15s",
@@ -279,6 +286,7 @@ int amdsmi_init(uint64_t flags) {
     load();
     if (!(flags & INIT_AMD_GPUS)) ngpus = 0;
     index_sockets();
+    clock_gettime(CLOCK_MONOTONIC, &initialized_at);
     initialized = 1;
     return S_SUCCESS;
 }
@@ -506,6 +514,13 @@ int amdsmi_get_gpu_metrics_info(void *h, struct_amdsmi_gpu_metrics_t *m) {
     m->temperature_hotspot = (uint16_t)g->temp;
     m->average_gfx_activity = (uint16_t)g->gfx;
     m->average_umc_activity = (uint16_t)g->umc;
+    /* Accumulators: one accumulation cycle a millisecond since init; each XCC's busy
+     * accumulator adds its busy share (busy_avg=, else busy=) every cycle. */
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    uint64_t cycles = (uint64_t)(now.tv_sec - initialized_at.tv_sec) * 1000u +
+                      (uint64_t)((now.tv_nsec - initialized_at.tv_nsec) / 1000000);
+    m->accumulation_counter = cycles + 1;
     int parts = 0;
     for (int k = 0; k < ngpus; k++) parts += gpus[k].socket == g->socket;
     m->num_partition = (uint16_t)parts;
@@ -513,8 +528,12 @@ int amdsmi_get_gpu_metrics_info(void *h, struct_amdsmi_gpu_metrics_t *m) {
     for (int k = 0; k < ngpus; k++) {
         if (gpus[k].socket != g->socket || gpus[k].partition < 0 || gpus[k].partition >= 8)
             continue;
-        for (int x = 0; x < xccs; x++)
+        for (int x = 0; x < xccs; x++) {
             m->xcp_stats[gpus[k].partition].gfx_busy_inst[x] = gpus[k].busy;
+            if (gpus[k].busy_avg <= 100)
+                m->xcp_stats[gpus[k].partition].gfx_busy_acc[x] =
+                    (uint64_t)gpus[k].busy_avg * (cycles + 1);
+        }
     }
     return S_SUCCESS;
 }
