@@ -10,9 +10,9 @@ plain or ``{"value": v, "unit": u}``; a top-level list, or a list under one key)
 ``gpu``, ``uuid``, ``bdf``, ``partition_id`` (list); ``usage.gfx_activity``,
 ``usage.umc_activity``, ``power.socket_power``, ``temperature.hotspot``,
 ``mem_usage.used_vram`` and ``total_vram`` in MB, and a partition's
-``usage.gfx_busy_inst.xcp_<partition>`` (its XCCs' busy shares) (metric). A field amd-smi does not show
-is reported as such - what amd-smi's output looked like is then worth sending with the
-report.
+``usage.gfx_busy_inst.xcp_<partition>`` (its XCCs' busy shares) (metric). A field
+amd-smi does not show is reported as such - what amd-smi's output looked like is then
+worth sending with the report.
 """
 
 from __future__ import annotations
