@@ -132,7 +132,7 @@ class AmdSmiBackend:
                  monotonic: Callable[[], float] = time.monotonic,
                  sys_root: Path = Path("/sys")) -> None:
         self._node = hostname or socket.gethostname()
-        self._sys = sys_root
+        self._drm = str(sys_root / "class" / "drm")
         self._part_names: dict[str, str] = {}  # partition UUID -> its last plugin name
         self._layout: tuple[str, ...] = ()  # each processor's UUID last tick ("?": unread)
         self._busy: dict[str, _BusyTable] = {}  # PCI device -> its last metrics table
@@ -462,9 +462,11 @@ class AmdSmiBackend:
             return ""
         # Read every tick (one readlink): a render node is another device's after the
         # driver reloads into another partition mode.
-        link = self._sys / "class" / "drm" / f"renderD{render}" / "device"
+        # The node's `device` is a link up to its device's directory ("../../../<name>"):
+        # one readlink (the kernel resolves class/drm/renderD<n> on the way).
+        link = f"{self._drm}/renderD{render}/device"
         try:
-            name = os.path.basename(os.path.realpath(link, strict=True))
+            name = os.path.basename(os.readlink(link).rstrip("/"))
         except OSError as exc:
             self._problem(f"gpu {m.index}: which device-plugin device this partition is "
                           f"cannot be read ({link}: {exc.strerror}; mount the host's "
