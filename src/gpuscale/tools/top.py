@@ -315,11 +315,12 @@ def build(reply: pb.FleetReply, sort: str = "util", namespace: str = "",
     shown = filtered(reply, namespace, node)
     devices = [d for n in shown.nodes for d in n.devices]
     gpus = sum(1 for d in devices if not d.parent_uuid)
-    summary = (f"{len(shown.nodes)} nodes  {gpus} GPUs  {len(devices) - gpus} MIG  "
+    summary = (f"{len(shown.nodes)} nodes  {gpus} GPUs  {len(devices) - gpus} MIG/partitions  "
                f"{len(shown.pods)} pods  {len(shown.workloads)} workloads  "
                f"sort {sort}  ns {namespace or 'all'}  node {node or 'all'}")
     return View(
-        Table("GPUs and MIG instances", DEVICE_COLUMNS, tuple(_device_rows(shown, sort))),
+        Table("GPUs, MIG instances and AMD partitions", DEVICE_COLUMNS,
+              tuple(_device_rows(shown, sort))),
         Table("Pods", POD_COLUMNS, tuple(_pod_rows(shown, sort))),
         Table("Workloads (ScaledObjects KEDA asked about)", WORKLOAD_COLUMNS,
               tuple(_workload_rows(shown))),
