@@ -347,18 +347,8 @@ class AmdSmiBackend:
             return self._lost(index)
         self._cleared(f"gpu {index}")
         processes, unknown = self._processes(index, procs)
-        used_b, total_b = _count(used), _count(total)
-        return GpuSample(
-            index=index, uuid=uuid, name=name, pci_bus_id=bdf, minor_number=-1,
-            utilization_percent=_percent(_field(activity, "gfx_activity")),
-            memory_util_percent=_percent(_field(activity, "umc_activity")),
-            memory_used_bytes=used_b, memory_total_bytes=total_b,
-            memory_free_bytes=(total_b - used_b if not isinstance(total_b, Absent)
-                               and not isinstance(used_b, Absent) else Absent.UNAVAILABLE),
-            power_watts=_field(power, "current_socket_power"),
-            power_limit_watts=_field(power, "power_limit"),
-            temperature_c=temp if isinstance(temp, Absent) else float(temp),
-            processes=processes, processes_unknown=unknown)
+        return _sample(index, uuid, name, bdf, activity, _count(used), _count(total), power,
+                       temp, processes=processes, processes_unknown=unknown)
 
     def _partitioned(self, members: list[_Processor], modes: tuple[str, str]) -> GpuSample:
         """One physical GPU whose partitions the library enumerates as processors."""
@@ -408,19 +398,9 @@ class AmdSmiBackend:
         # then right whether the driver gives each partition its share or the whole pool).
         used = _isum([mig.memory_used_bytes for mig in migs])
         total = _isum([mig.memory_total_bytes for mig in migs])
-        return GpuSample(
-            index=first.index, uuid=first.uuid, name=first.name,
-            pci_bus_id=f"{first.device}.0", minor_number=-1,
-            utilization_percent=_percent(_field(activity, "gfx_activity")),
-            memory_util_percent=_percent(_field(activity, "umc_activity")),
-            memory_used_bytes=used, memory_total_bytes=total,
-            memory_free_bytes=(total - used if not isinstance(total, Absent)
-                               and not isinstance(used, Absent) else Absent.UNAVAILABLE),
-            power_watts=_field(power, "current_socket_power"),
-            power_limit_watts=_field(power, "power_limit"),
-            temperature_c=temp if isinstance(temp, Absent) else float(temp),
-            mig_enabled=True, sharing=SharingMode.MIG, migs=migs,
-            processes=procs, processes_unknown=unknown)
+        return _sample(first.index, first.uuid, first.name, f"{first.device}.0", activity,
+                       used, total, power, temp, mig_enabled=True, sharing=SharingMode.MIG,
+                       migs=migs, processes=procs, processes_unknown=unknown)
 
     def _partition(self, pid: int, m: _Processor, parent: str, profile: str,
                    busy: float | Absent) -> MigSample:
@@ -566,6 +546,21 @@ def _count(value: Any) -> int | Absent:
 def _percent(value: float | Absent) -> float | Absent:
     """An activity: above 100 it is not one (a reading the library garbled)."""
     return Absent.UNAVAILABLE if not isinstance(value, Absent) and value > 100 else value
+
+
+def _sample(index: int, uuid: str, name: str, bdf: str, activity: Any, used: int | Absent,
+            total: int | Absent, power: Any, temp: Any, **rest: Any) -> GpuSample:
+    """A GPU's sample from its calls' results (each a value or the Absent its call gave)."""
+    return GpuSample(
+        index=index, uuid=uuid, name=name, pci_bus_id=bdf, minor_number=-1,
+        utilization_percent=_percent(_field(activity, "gfx_activity")),
+        memory_util_percent=_percent(_field(activity, "umc_activity")),
+        memory_used_bytes=used, memory_total_bytes=total,
+        memory_free_bytes=(total - used if not isinstance(total, Absent)
+                           and not isinstance(used, Absent) else Absent.UNAVAILABLE),
+        power_watts=_field(power, "current_socket_power"),
+        power_limit_watts=_field(power, "power_limit"),
+        temperature_c=temp if isinstance(temp, Absent) else float(temp), **rest)
 
 
 def _lost_gpu(index: int, uuid: str, name: str, bdf: str) -> GpuSample:
