@@ -81,10 +81,7 @@ class DeletionCosts:
                                "pod-deletion-cost annotations written, by result.",
                                ["result"], registry=registry)
         while True:
-            try:
-                await self.write(api, pending())
-            except Exception as exc:  # advice only: never the end of the scaler
-                log.error("pod-deletion-cost pass failed: %s", exc, exc_info=exc)
+            await self.write(api, pending())
             await asyncio.sleep(self.refresh_s)
 
     async def write(self, api: Annotator,
