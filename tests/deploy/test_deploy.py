@@ -226,31 +226,6 @@ def test_rbac_grants_exactly_what_the_code_calls(path: str) -> None:
     assert roles[("Role", "gpuscale-scaler")] == set(access.SCALER_NAMESPACED)
 
 
-def test_pod_deletion_cost_grants_patch_on_pods_only_when_asked() -> None:
-    """Helm scaler.podDeletionCost: the scaler's flag, and patch on pods beside its own
-    rules - exactly access.SCALER_DELETION_COST more, nothing when off."""
-    def scaler_rules(objs: list[dict[str, Any]]) -> set[tuple[str, str, frozenset[str]]]:
-        return _rules(named(objs, "ClusterRole", "gpuscale-scaler"))
-
-    def flags(objs: list[dict[str, Any]]) -> list[str]:
-        spec = named(objs, "Deployment", "gpuscale-scaler")["spec"]["template"]["spec"]
-        return [str(a) for a in spec["containers"][0]["args"]]
-
-    off, on = helm_render(None), helm_render({"scaler": {"podDeletionCost": True}})
-    assert scaler_rules(off) == set(access.SCALER)
-    merged: dict[tuple[str, str], frozenset[str]] = {}
-    for g, r, verbs in access.SCALER | access.SCALER_DELETION_COST:
-        merged[(g, r)] = merged.get((g, r), frozenset()) | verbs
-    assert scaler_rules(on) == {(g, r, v) for (g, r), v in merged.items()}
-    assert "--pod-deletion-cost" in flags(on)
-    assert "--pod-deletion-cost" not in flags(off)
-    from gpuscale.cli import build_parser
-
-    assert build_parser().parse_args(flags(on)).pod_deletion_cost is True
-    for obj in on:
-        validate(obj)
-
-
 def test_prometheusrule_is_the_shipped_rule_file() -> None:
     rule = by_kind(render("kustomize/base"), "PrometheusRule")[0]
     shipped = yaml.safe_load((DEPLOY / "prometheus" / "gpuscale-rules.yaml").read_text())

@@ -150,19 +150,6 @@ def _key(obj: Mapping[str, Any]) -> str:
     return f"{ns}/{meta.get('name', '')}" if ns else str(meta.get("name", ""))
 
 
-def _merge_patch(target: Any, patch: Any) -> Any:
-    """RFC 7386: objects merge key by key, null removes a key, anything else replaces."""
-    if not isinstance(patch, dict):
-        return patch
-    out = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            out.pop(key, None)
-        else:
-            out[key] = _merge_patch(out.get(key), value)
-    return out
-
-
 def encode_continue(rv: int, start: str) -> str:
     """storage.EncodeContinue: base64url (no padding) of the version, snapshot and start."""
     raw = json.dumps({"v": "meta.k8s.io/v1", "rv": rv, "start": start}).encode()
@@ -202,7 +189,6 @@ class KubeApiPeer:
         self.configmaps: dict[tuple[str, str], dict[str, Any]] = {}  # (ns, name) -> object
         self.authorize: Callable[[dict[str, Any]], tuple[bool, bool, str]] = _deny_all
         self.reviews: list[dict[str, Any]] = []  # every SubjectAccessReview spec received
-        self.patches: list[str] = []  # the path of every PATCH received
         self._watchers: list[_Watcher] = []
         self._runner: web.AppRunner | None = None
         self.port = 0
@@ -284,7 +270,6 @@ class KubeApiPeer:
             app.router.add_get(f"/apis/apps/v1/namespaces/{{ns}}/{plural}/{{name}}",
                                self._object)
         app.router.add_post("/apis/authorization.k8s.io/v1/subjectaccessreviews", self._review)
-        app.router.add_patch("/api/v1/namespaces/{ns}/pods/{name}", self._patch_pod)
         self._runner = web.AppRunner(app, shutdown_timeout=0.1)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", port or self.port)
@@ -384,53 +369,6 @@ class KubeApiPeer:
         api_version, kind = KINDS[request.path]
         return web.json_response({"kind": f"{kind}List", "apiVersion": api_version,
                                   "metadata": meta, "items": page})
-
-    async def _patch_pod(self, request: web.Request) -> web.Response:
-        """PATCH a pod: a JSON merge patch (RFC 7386) of its metadata's labels and
-        annotations, as the API server applies one - other content types 415, a body that
-        is not a JSON object 400, a value that is not a string 422 (metadata.annotations
-        is map[string]string), an annotation over 256 KiB in all 422 (ValidateAnnotations'
-        TotalAnnotationSizeLimitB), a pod that is not there 404; the stored pod gets a new
-        resourceVersion and every watch a MODIFIED event."""
-        denied = self._auth(request)
-        if denied is not None:
-            return denied
-        self.patches.append(request.path)
-        kind = request.headers.get("Content-Type", "").split(";")[0].strip()
-        if kind != "application/merge-patch+json":
-            return web.json_response(status(415, "UnsupportedMediaType",
-                                            "the body of the request was in an unknown "
-                                            "format - accepted media types include: "
-                                            "application/json-patch+json, "
-                                            "application/merge-patch+json, "
-                                            "application/apply-patch+yaml"), status=415)
-        try:
-            patch = json.loads(await request.read())
-        except ValueError:
-            patch = None
-        if not isinstance(patch, dict):
-            return web.json_response(status(400, "BadRequest", "invalid JSON merge patch"),
-                                     status=400)
-        ns, name = request.match_info["ns"], request.match_info["name"]
-        pod = next((p for p in self.pods.values() if p["metadata"].get("namespace") == ns
-                    and p["metadata"].get("name") == name), None)
-        if pod is None:
-            return web.json_response(status(404, "NotFound",
-                                            f'pods "{name}" not found'), status=404)
-        merged = _merge_patch(copy.deepcopy(pod), patch)
-        meta = merged.get("metadata", {})
-        for part in ("annotations", "labels"):
-            values = meta.get(part) or {}
-            if not isinstance(values, dict) or not all(isinstance(v, str)
-                                                       for v in values.values()):
-                return web.json_response(status(422, "Invalid", f"metadata.{part}: values "
-                                                f"must be strings"), status=422)
-        total = sum(len(k) + len(v) for k, v in (meta.get("annotations") or {}).items())
-        if total > 256 * 1024:
-            return web.json_response(status(422, "Invalid", "metadata.annotations: Too long: "
-                                            "must have at most 262144 bytes"), status=422)
-        self.modify(merged)
-        return web.json_response(self.pods[merged["metadata"]["uid"]])
 
     async def _discover(self, request: web.Request) -> web.Response:
         denied = self._auth(request)

@@ -62,12 +62,6 @@ def add_parser(sub: Any) -> None:
     sc.add_argument("--metrics-api-cert", type=Path,
                     help="the metrics API's serving certificate (PEM)")
     sc.add_argument("--metrics-api-key", type=Path, help="its private key (PEM)")
-    sc.add_argument("--pod-deletion-cost", action="store_true",
-                    help="as a planned workload's plan falls below its Ready pods, annotate "
-                         "them with their requests in flight "
-                         "(controller.kubernetes.io/pod-deletion-cost), so its ReplicaSet "
-                         "removes the idlest; needs patch on pods (Helm "
-                         "scaler.podDeletionCost)")
     sc.set_defaults(run=run)
 
 
@@ -105,8 +99,7 @@ def config_of(args: argparse.Namespace) -> ScalerConfig:
         resolve_targets=args.resolve_targets or bool(args.metrics_api_port),
         kubeconfig=args.kubeconfig,
         demand=demand, advisory=advisory,
-        history_step_s=args.history_step, stream_memory_mib=args.stream_memory_mib,
-        pod_deletion_cost=args.pod_deletion_cost)
+        history_step_s=args.history_step, stream_memory_mib=args.stream_memory_mib)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -21,12 +21,6 @@ SCALER: frozenset[tuple[str, str, frozenset[str]]] = frozenset({
     ("*", "*/scale", frozenset({"get"})),  # other scalables' selectors
 })
 
-# --pod-deletion-cost (Helm scaler.podDeletionCost), on top of SCALER: the planned
-# workloads' pods get controller.kubernetes.io/pod-deletion-cost (a JSON merge patch).
-SCALER_DELETION_COST: frozenset[tuple[str, str, frozenset[str]]] = frozenset({
-    ("", "pods", frozenset({"patch"})),
-})
-
 # Namespaced (the release namespace): agent discovery.
 SCALER_NAMESPACED: frozenset[tuple[str, str, frozenset[str]]] = frozenset({
     ("discovery.k8s.io", "endpointslices", frozenset({"list", "watch"})),

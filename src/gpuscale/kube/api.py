@@ -30,8 +30,6 @@ import httpx2
 from gpuscale.kube.errors import ApiError, BadReference, BadReply
 from gpuscale.kube.listwatch import FAILED, JSON, ListWatch, api_json, describe
 
-MERGE_PATCH = {**JSON, "Content-Type": "application/merge-patch+json"}
-
 log = logging.getLogger(__name__)
 CLOSE_TIMEOUT_S = 10.0
 GET_TIMEOUT_S = 10  # one request, from sending to the last byte of the answer
@@ -157,17 +155,6 @@ class KubeApi:
             raise BadReference(f"resource: {resource[:64]!r} is not a resource name")
         return await self._call("POST", f"{_prefix(api_version)}/{resource}", body)
 
-    async def annotate_pod(self, namespace: str, name: str,
-                           annotations: dict[str, str]) -> dict[str, Any]:
-        """Set annotations on one pod with a JSON merge patch (RFC 7386: only these keys
-        change) and return the pod. ApiError (404: the pod is gone; 403: no RBAC for
-        ``patch`` on pods) or BadReference."""
-        ns = quote(check_name(namespace, "namespace"), safe="")
-        pod = quote(check_name(name), safe="")
-        body = {"metadata": {"annotations": dict(annotations)}}
-        path = f"/api/v1/namespaces/{ns}/pods/{pod}"
-        return await self._call("PATCH", path, body, MERGE_PATCH)
-
     def list_watch(self, collection: Collection, what: str,
                    on_change: Callable[[], Awaitable[None]] | None = None,
                    **options: Any) -> ListWatch:
@@ -192,12 +179,11 @@ class KubeApi:
     async def _get(self, path: str) -> dict[str, Any]:
         return await self._call("GET", path)
 
-    async def _call(self, method: str, path: str, body: dict[str, Any] | None = None,
-                    headers: dict[str, str] | None = None) -> dict[str, Any]:
+    async def _call(self, method: str, path: str,
+                    body: dict[str, Any] | None = None) -> dict[str, Any]:
         try:
             async with asyncio.timeout(GET_TIMEOUT_S):
-                request = self._http.build_request(method, path, headers=headers or JSON,
-                                                   json=body)
+                request = self._http.build_request(method, path, headers=JSON, json=body)
                 return await api_json(await self._http.send(request, stream=True))
         except ApiError as exc:  # an error answer or one that is not a JSON object
             raise ApiError(f"{method} {path}: {exc}", exc.status) from None

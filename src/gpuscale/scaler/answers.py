@@ -129,9 +129,6 @@ class Answers:
         self.plans = plans if plans is not None else PlanBook()
         self.demand = demand
         self.startups = startups
-        # Each planned workload's pods at its planner's last observation (plan key ->
-        # namespace and pods): whom a scale-down would take (edges.deletion_cost).
-        self._planned_pods: dict[Hashable, tuple[PodRecord, ...]] = {}
 
     def check(self, workload: Workload) -> None:
         """Whether this scaler can answer the trigger at all (before any data): ConfigError
@@ -207,9 +204,7 @@ class Answers:
                     raise got.error()
                 startups = () if self.startups is None or got.selector is None else \
                     self.startups.startups(workload.namespace, got.selector)
-                observed = observe(self.fleet, got.pods, got.gaps, startups)
-                self._planned_pods[workload.plan_key] = tuple(got.pods)
-                return observed
+                return observe(self.fleet, got.pods, got.gaps, startups)
             try:
                 plan = self.plans.plan(workload.plan_key, (workload.namespace, workload.name),
                                        config, sample, now)
@@ -222,20 +217,6 @@ class Answers:
         pods = () if selection is None or isinstance(selection, Unavailable) \
             else selection.pods
         return Value(plan.replicas * target.target, target, pods, len(pods), plan=plan)
-
-    def scale_downs(self) -> list[tuple[Plan, tuple[PodRecord, ...]]]:
-        """The planned workloads whose plan is below their Ready pods (the HPA is about to
-        remove some), each with its pods at the last observation. Pods of workloads no
-        longer planned are forgotten."""
-        out = []
-        now = self.fleet.now()
-        for key in list(self._planned_pods):
-            plan = self.plans.peek(key, now)
-            if plan is None:
-                del self._planned_pods[key]
-            elif isinstance(plan, Plan) and plan.replicas < plan.ready:
-                out.append((plan, self._planned_pods[key]))
-        return out
 
     # -- activity ------------------------------------------------------------------------
 

@@ -48,15 +48,11 @@ class ScalerConfig:
     stale_after_s: float = staleness_bound(1.0)  # for records whose agent names no bound
     stream_memory_mib: int = MEMORY_BUDGET_MIB  # KEDA's open streams (scaler.state.streams)
     time_scale: float = 1.0  # planner seconds per second (the fast-forwarded demo)
-    # Annotate planned workloads' pods with their requests in flight as a scale-down
-    # nears, so the ReplicaSet takes the idlest (scaler.edges.deletion_cost): needs
-    # patch on pods.
-    pod_deletion_cost: bool = False
 
     @property
     def uses_api(self) -> bool:
         """Whether the scaler needs Kubernetes credentials."""
-        return bool(self.agent_service) or self.resolve_targets or self.pod_deletion_cost
+        return bool(self.agent_service) or self.resolve_targets
 
     def agents_text(self) -> str:
         return self.agent_service or ", ".join(self.agents) or "in process"

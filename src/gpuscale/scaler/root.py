@@ -27,7 +27,6 @@ from gpuscale.common.shutdown import cancel_on_signals
 from gpuscale.scaler.advisory import Advisor
 from gpuscale.scaler.answers import Answers
 from gpuscale.scaler.config import ScalerConfig
-from gpuscale.scaler.edges.deletion_cost import DeletionCosts
 from gpuscale.scaler.edges.http import (
     AdvisoryCollector,
     AgentsCollector,
@@ -131,7 +130,6 @@ class Scaler:
                                 config.metrics_port)
                      if config.metrics_port is not None else None)
         self._started: float | None = None
-        self.deletion_costs = DeletionCosts() if config.pod_deletion_cost else None
 
     def _subscribe(self, config: ScalerConfig, api: KubeApi | None) -> Roster:
         delay = Histogram("gpuscale_scaler_update_delay_seconds",
@@ -202,11 +200,6 @@ class Scaler:
                 for task in (self.resolver, self.pod_roster, self.discovery):
                     if task is not None:
                         tg.create_task(task.run())
-                if self.deletion_costs is not None:
-                    assert self.api is not None
-                    tg.create_task(self.deletion_costs.run(
-                        self.api, self.answers.scale_downs, self.registry),
-                        name="deletion-costs")
                 for component in self.components:
                     tg.create_task(component.run(self))
         finally:
