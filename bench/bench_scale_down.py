@@ -6,6 +6,8 @@ For each load, the planner (as ``bench_simulate.py`` runs it) with:
 - the ReplicaSet's default choice of pod (not Ready first, then the youngest) or the idlest
   (``controller.kubernetes.io/pod-deletion-cost`` from each pod's running requests);
 - Kubernetes' default ``terminationGracePeriodSeconds`` (30 s) or 600 s;
+- requests routed to the least loaded pod (a gateway balancing on outstanding requests) or
+  in turn (a Service's kube-proxy, a gateway that does not look at load);
 
 and prints GPU-hours, SLO-violating minutes and the requests a drain's deadline cut off
 (they start over from the queue, their time to first token counted from their arrival).
@@ -47,20 +49,23 @@ def main() -> None:
     print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, Python "
           f"{sys.version.split()[0]}")
     t0 = time.perf_counter()
-    head = f"{'load':<14}{'grace s':>8}{'pod chosen':>12}{'GPU-h':>8}{'SLO min':>9}{'cut':>6}"
+    head = (f"{'load':<14}{'routing':>9}{'grace s':>8}{'pod chosen':>12}{'GPU-h':>8}"
+            f"{'SLO min':>9}{'cut':>6}")
     print(head)
     print("-" * len(head))
     for name, requests in loads():
         duration = requests[-1].arrival_s + 300.0
-        for grace in (30.0, 600.0):
-            params = replace(ServingParams(), drain_s=grace)
-            start = opening(requests, duration, params)
-            for idlest in (False, True):
-                r = run_policy("planner", requests, duration, params, idlest_first=idlest,
-                               **{**planner_policy(params), "start": start})
-                print(f"{name:<14}{grace:>8.0f}{'idlest' if idlest else 'youngest':>12}"
-                      f"{r.gpu_hours:>8.2f}{r.slo_violation_minutes:>9}{r.cut_requests:>6}",
-                      flush=True)
+        for rr in (False, True):
+            for grace in (30.0, 600.0):
+                params = replace(ServingParams(), drain_s=grace)
+                start = opening(requests, duration, params)
+                for idlest in (False, True):
+                    r = run_policy("planner", requests, duration, params,
+                                   idlest_first=idlest, round_robin=rr,
+                                   **{**planner_policy(params), "start": start})
+                    print(f"{name:<14}{'in turn' if rr else 'least':>9}{grace:>8.0f}"
+                          f"{'idlest' if idlest else 'youngest':>12}{r.gpu_hours:>8.2f}"
+                          f"{r.slo_violation_minutes:>9}{r.cut_requests:>6}", flush=True)
     print(f"\n{time.perf_counter() - t0:.0f} s")
 
 

@@ -250,3 +250,19 @@ def test_an_mi300x_holds_more_kv_and_serves_faster_than_an_h100() -> None:
     assert mi300x.kv_tokens > 2 * h100.kv_tokens
     assert mi300x.prefill_tps > h100.prefill_tps
     assert mi300x.decode_tps_max == pytest.approx(12_000 * 5.3 / 3.35)
+
+
+@pytest.mark.parametrize(("round_robin", "after"), [
+    (False, [6, 6, 6]),  # least loaded first: the new requests even the three out
+    (True, [7, 8, 3]),  # in turn: each gets its third, whatever it already runs
+])
+def test_routing_least_loaded_or_in_turn(round_robin: bool, after: list[int]) -> None:
+    """Three Ready replicas running 4, 5 and 0 long requests; nine arrive at once."""
+    model = ServingModel(HAND, round_robin=round_robin)
+    model.set_replicas(3, 0.0, warm=True)
+    for rep, n in zip(model.replicas, (4, 5, 0), strict=True):
+        rep.running.extend(InFlightRequest(0.0, 1, 50_000) for _ in range(n))
+    model.arrive([InFlightRequest(0.0, 1, 50_000) for _ in range(9)])
+    model.step(0.0, 1.0)
+    assert [len(rep.running) for rep in model.replicas] == after
+    assert not model.queue

@@ -196,12 +196,16 @@ class ReplicaSignals:
 
 class ServingModel:
     def __init__(self, params: ServingParams = ServingParams(),
-                 idlest_first: bool = False) -> None:
+                 idlest_first: bool = False, round_robin: bool = False) -> None:
         """``idlest_first``: a scale-down removes, among Ready replicas, the one running the
         fewest requests (the pods carry ``controller.kubernetes.io/pod-deletion-cost`` from
-        their running requests); otherwise the youngest, the ReplicaSet's default."""
+        their running requests); otherwise the youngest, the ReplicaSet's default.
+        ``round_robin``: requests go to the Ready replicas in turn (a Service's kube-proxy
+        or a gateway that does not look at load), not to the one running the fewest."""
         self.p = params
         self.idlest_first = idlest_first
+        self.round_robin = round_robin
+        self._turn = 0  # round_robin: the replica whose turn it is
         self.cut = 0  # requests a drain's deadline cut off (they start over)
         self.replicas: list[Replica] = []  # the ones that take requests (or will)
         self.draining: list[Replica] = []  # removed, finishing what they run
@@ -291,6 +295,9 @@ class ServingModel:
         head is done for this step."""
         if not self.queue or not ready:
             return
+        if self.round_robin:
+            self._dispatch_in_turn(ready, now, end)
+            return
         p = self.p
         kv = [rep.kv_used() for rep in ready]
         heap = [(len(rep.running), rep.clock, i) for i, rep in enumerate(ready)
@@ -311,6 +318,33 @@ class ServingModel:
             kv[i] += nxt.prompt + nxt.output
             if n + 1 < p.max_batch and rep.clock < end:
                 heapq.heappush(heap, (n + 1, rep.clock, i))
+
+    def _dispatch_in_turn(self, ready: list[Replica], now: float, end: float) -> None:
+        """Round-robin: the request at the head goes to the next Ready replica in turn,
+        whatever it runs; a replica whose batch or KV cache is full (or whose clock is past
+        this step) is skipped, and when none can take it the rest waits for the next step.
+        Prefill timing as ``_dispatch``. One queue for all, as the least-loaded mode: a
+        Service routes into each pod's own queue, so under saturation real pods can
+        differ more than here."""
+        p = self.p
+        while self.queue and self.queue[0].arrival < end:
+            nxt = self.queue[0]
+            for k in range(len(ready)):
+                i = (self._turn + k) % len(ready)
+                rep = ready[i]
+                if len(rep.running) >= p.max_batch or rep.clock >= end:
+                    continue
+                if rep.kv_used() + nxt.prompt + nxt.output > p.kv_tokens and rep.running:
+                    continue
+                break
+            else:
+                return
+            self._turn = i + 1
+            self.queue.popleft()
+            start = max(rep.clock, now, nxt.arrival)
+            rep.clock = start + nxt.prompt / p.prefill_tps
+            nxt.prefilled, nxt.admitted, nxt.first_token = True, start, rep.clock
+            rep.running.append(nxt)
 
     def signals(self, now: float) -> list[ReplicaSignals]:
         ready = [r for r in self.replicas if now >= r.ready_at]

@@ -75,13 +75,14 @@ def run_policy(name: str, requests: Sequence[TraceRequest], duration: float,
                decider: Decider | None = None,
                slo: SloSpec = DEFAULT_SLO,
                until: Callable[[ServingModel, float], bool] | None = None,
-               idlest_first: bool = False) -> Result:
+               idlest_first: bool = False, round_robin: bool = False) -> Result:
     """One policy over the requests. The replicas running when the window opens (warm):
     ``static``, the schedule's first step, else ``start`` (default ``min_replicas``, at
     least 1). ``schedule``: the replicas in effect in each step (a ``Result.steps``; past
     its end, its last), followed as they are, whatever ``min_replicas``/``max_replicas``.
     ``idlest_first``: scale-downs remove the Ready replica with the fewest running
-    requests (pod-deletion-cost; see ``ServingModel``).
+    requests (pod-deletion-cost; see ``ServingModel``). ``round_robin``: requests go to the
+    Ready replicas in turn, not to the least loaded.
     ``scale_down``: the HPA's scale-down behavior (Kubernetes' default). ``decider``: a
     policy's own loop (see ``Decider``); a count it returns, clamped to [min, max],
     replaces that step's HPA/KEDA decision. ``slo``: the objective minutes are judged by.
@@ -89,7 +90,7 @@ def run_policy(name: str, requests: Sequence[TraceRequest], duration: float,
     Each step [now, now + dt) serves its arrivals, then the policy reads the signals at its
     end and decides; a change takes effect at now + dt, the instant a new replica is billed
     from and its cold start counts from (a removed one drains from then)."""
-    model = ServingModel(params, idlest_first=idlest_first)
+    model = ServingModel(params, idlest_first=idlest_first, round_robin=round_robin)
     loop = ScaledObjectLoop(ScaledObjectSpec(min_replicas=min_replicas,
                                              max_replicas=max_replicas),
                             scale_down=scale_down)
