@@ -10,10 +10,9 @@
   memory of its own processes when per-process data and PID -> pod mapping exist (a
   container with no process on the device, or whose processes the driver listed without a
   sample, used 0 of it); otherwise the device's numbers are reported as shared, with the
-  sharer count, and the pod's own number is ``Absent.SHARED`` - never the
-  whole device to each sharer, never to the last. No process list (it failed, or the GPU
-  is lost) is never read as "no processes": the pod's number is then SHARED, or LOST with
-  the GPU.
+  sharer count, and the pod's own number is ``Absent.SHARED`` - never the whole device to
+  each sharer, never to the last. No process list (it failed, or the GPU is lost) is never
+  read as "no processes": the pod's number is then SHARED, or LOST with the GPU.
 - GPUs and slices held by nobody are idle capacity; GPU processes of no pod are flagged.
 - Allocations of pods that the API says have finished (Succeeded, Failed) are left out: all
   their containers have stopped, yet a kubelet may still list them with their resources
