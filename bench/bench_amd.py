@@ -26,13 +26,12 @@ import sys
 import tempfile
 import textwrap
 import time
-import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.proc import proc_cpu_seconds, proc_mem_mib  # noqa: E402
+from bench.proc import measure_agent  # noqa: E402
 from tests.peers import fakeamdsmi, fakenvml  # noqa: E402
 from tests.support.sysfs import drm_tree  # noqa: E402
 
@@ -143,36 +142,10 @@ def main() -> None:
           f"median {nvml['cpu_median_ms']:.2f} ms, {nvml['calls']:.0f} calls; AMD / NVML = "
           f"{amd['cpu_median_ms'] / nvml['cpu_median_ms']:.1f}x")
 
-    agent = subprocess.Popen(
-        [sys.executable, "-m", "gpuscale.cli", "--log-level", "WARNING", "agent",
-         "--gpu-backend", "amd", "--attribution", "off", "--host", "127.0.0.1", "--port",
+    print("2. " + measure_agent(
+        ["--gpu-backend", "amd", "--attribution", "off", "--host", "127.0.0.1", "--port",
          "0", "--interval", "1", "--stream-port", "-1", "--sys-root", str(sys_root)],
-        env=amd_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        assert agent.stdout is not None
-        line = agent.stdout.readline()
-        if "serving metrics at " not in line:
-            sys.exit(f"agent did not start: {line}{agent.stderr.read() if agent.stderr else ''}")
-        url = line.split("at ")[1].split()[0]
-        time.sleep(5)  # warm up: imports done, first samples taken
-        cpu0, t0 = proc_cpu_seconds(agent.pid), time.monotonic()
-        next_scrape, scrapes, size = t0, 0, 0
-        while time.monotonic() - t0 < args.duration:
-            if time.monotonic() >= next_scrape:
-                with urllib.request.urlopen(url, timeout=5) as resp:
-                    size = len(resp.read())
-                scrapes += 1
-                next_scrape += 15.0
-            time.sleep(0.2)
-        cpu = proc_cpu_seconds(agent.pid) - cpu0
-        elapsed = time.monotonic() - t0
-        rss, hwm = proc_mem_mib(agent.pid)
-    finally:
-        agent.terminate()
-        agent.wait(timeout=10)
-    print(f"2. agent at 1 Hz for {elapsed:.0f} s with {scrapes} scrapes ({size / 1024:.0f} KiB "
-          f"each): CPU {100 * cpu / elapsed:.2f} % of one core; RSS {rss:.1f} MiB "
-          f"(peak {hwm:.1f} MiB)")
+        amd_env, args.duration))
 
 
 if __name__ == "__main__":

@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -30,3 +35,37 @@ def proc_mem_mib(pid: int) -> tuple[float, float]:
             key, val = line.split(":")
             values[key] = int(val.split()[0]) / 1024
     return values["VmRSS"], values["VmHWM"]
+
+
+def measure_agent(command: Sequence[str], env: dict[str, str], duration: float) -> str:
+    """Start ``gpuscale agent`` (``command``: its arguments after ``agent``; it must print
+    "serving metrics at URL"), let it warm up 5 s, then scrape its /metrics every 15 s for
+    ``duration`` seconds; the line the agent benches print: CPU and RSS over that time."""
+    agent = subprocess.Popen(
+        [sys.executable, "-m", "gpuscale.cli", "--log-level", "WARNING", "agent", *command],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert agent.stdout is not None
+        line = agent.stdout.readline()
+        if "serving metrics at " not in line:
+            sys.exit(f"agent did not start: {line}{agent.stderr.read() if agent.stderr else ''}")
+        url = line.split("at ")[1].split()[0]
+        time.sleep(5)  # warm up: imports done, first samples taken
+        cpu0, t0 = proc_cpu_seconds(agent.pid), time.monotonic()
+        next_scrape, scrapes, size = t0, 0, 0
+        while time.monotonic() - t0 < duration:
+            if time.monotonic() >= next_scrape:
+                with urllib.request.urlopen(url, timeout=5) as resp:
+                    size = len(resp.read())
+                scrapes += 1
+                next_scrape += 15.0
+            time.sleep(0.2)
+        cpu = proc_cpu_seconds(agent.pid) - cpu0
+        elapsed = time.monotonic() - t0
+        rss, hwm = proc_mem_mib(agent.pid)
+    finally:
+        agent.terminate()
+        agent.wait(timeout=10)
+    return (f"agent at 1 Hz for {elapsed:.0f} s with {scrapes} scrapes ({size / 1024:.0f} "
+            f"KiB each): CPU {100 * cpu / elapsed:.2f} % of one core; RSS {rss:.1f} MiB "
+            f"(peak {hwm:.1f} MiB)")

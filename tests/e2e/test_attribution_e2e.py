@@ -12,7 +12,6 @@ from typing import Any
 
 import aiohttp
 import pytest
-import yaml
 
 from gpuscale.agent.app import Agent, AgentConfig
 from gpuscale.attribution.cgroup import PidResolver
@@ -31,6 +30,7 @@ from gpuscale.telemetry.simulated_gpus import SimulatedBackend
 from tests.peers.fakenvml import DRIVER, build, gpu_line, mig_line, proc_line
 from tests.peers.kubeapi import KubeApiPeer, api_client, make_pod
 from tests.peers.kubelet import KubeletPeer, pod
+from tests.support.kubeconfig import write_kubeconfig
 from tests.support.polling import until
 from tests.support.sysfs import drm_tree
 
@@ -236,12 +236,8 @@ async def attribute_on_fake_nvml(cluster: tuple[KubeletPeer, KubeApiPeer, Path],
     kubelet, api, proc = cluster
     scenario = tmp_path / "nvml.txt"
     scenario.write_text("\n".join(lines) + "\n")
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "t",
-        "clusters": [{"name": "t", "cluster": {"server": f"http://127.0.0.1:{api.port}"}}],
-        "users": [{"name": "t", "user": {"token": api.token}}],
-        "contexts": [{"name": "t", "context": {"cluster": "t", "user": "t"}}]}))
+    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", f"http://127.0.0.1:{api.port}",
+                                  {"token": api.token})
     env = {**os.environ, "LD_LIBRARY_PATH": str(build()), "FAKENVML_SCENARIO": str(scenario)}
     proc_ = await asyncio.create_subprocess_exec(
         sys.executable, str(DRIVER), "--attribute", str(kubelet.socket_path), str(proc),
@@ -453,12 +449,8 @@ async def attribute_on_fake_amdsmi(cluster: tuple[KubeletPeer, KubeApiPeer, Path
     kubelet, api, proc = cluster
     config = tmp_path / "amd.txt"
     config.write_text("\n".join(lines) + "\n")
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "t",
-        "clusters": [{"name": "t", "cluster": {"server": f"http://127.0.0.1:{api.port}"}}],
-        "users": [{"name": "t", "user": {"token": api.token}}],
-        "contexts": [{"name": "t", "context": {"cluster": "t", "user": "t"}}]}))
+    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", f"http://127.0.0.1:{api.port}",
+                                  {"token": api.token})
     sys_root = drm_tree(tmp_path / "sys", render_nodes or {})
     driver = Path(fakeamdsmi.__file__).parent / "drive.py"
     proc_ = await asyncio.create_subprocess_exec(
