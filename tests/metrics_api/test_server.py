@@ -91,6 +91,12 @@ class Cluster:
             ctx.load_cert_chain(self.dir / f"{who}.crt", self.dir / f"{who}.key")
         return ctx
 
+    async def connect(self, who: str = "hpa"
+                      ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """A raw TLS connection to the server (as ``who``; "" no client certificate)."""
+        port = int(self.url.rsplit(":", 1)[1])
+        return await asyncio.open_connection("127.0.0.1", port, ssl=self.client_ssl(who))
+
     async def get(self, path: str, who: str = "hpa", headers: dict[str, str] | None = None,
                   method: str = "GET") -> tuple[int, dict[str, Any]]:
         async with aiohttp.ClientSession() as s, s.request(
@@ -504,11 +510,9 @@ async def test_the_aggregators_availability_check_and_escaped_wildcards(
 async def test_slow_clients_do_not_hold_up_the_others(cluster: Cluster) -> None:
     """200 connections that finish the TLS handshake and then send half a request line
     and stall: answers to everyone else go on."""
-    port = int(cluster.url.rsplit(":", 1)[1])
     stalled = []
     for _ in range(200):
-        _, writer = await asyncio.open_connection("127.0.0.1", port,
-                                                  ssl=cluster.client_ssl("hpa"))
+        _, writer = await cluster.connect()
         writer.write(b"GET /apis/custom.metrics.k8s.io/v1beta2/namesp")
         await writer.drain()
         stalled.append(writer)
@@ -597,9 +601,7 @@ async def test_rbac_without_the_trust_configmap_is_named(tmp_path: Path,
 async def _raw(cluster: Cluster, data: bytes, who: str = "") -> tuple[int, dict[str, Any]]:
     """Send ``data`` as it is over TLS (no client certificate unless ``who``); the status
     and the JSON body of the answer."""
-    port = int(cluster.url.rsplit(":", 1)[1])
-    reader, writer = await asyncio.open_connection("127.0.0.1", port,
-                                                   ssl=cluster.client_ssl(who))
+    reader, writer = await cluster.connect(who)
     try:
         writer.write(data)
         await writer.drain()
@@ -641,15 +643,12 @@ async def test_an_oversized_request_is_a_status_and_one_log_line_a_minute(
 async def test_connections_past_the_cap_are_closed_at_once(cluster: Cluster) -> None:
     guard = cluster.server.guard
     guard.max_connections = guard.open + 20
-    port = int(cluster.url.rsplit(":", 1)[1])
     held = []
     try:
         for _ in range(20):
-            held.append((await asyncio.open_connection(
-                "127.0.0.1", port, ssl=cluster.client_ssl("hpa")))[1])
+            held.append((await cluster.connect())[1])
         await until(lambda: guard.open >= guard.max_connections, what="the cap reached")
-        reader, writer = await asyncio.open_connection("127.0.0.1", port,
-                                                       ssl=cluster.client_ssl("hpa"))
+        reader, writer = await cluster.connect()
         writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
         assert await asyncio.wait_for(reader.read(), 10) == b""  # closed, unanswered
         writer.close()
@@ -667,9 +666,7 @@ async def test_a_slow_loris_is_closed_after_the_head_timeout(cluster: Cluster) -
     timeout; a connection idle between requests is the keep-alive's business."""
     guard = cluster.server.guard
     guard.head_timeout_s = 0.3
-    port = int(cluster.url.rsplit(":", 1)[1])
-    reader, writer = await asyncio.open_connection("127.0.0.1", port,
-                                                   ssl=cluster.client_ssl("hpa"))
+    reader, writer = await cluster.connect()
     try:
         writer.write(b"GET /apis/custom.metrics.k8s.io/v1beta2/namesp")
         for _ in range(20):  # a byte every 0.05 s: never a whole head
@@ -688,9 +685,7 @@ async def test_a_keep_alive_connection_outlives_the_head_timeout(cluster: Cluste
     connection between whole requests (the aggregator keeps its connections)."""
     guard = cluster.server.guard
     guard.head_timeout_s = 0.3
-    port = int(cluster.url.rsplit(":", 1)[1])
-    reader, writer = await asyncio.open_connection("127.0.0.1", port,
-                                                   ssl=cluster.client_ssl("hpa"))
+    reader, writer = await cluster.connect()
     try:
         for _ in range(2):
             writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
