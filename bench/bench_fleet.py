@@ -1,7 +1,10 @@
 """One scaler process fed by 1,000 simulated agents (8 GPU pods each) at 1 Hz.
 
 Generator processes serve the agents' telemetry streams (the real TelemetryPublisher, one
-gRPC server per agent, each publishing 8 pods once a second at its own phase). The real
+gRPC server per agent, each publishing 8 pods once a second). By default the agents tick in
+groups of 25, 40 groups a second (a harsher pattern than a real fleet's: the scaler gets 25
+updates at once); ``BENCH_FLEET_PHASES=independent`` gives each agent a phase of its own,
+drawn once, as real agents have (each ticks from its own start, agent/sampler.py). The real
 ``gpuscale scaler`` subscribes to all of them. Reported:
   - update propagation: the scaler's gpuscale_scaler_update_delay_seconds histogram (agent
     sample -> update applied; same machine, same clock), p50/p99 from its buckets, and a
@@ -42,6 +45,7 @@ from gpuscale.stream.records import DeviceRecord, NodeReport, PodRecord  # noqa:
 PODS = 8
 WORKLOADS = 1000
 WITH_DEVICES = os.environ.get("BENCH_FLEET_DEVICES", "1") == "1"  # set by --no-devices
+INDEPENDENT = os.environ.get("BENCH_FLEET_PHASES", "grouped") == "independent"
 
 
 def records(node: int, boost: float = 0.0) -> list[PodRecord]:
@@ -86,16 +90,22 @@ async def generate(first: int, count: int, port_base: int, control: int) -> None
 
     await asyncio.start_server(on_control, "127.0.0.1", control)
     print("ready", flush=True)
+    if INDEPENDENT:  # each agent at its own phase, drawn once (a real agent's start)
+        phases = sorted((random.Random(node).random(), k) for k, (node, _, _) in
+                        enumerate(pubs))
+    else:  # groups of 25, spread over the second
+        phases = [((k // 25) * 25 / len(pubs), k) for k in range(len(pubs))]
+    start = time.monotonic()
     while True:
-        start = time.monotonic()
-        for k, (node, pub, _) in enumerate(pubs):
+        for phase, k in phases:
+            if (delay := start + phase - time.monotonic()) > 0:
+                await asyncio.sleep(delay)
+            node, pub, _ = pubs[k]
             recs = records(node, boosts.get(node, 0.0))
             pub.publish_report(NodeReport(
                 pub.node, pub.seq + 1, time.monotonic(), 1.0, tuple(recs),
                 tuple(devices(node, recs)) if WITH_DEVICES else ()))
-            if k % 25 == 24:  # spread the agents' ticks over the second
-                await asyncio.sleep(max(0.0, start + (k + 1) / len(pubs) - time.monotonic()))
-        await asyncio.sleep(max(0.0, start + 1.0 - time.monotonic()))
+        start = max(start + 1.0, time.monotonic())  # a slow round: no catching up at once
 
 
 def free_port() -> int:

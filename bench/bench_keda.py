@@ -35,7 +35,8 @@ bench_fleet.py's (the real TelemetryPublisher, one gRPC server per agent). The y
 (grpc.aio's empty-handler CPU per call, bench/grpc_floor.py) is measured in the same run.
 
 Usage: .venv/bin/python bench/bench_keda.py [--objects 1000 10000] [--seconds 60]
-       [--push] [--replicas 1] [--pin] [--lag-probe]
+       [--push] [--replicas 1] [--pin] [--lag-probe] [--floor]
+       [--agent-phases independent|grouped]
 """
 
 from __future__ import annotations
@@ -106,6 +107,7 @@ class Keda:
         self.pushes = 0
         self.first_push_s: list[float] = []
         self.unseen: list[str] = []  # freshness probes whose change never showed in 10 s
+        self.client_lag: list[float] = []  # this client's own event-loop lateness (ms)
 
     def stopped(self) -> bool:
         return self.stopping
@@ -209,10 +211,20 @@ class Keda:
             backoff = min(backoff * 2, 60.0)
             opened = time.monotonic()
 
+    async def own_lag(self) -> None:
+        """How late this client's own event loop runs a 1 ms timer: a call's latency here
+        includes it, and the scaler is not the cause of it (the client shares its core
+        with the agents' generators)."""
+        while not self.stopping:
+            t0 = time.perf_counter()
+            await asyncio.sleep(0.001)
+            if self.measuring:
+                self.client_lag.append(time.perf_counter() - t0 - 0.001)
+
     async def freshness(self, controls: list[list[int]], probes: list[float]) -> None:
         """Flip a node's load; GetMetrics on the same channel until the value moved."""
         boosted: dict[int, float] = {}
-        while not self.stopping:
+        while controls and not self.stopping:
             await asyncio.sleep(2.0 + random.random())
             node = random.randrange(controls[-1][1])
             port = next(c[2] for c in controls if c[0] <= node < c[1])
@@ -255,6 +267,7 @@ class Keda:
                                                           "StreamMetricSpec")]
         tasks += [asyncio.create_task(self.poller(i, start)) for i in range(self.n)]
         tasks.append(asyncio.create_task(self.hpa(start)))
+        tasks.append(asyncio.create_task(self.own_lag()))
         probes: list[float] = []
         tasks.append(asyncio.create_task(self.freshness(controls, probes)))
         await asyncio.sleep(warmup)
@@ -289,6 +302,9 @@ class Keda:
             "first_push_p99_s": pct(self.first_push_s, 0.99) / 1e3,
             "freshness_ms": sorted(p * 1e3 for p in probes), "unseen": self.unseen,
             "client_cpu": cpu / wall,
+            "client_lag_p50_p99_max_ms": (pct(self.client_lag, 0.5),
+                                          pct(self.client_lag, 0.99),
+                                          max(self.client_lag, default=0.0) * 1e3),
         }
 
 
@@ -413,6 +429,39 @@ def run_keda(target: str, n: int, seconds: float, warmup: float, push: bool,
     return got
 
 
+def run_floor(n: int, seconds: float, warmup: float, push: bool, env: dict[str, str],
+              server_cpus: str, client_cpus: str) -> dict[str, Any]:
+    """The same KEDA client against grpc_floor's keda-empty server (prebuilt answers,
+    nothing behind them) on the scaler's core: what the client and the transport cost."""
+    port = free_port()
+    argv = [sys.executable, str(REPO / "bench" / "grpc_floor.py"), "--serve", "keda-empty",
+            str(port), *([server_cpus] if server_cpus else [])]
+    stub = subprocess.Popen(argv, stdout=subprocess.PIPE, env=env, text=True)
+    try:
+        assert stub.stdout is not None and stub.stdout.readline().strip() == "ready"
+        argv = [sys.executable, __file__, "--keda", f"127.0.0.1:{port}", str(n), str(seconds),
+                str(warmup), "1" if push else "0", "[]"]
+        if client_cpus:
+            argv = ["taskset", "-c", client_cpus, *argv]
+        out = subprocess.run(argv, stdout=subprocess.PIPE, env=env, text=True, check=True)
+        got: dict[str, Any] = json.loads(out.stdout.splitlines()[-1])
+        return got
+    finally:
+        stub.terminate()
+        stub.wait(10)
+
+
+def report_floor(got: dict[str, Any]) -> None:
+    ch = got["chains"]
+    lag99 = got["client_lag_p50_p99_max_ms"][1]
+    print(f"  FLOOR (the same client, an empty-handler server on the scaler's core): HPA "
+          f"chain p50 {ch['hpa']['p50_ms']:.2f} / p99 {ch['hpa']['p99_ms']:.2f} ms, poll "
+          f"chain p50 {ch['poll']['p50_ms']:.2f} / p99 {ch['poll']['p99_ms']:.2f} ms, per "
+          f"call p50 {got['call_p50_ms']:.2f} / p99 {got['call_p99_ms']:.2f} ms; errors "
+          f"{got['errors'] or 0}; client loop late p99 {lag99:.2f} ms; client CPU "
+          f"{got['client_cpu']:.0%}")
+
+
 def report(got: dict[str, Any], floor_us: float, idle: list[float]) -> None:
     n, ch = got["objects"], got["chains"]
     print(f"\n{n:,} ScaledObjects{' with push' if got['push'] else ''}, "
@@ -426,6 +475,9 @@ def report(got: dict[str, Any], floor_us: float, idle: list[float]) -> None:
     print(f"  per call p50 {got['call_p50_ms']:.2f} ms, p99 {got['call_p99_ms']:.2f} ms; "
           + ", ".join(f"{m} p99 {v['p99_ms']:.2f} ms ({v['n']:,})"
                       for m, v in got["per_method"].items()))
+    lag50, lag99, lagmax = got["client_lag_p50_p99_max_ms"]
+    print(f"  the KEDA client's own loop late (1 ms timer): p50 {lag50:.2f} ms, p99 "
+          f"{lag99:.2f} ms, max {lagmax:.1f} ms")
     if len(got["answered_by_replica"]) > 1:
         print("  calls answered by each replica: "
               + ", ".join(f"{n:,.0f}" for n in got["answered_by_replica"]))
@@ -472,11 +524,20 @@ def main() -> None:
                     "ScaledObject")
     ap.add_argument("--replicas", type=int, default=1)
     ap.add_argument("--generators", type=int, default=2)
+    ap.add_argument("--agent-phases", choices=("independent", "grouped"),
+                    default="independent",
+                    help="independent: each agent ticks at a phase of its own, as real "
+                         "agents do (default); grouped: 25 agents at once, 40 times a "
+                         "second (bench_fleet's default, harsher)")
     ap.add_argument("--stream-memory-mib", type=int, default=1024,
                     help="each scaler's stream budget (1024, so one replica may hold "
                          "20,000 streams; the scaler's own default is 256)")
     ap.add_argument("--pin", action="store_true", help="pin scaler replica r to core r, "
                     "the agents' generators and KEDA to the other cores")
+    ap.add_argument("--floor", action="store_true",
+                    help="first run the same KEDA client against an empty-handler server "
+                         "(grpc_floor's keda-empty) on the scaler's core, generators "
+                         "running: the client's and the transport's share of each figure")
     ap.add_argument("--json", type=Path, help="write every figure here too")
     ap.add_argument("--lag-probe", action="store_true",
                     help="time the (first) scaler's event-loop callbacks (bench/lagprobe) and "
@@ -486,6 +547,7 @@ def main() -> None:
     env = child_env(*([REPO / "bench" / "lagprobe"] if args.lag_probe else []))
     if args.lag_probe:
         env["GPUSCALE_LAG_FILE"] = str(lag_file)
+    env["BENCH_FLEET_PHASES"] = args.agent_phases
     floor_us = grpc_floor.floor()
     print(f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores, "
           f"Python {platform.python_version()}, grpcio {grpc.__version__}, "
@@ -500,7 +562,12 @@ def main() -> None:
     gens, controls, addrs = start_fleet(args.generators, env, others)
     scalers: list[Any] = []
     results = []
+    floors = {}
     try:
+        if args.floor:  # before the scalers: nothing else on their core
+            for n in args.objects:
+                floors[n] = run_floor(n, args.seconds, args.warmup, args.push, env,
+                                      "0" if args.pin else "", others)
         scalers = start_scalers(args.replicas, addrs, env, args.pin, args.stream_memory_mib)
         c0, t0 = [proc_cpu_seconds(s[0].pid) for s in scalers], time.monotonic()
         time.sleep(10)
@@ -508,13 +575,16 @@ def main() -> None:
                 for s, c in zip(scalers, c0, strict=True)]
         target = ("ipv4:" + ",".join(f"127.0.0.1:{s[1]}" for s in scalers)
                   if len(scalers) > 1 else f"127.0.0.1:{scalers[0][1]}")
-        print(f"{args.replicas} scaler replica(s), {AGENTS:,} agents x {PODS} pods at 1 Hz; "
-              f"one KEDA channel to {target}")
+        print(f"{args.replicas} scaler replica(s), {AGENTS:,} agents x {PODS} pods at 1 Hz "
+              f"({args.agent_phases} phases); one KEDA channel to {target}")
         for n in args.objects:
             got = run_keda(target, n, args.seconds, args.warmup, args.push, controls,
                            scalers, gens, env, others)
             got["ingest_cpu"], got["floor_us"] = idle, floor_us
             report(got, floor_us, idle)
+            if n in floors:
+                report_floor(floors[n])
+                got["floor"] = floors[n]
             results.append(got)
             for s in scalers:  # a scaler that died is a result too
                 if s[0].poll() is not None:

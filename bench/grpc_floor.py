@@ -22,6 +22,10 @@ Variants:
                    the request and serialises the answer (what grpc's (de)serialisers cost)
   sync-scaler      grpc.server calling ScalerService._metrics (the answer function, no async)
 
+``keda-empty`` (not a variant of this bench's table: bench_keda.py --floor serves it) answers
+every ExternalScaler method with a prebuilt answer: the floor of KEDA's call pattern, the
+same client and transport with nothing behind them.
+
 Usage: .venv/bin/python bench/grpc_floor.py [--seconds 6] [--rate 300] [--variants ...]
 Other benches import ``floor()``: the yardstick measured in their own run.
 """
@@ -109,6 +113,31 @@ class _Empty(g.ExternalScalerServicer):
         return ANSWER
 
 
+class _KedaEmpty(g.ExternalScalerServicer):
+    """Every method KEDA calls, answered with nothing computed; streams send once and
+    stay open."""
+
+    SPEC = pb.GetMetricSpecResponse(metricSpecs=[pb.MetricSpec(
+        metricName="gpuscale-gpu-utilization", targetSize=60, targetSizeFloat=60.0)])
+
+    async def GetMetricSpec(self, request: Any, context: Any) -> Any:
+        return self.SPEC
+
+    async def GetMetrics(self, request: Any, context: Any) -> Any:
+        return ANSWER
+
+    async def IsActive(self, request: Any, context: Any) -> Any:
+        return pb.IsActiveResponse(result=True)
+
+    async def StreamIsActive(self, request: Any, context: Any) -> Any:
+        yield pb.IsActiveResponse(result=True)
+        await asyncio.Event().wait()
+
+    async def StreamMetricSpec(self, request: Any, context: Any) -> Any:
+        yield self.SPEC
+        await asyncio.Event().wait()
+
+
 def _raw_handlers(answer: Any) -> grpc.GenericRpcHandler:
     return grpc.method_handlers_generic_handler("externalscaler.ExternalScaler", {
         "GetMetrics": grpc.unary_unary_rpc_method_handler(answer)})
@@ -118,10 +147,16 @@ async def _serve_aio(variant: str, port: int, cpus: set[int]) -> None:
     from gpuscale.scaler.edges.keda import ScalerServer
 
     service = None
-    if variant in ("aio-empty", "aio-raw-empty"):
-        server = grpc.aio.server()
+    if variant in ("aio-empty", "aio-raw-empty", "keda-empty"):
+        server = grpc.aio.server(options=[  # keda-empty: room for every stream, as ours
+            ("grpc.max_concurrent_streams", 2**31 - 1),
+            ("grpc.server.max_pending_requests", 20_000),
+            ("grpc.server.max_pending_requests_hard_limit", 40_000)]
+            if variant == "keda-empty" else None)
         if variant == "aio-empty":
             g.add_ExternalScalerServicer_to_server(_Empty(), server)
+        elif variant == "keda-empty":
+            g.add_ExternalScalerServicer_to_server(_KedaEmpty(), server)
         else:
             frame = ANSWER.SerializeToString()
 
@@ -156,8 +191,8 @@ async def _serve_aio(variant: str, port: int, cpus: set[int]) -> None:
     await asyncio.Event().wait()
 
 
-def serve(variant: str, port: int) -> None:
-    cpus = cores()[0]
+def serve(variant: str, port: int, cpus: set[int] | None = None) -> None:
+    cpus = cores()[0] if cpus is None else cpus
     pin_process(cpus)
     if variant.startswith("sync"):
         if variant == "sync-empty":
@@ -291,7 +326,8 @@ def yardstick() -> str:
 
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--serve":
-        serve(sys.argv[2], int(sys.argv[3]))
+        serve(sys.argv[2], int(sys.argv[3]),
+              {int(c) for c in sys.argv[4].split(",")} if len(sys.argv) > 4 else None)
         return
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
