@@ -36,7 +36,7 @@ bench_fleet.py's (the real TelemetryPublisher, one gRPC server per agent). The y
 
 Usage: .venv/bin/python bench/bench_keda.py [--objects 1000 10000] [--seconds 60]
        [--push] [--replicas 1] [--pin] [--lag-probe] [--floor]
-       [--agent-phases independent|grouped]
+       [--agent-phases independent|grouped] [--answer-process]
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ from prometheus_client.parser import text_string_to_metric_families  # noqa: E40
 from bench import grpc_floor  # noqa: E402
 from bench.bench_fleet import free_port, histogram_quantiles  # noqa: E402
 from bench.bench_scaler import pct  # noqa: E402
-from bench.proc import child_env, proc_cpu_seconds, proc_mem_mib  # noqa: E402
+from bench.proc import child_env, children, proc_cpu_seconds, proc_mem_mib  # noqa: E402
 from gpuscale.proto import externalscaler_pb2 as pb  # noqa: E402
 from gpuscale.proto import externalscaler_pb2_grpc as pb_grpc  # noqa: E402
 
@@ -343,14 +343,16 @@ def start_fleet(generators: int, env: dict[str, str], cpus: str,
 
 
 def start_scalers(replicas: int, addrs: list[str], env: dict[str, str], pin: bool,
-                  stream_mib: int) -> list[tuple[subprocess.Popen[str], int, int]]:
+                  stream_mib: int, answer_process: bool = False,
+                  ) -> list[tuple[subprocess.Popen[str], int, int]]:
     out = []
     for r in range(replicas):
         port, mport = free_port(), free_port()
         argv = [sys.executable, "-m", "gpuscale.cli", "--log-level", "WARNING", "scaler",
                 "--host", "127.0.0.1", "--port", str(port), "--metrics-port", str(mport),
                 "--agents", ",".join(addrs), "--agents-insecure",
-                "--stream-memory-mib", str(stream_mib)]
+                "--stream-memory-mib", str(stream_mib),
+                *(["--answer-process"] if answer_process else [])]
         if pin:
             argv = ["taskset", "-c", str(r), *argv]
         p = subprocess.Popen(argv, stdout=subprocess.PIPE, env=env, text=True)
@@ -408,6 +410,8 @@ def run_keda(target: str, n: int, seconds: float, warmup: float, push: bool,
     assert p.stdout is not None
     assert p.stdout.readline().strip() == "window"
     pids = [s[0].pid for s in scalers]
+    fronts = [children(pid) for pid in pids]  # --answer-process: each scaler's gRPC front
+    f0 = [sum(proc_cpu_seconds(f) for f in fs) for fs in fronts]
     c0, t0 = [proc_cpu_seconds(pid) for pid in pids], time.monotonic()
     g0 = sum(proc_cpu_seconds(g.pid) for g in gens)
     scrapes0 = [metrics_text(s[2]) for s in scalers]
@@ -419,11 +423,16 @@ def run_keda(target: str, n: int, seconds: float, warmup: float, push: bool,
                                 scrapes0[0])
     shares = [answered(b) - answered(a) for a, b in zip(scrapes0, scrapes1, strict=True)]
     gens_cpu = (sum(proc_cpu_seconds(g.pid) for g in gens) - g0) / wall
-    cpu = [(proc_cpu_seconds(pid) - c) / wall for pid, c in zip(pids, c0, strict=True)]
-    rss = [proc_mem_mib(pid)[0] for pid in pids]
+    front_cpu = [(sum(proc_cpu_seconds(f) for f in fs) - c) / wall
+                 for fs, c in zip(fronts, f0, strict=True)]
+    cpu = [(proc_cpu_seconds(pid) - c) / wall + fc
+           for pid, c, fc in zip(pids, c0, front_cpu, strict=True)]
+    front_rss = [sum(proc_mem_mib(f)[0] for f in fs) for fs in fronts]
+    rss = [proc_mem_mib(pid)[0] + fr for pid, fr in zip(pids, front_rss, strict=True)]
     got: dict[str, Any] = json.loads(p.stdout.readline())
     p.wait(60)
     got["scaler_cpu"], got["scaler_rss_mib"] = cpu, rss
+    got["front_cpu"], got["front_rss_mib"] = front_cpu, front_rss
     got["gc"], got["generators_cpu"], got["answered_by_replica"] = got_gc, gens_cpu, shares
     got["update_delay_p50_p99_s"] = delay[:2]
     return got
@@ -499,6 +508,10 @@ def report(got: dict[str, Any], floor_us: float, idle: list[float]) -> None:
           + "), RSS " + ", ".join(f"{r:.0f}" for r in got["scaler_rss_mib"])
           + f" MiB; KEDA client CPU {got['client_cpu']:.0%} of a core, agent generators "
           f"{got['generators_cpu']:.0%}")
+    if any(got.get("front_rss_mib", [])):
+        print("  of which the gRPC front (--answer-process): CPU "
+              + ", ".join(f"{c:.0%}" for c in got["front_cpu"]) + ", RSS "
+              + ", ".join(f"{r:.0f}" for r in got["front_rss_mib"]) + " MiB")
     print("  GC in the (first) scaler: " + "; ".join(
         f"gen {g}: {n} x, {total * 1e3:.0f} ms in all, largest <= {top * 1e3:.0f} ms"
         for g, (n, total, top) in got["gc"].items() if n))
@@ -538,6 +551,9 @@ def main() -> None:
                     help="first run the same KEDA client against an empty-handler server "
                          "(grpc_floor's keda-empty) on the scaler's core, generators "
                          "running: the client's and the transport's share of each figure")
+    ap.add_argument("--answer-process", action="store_true",
+                    help="run each scaler with --answer-process (KEDA's port in a child "
+                         "process; CPU and RSS then include it)")
     ap.add_argument("--json", type=Path, help="write every figure here too")
     ap.add_argument("--lag-probe", action="store_true",
                     help="time the (first) scaler's event-loop callbacks (bench/lagprobe) and "
@@ -568,7 +584,8 @@ def main() -> None:
             for n in args.objects:
                 floors[n] = run_floor(n, args.seconds, args.warmup, args.push, env,
                                       "0" if args.pin else "", others)
-        scalers = start_scalers(args.replicas, addrs, env, args.pin, args.stream_memory_mib)
+        scalers = start_scalers(args.replicas, addrs, env, args.pin, args.stream_memory_mib,
+                                args.answer_process)
         c0, t0 = [proc_cpu_seconds(s[0].pid) for s in scalers], time.monotonic()
         time.sleep(10)
         idle = [(proc_cpu_seconds(s[0].pid) - c) / (time.monotonic() - t0)

@@ -21,6 +21,7 @@ from gpuscale.scaler.state.fleet import FleetView
 from gpuscale.stream.records import PodRecord
 from gpuscale.telemetry.model import Absent, Reading
 from tests.support.clock import Clock
+from tests.support.relay import relayed
 
 
 def rec(name: str, util: Reading | None = None, *, ns: str = "llm", app: str = "vllm",
@@ -31,9 +32,19 @@ def rec(name: str, util: Reading | None = None, *, ns: str = "llm", app: str = "
     return PodRecord(ns, name, "node-a", {"app": app}, None, ready, sig, at)
 
 
-@pytest.fixture
-async def stub(fleet: FleetView) -> AsyncIterator[pb_grpc.ExternalScalerStub]:
-    server = ScalerServer(ScalerService(Answers(fleet), resend_s=0.5), host="127.0.0.1", port=0)
+@pytest.fixture(params=["in-process", "answer-process"])
+async def stub(fleet: FleetView,
+               request: pytest.FixtureRequest) -> AsyncIterator[pb_grpc.ExternalScalerStub]:
+    """The contract, served as the scaler serves it: in its own process, and (with
+    --answer-process) by its gRPC front relaying each call to it (scaler.edges.relay)."""
+    service = ScalerService(Answers(fleet), resend_s=0.5)
+    if request.param == "answer-process":
+        async with relayed(service) as front:
+            channel = grpc.aio.insecure_channel(f"127.0.0.1:{front.port}")
+            yield pb_grpc.ExternalScalerStub(channel)
+            await channel.close()
+        return
+    server = ScalerServer(service, host="127.0.0.1", port=0)
     await server.start()
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{server.port}")
     yield pb_grpc.ExternalScalerStub(channel)

@@ -111,29 +111,42 @@ async def test_rotated_certificates_are_picked_up(
     assert agent_files.cert.read_bytes().startswith(b"-----BEGIN CERTIFICATE-----")
 
 
-async def test_keda_side_of_the_scaler_over_mutual_tls(tmp_path: Path) -> None:
-    """What a TriggerAuthentication with caCert, tlsClientCert and tlsClientKey does."""
+@pytest.mark.parametrize("answer_process", [False, True],
+                         ids=["in-process", "answer-process"])
+async def test_keda_side_of_the_scaler_over_mutual_tls(tmp_path: Path,
+                                                       answer_process: bool) -> None:
+    """What a TriggerAuthentication with caCert, tlsClientCert and tlsClientKey does, to
+    the scaler's own port and to its gRPC front (--answer-process)."""
     import grpc
 
     from gpuscale.proto import externalscaler_pb2 as pb
     from gpuscale.proto import externalscaler_pb2_grpc as pb_grpc
     from gpuscale.scaler.edges.keda import ScalerServer, ScalerService
+    from gpuscale.scaler.edges.keda import add_to_server as add_keda
+    from gpuscale.scaler.edges.relay import Front, RelayBackend
     from gpuscale.stream.tls import server_credentials
 
     ca = make_ca("keda-gpuscale CA")
     server_files = write(tmp_path / "s", "scaler", ca, issue(ca, "scaler", "gpuscale-scaler"))
     keda_files = write(tmp_path / "k", "keda", ca, issue(ca, "keda", "keda"))
-    server = ScalerServer(ScalerService(Answers(FleetView())), host="127.0.0.1", port=0,
+    service = ScalerService(Answers(FleetView()))
+    front = Front(RelayBackend([lambda s: add_keda(service, s)]))
+    server = ScalerServer(service, host="127.0.0.1", port=0,
                           credentials=server_credentials(server_files))
-    await server.start()
+    if answer_process:
+        port = await front.start("127.0.0.1:0", server_files, ScalerServer.options(service))
+    else:
+        await server.start()
+        port = server.port
     ref = pb.ScaledObjectRef(name="so", namespace="ns", scalerMetadata={"podSelector": "a=b"})
     try:
         opts = [("grpc.ssl_target_name_override", "gpuscale-scaler")]
-        async with grpc.aio.secure_channel(f"127.0.0.1:{server.port}",
+        async with grpc.aio.secure_channel(f"127.0.0.1:{port}",
                                            channel_credentials(keda_files)(), opts) as ch:
             assert (await pb_grpc.ExternalScalerStub(ch).IsActive(ref)).result is False
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as ch:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
             with pytest.raises(grpc.aio.AioRpcError):
                 await pb_grpc.ExternalScalerStub(ch).IsActive(ref, timeout=3)
     finally:
+        await front.stop(service.stopping)
         await server.stop(0.2)

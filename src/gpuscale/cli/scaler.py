@@ -56,6 +56,11 @@ def add_parser(sub: Any) -> None:
                          f"({MEMORY_BUDGET_MIB}: about 8,700; each is about 30 KB); past it "
                          f"new streams get RESOURCE_EXHAUSTED. Keep it and the scaler's "
                          f"own ~200 MiB (1,000 agents) under its memory limit")
+    sc.add_argument("--answer-process", action="store_true",
+                    help="serve KEDA's gRPC port from a child process that relays each "
+                         "call to this one: the per-call garbage of gRPC's server stays "
+                         "out of the fleet view's collector (shorter pauses at thousands "
+                         "of ScaledObjects; BENCHMARKS.md)")
     sc.add_argument("--metrics-api-port", type=int, default=0,
                     help="serve custom.metrics.k8s.io for a plain HPA on this port (HTTPS, "
                          "behind an APIService; needs the API); 0: off")
@@ -99,7 +104,8 @@ def config_of(args: argparse.Namespace) -> ScalerConfig:
         resolve_targets=args.resolve_targets or bool(args.metrics_api_port),
         kubeconfig=args.kubeconfig,
         demand=demand, advisory=advisory,
-        history_step_s=args.history_step, stream_memory_mib=args.stream_memory_mib)
+        history_step_s=args.history_step, stream_memory_mib=args.stream_memory_mib,
+        answer_process=args.answer_process)
 
 
 def run(args: argparse.Namespace) -> int:

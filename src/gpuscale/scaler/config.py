@@ -48,6 +48,8 @@ class ScalerConfig:
     stale_after_s: float = staleness_bound(1.0)  # for records whose agent names no bound
     stream_memory_mib: int = MEMORY_BUDGET_MIB  # KEDA's open streams (scaler.state.streams)
     time_scale: float = 1.0  # planner seconds per second (the fast-forwarded demo)
+    # KEDA's gRPC port in a child process that relays each call here (scaler.edges.relay)
+    answer_process: bool = False
 
     @property
     def uses_api(self) -> bool:

@@ -38,6 +38,8 @@ from gpuscale.scaler.edges.inspect import SERVICE as INSPECT
 from gpuscale.scaler.edges.inspect import Inspector
 from gpuscale.scaler.edges.inspect import add_to_server as add_inspect
 from gpuscale.scaler.edges.keda import ScalerServer, ScalerService
+from gpuscale.scaler.edges.keda import add_to_server as add_keda
+from gpuscale.scaler.edges.relay import Front, RelayBackend
 from gpuscale.scaler.recorder import Recorder
 from gpuscale.scaler.sources.demand import DemandSources
 from gpuscale.scaler.sources.roster import AgentRoster, PodRoster, Roster
@@ -116,10 +118,12 @@ class Scaler:
                                  self.subscriber.states if self.subscriber else None,
                                  step_s=config.history_step_s)
         self.inspector = Inspector(self.recorder, self.resolver, self.advisor)
-        self.server = ScalerServer(
+        # KEDA's port: served here, or (answer_process) by a child that relays each call
+        self.server = None if config.answer_process else ScalerServer(
             self.service, host=config.host, port=config.port,
             credentials=server_credentials(config.tls) if config.tls else None,
             extra=[(INSPECT, lambda s: add_inspect(self.inspector, s))])
+        self._front_port = 0
         self._gc_pause = Histogram(
             "gpuscale_scaler_gc_pause_seconds", "Python's cyclic garbage collections, by "
             "generation: each one stops every answer for this long.", ["generation"],
@@ -159,8 +163,9 @@ class Scaler:
 
     @property
     def port(self) -> int:
-        """The KEDA port, once bound (at construction)."""
-        return self.server.port
+        """The KEDA port, once bound (at construction; with the answer process, once its
+        front listens)."""
+        return self.server.port if self.server is not None else self._front_port
 
     @property
     def plans(self) -> PlanBook:
@@ -183,12 +188,27 @@ class Scaler:
     async def run(self, on_listening: Callable[[int], None] | None = None) -> None:
         """Serve until cancelled (or until a task fails); then stop in order."""
         self._started = asyncio.get_running_loop().time()
+        front = None
+        if self.server is None:  # KEDA's port in a child (scaler.edges.relay)
+            front = Front(RelayBackend([lambda s: add_keda(self.service, s),
+                                        lambda s: add_inspect(self.inspector, s)]))
+            config = self.config
+            self._front_port = await front.start(  # OSError: "cannot listen"
+                config.host if config.host.startswith("unix:")
+                else f"{config.host}:{config.port}",
+                config.tls, ScalerServer.options(self.service))
         gc.callbacks.append(self._on_gc)
         if self.http is not None:
             await self.http.start()
         try:
             async with asyncio.TaskGroup() as tg:
-                tg.create_task(self.server.serve(on_listening), name="keda-service")
+                if self.server is not None:
+                    tg.create_task(self.server.serve(on_listening), name="keda-service")
+                else:
+                    assert front is not None
+                    tg.create_task(front.watch(), name="keda-front")
+                    if on_listening is not None:
+                        on_listening(self._front_port)
                 tg.create_task(self.demand.run(), name="demand-sources")
                 tg.create_task(self.plans.run(self.fleet.now, self.service.stopping),
                                name="planner")
@@ -204,6 +224,8 @@ class Scaler:
                     tg.create_task(component.run(self))
         finally:
             gc.callbacks.remove(self._on_gc)
+            if front is not None:
+                await front.stop(self.service.stopping)
             if self.subscriber is not None:
                 await self.subscriber.close()
             if self.http is not None:

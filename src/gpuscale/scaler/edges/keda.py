@@ -265,6 +265,11 @@ def enable_reflection(server: grpc.aio.Server, services: tuple[str, ...]) -> Non
     }),))
 
 
+def add_to_server(service: ScalerService, server: Any) -> None:
+    """Register ExternalScaler (a grpc server, or anything with its add_* methods)."""
+    pb_grpc.add_ExternalScalerServicer_to_server(service, server)  # type: ignore[no-untyped-call]
+
+
 class ScalerServer:
     """The gRPC server: ExternalScaler, health checking and reflection, one port."""
 
@@ -277,7 +282,7 @@ class ScalerServer:
         self.service = service
         self.health = HealthServicer()
         self._server = grpc.aio.server(options=self.options(service))
-        pb_grpc.add_ExternalScalerServicer_to_server(service, self._server)  # type: ignore[no-untyped-call]
+        add_to_server(service, self._server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)
         for _, register in extra:
             register(self._server)

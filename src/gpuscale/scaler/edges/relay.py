@@ -1,0 +1,474 @@
+"""KEDA's gRPC port in a process of its own (``gpuscale scaler --answer-process``).
+
+Every unary call a grpc.aio server answers leaves five objects in a reference cycle that
+only Python's cyclic collector frees (grpcio 1.85; ``bench/grpc_garbage.py``). In the
+scaler those collections also walk the fleet's newest records, so at KEDA's 3,000 calls/s
+each one held the event loop 40-90 ms, and every call, push round and agent update waited
+behind it (BENCHMARKS.md, issue 26). Here the scaler (the *fleet process*) keeps the
+fleet view, the answers, the planner and the history, and serves them on a private unix
+socket in a framing of its own (no gRPC, so no per-call cycle there); a small child
+process (the *front*) holds KEDA's port - ExternalScaler, Inspect, health and reflection,
+TLS as configured - and relays each call's bytes. Its heap is gRPC's objects and little
+else, so its collections are short; the fleet process's young generation no longer fills
+with gRPC's garbage.
+
+The front computes nothing: each call's request bytes, method and peer go to the fleet
+process, which runs the very servicer methods the in-process server runs (one answer
+function), and its replies and final status (code and message) come back as they are.
+A call the client cancels is cancelled in the fleet process (a stream's place in the
+stream book is released). When the fleet process cannot be reached, the front answers
+UNAVAILABLE (KEDA keeps its fallback) and exits: it is the fleet process's child and
+lives only with it. The fleet process, in turn, ends when its front ends.
+
+Frames on the socket: a 9-byte header (payload length, kind, call id) and the payload:
+REQ (front -> fleet: method, peer, request bytes), MSG (a reply message), END (status code
+and message: the call is over), CANCEL (front -> fleet). A frame longer than
+``MAX_FRAME`` ends the connection.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import itertools
+import logging
+import os
+import struct
+import sys
+import tempfile
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1._async import HealthServicer
+
+from gpuscale.common.grpc_bind import bind
+from gpuscale.proto import externalscaler_pb2, inspect_pb2
+
+log = logging.getLogger(__name__)
+
+HEADER = struct.Struct("!IBI")  # payload length, kind, call id
+REQ, MSG, END, CANCEL = 1, 2, 3, 4
+MAX_FRAME = 4 * 1024 * 1024  # the scaler's own gRPC receive limit is 1 MiB
+SERVICES = (externalscaler_pb2.DESCRIPTOR.services_by_name["ExternalScaler"],
+            inspect_pb2.DESCRIPTOR.services_by_name["Inspect"])
+_CODES = {code.value[0]: code for code in grpc.StatusCode}
+_GONE = "gpuscale scaler: the fleet process is not reachable from its gRPC front"
+
+
+def methods() -> dict[str, bool]:
+    """Full method path -> whether the server streams, for every relayed method."""
+    return {f"/{s.full_name}/{m.name}": m.server_streaming
+            for s in SERVICES for m in s.methods}
+
+
+def frame(kind: int, call: int, payload: bytes = b"") -> bytes:
+    return HEADER.pack(len(payload), kind, call) + payload
+
+
+def _strings(*parts: str) -> bytes:
+    out = b""
+    for part in parts:
+        raw = part.encode()
+        out += struct.pack("!H", len(raw)) + raw
+    return out
+
+
+def request(method: str, peer: str, body: bytes) -> bytes:
+    return _strings(method, peer[:1000]) + body
+
+
+def parse_request(payload: bytes) -> tuple[str, str, bytes]:
+    """(method, peer, body). ValueError for a payload that is not one."""
+    parts, at = [], 0
+    for _ in range(2):
+        if at + 2 > len(payload):
+            raise ValueError("truncated request frame")
+        (n,) = struct.unpack_from("!H", payload, at)
+        if at + 2 + n > len(payload):
+            raise ValueError("truncated request frame")
+        parts.append(payload[at + 2:at + 2 + n].decode())
+        at += 2 + n
+    return parts[0], parts[1], payload[at:]
+
+
+def status(code: grpc.StatusCode, details: str) -> bytes:
+    return struct.pack("!B", code.value[0]) + details.encode(errors="replace")
+
+
+def parse_status(payload: bytes) -> tuple[grpc.StatusCode, str]:
+    if not payload:
+        return grpc.StatusCode.INTERNAL, "an empty status frame from the fleet process"
+    code = _CODES.get(payload[0], grpc.StatusCode.UNKNOWN)
+    return code, payload[1:].decode(errors="replace")
+
+
+async def read_frame(reader: asyncio.StreamReader) -> tuple[int, int, bytes]:
+    """(kind, call id, payload). IncompleteReadError at the end; ValueError for a frame
+    past MAX_FRAME."""
+    size, kind, call = HEADER.unpack(await reader.readexactly(HEADER.size))
+    if size > MAX_FRAME:
+        raise ValueError(f"a frame of {size} bytes (at most {MAX_FRAME})")
+    return kind, call, await reader.readexactly(size) if size else b""
+
+
+# -- the fleet process's side ----------------------------------------------------------------
+
+
+class _Aborted(Exception):
+    """``context.abort`` in the fleet process: the call ends with this status."""
+
+
+class RelayedContext:
+    """What the scaler's servicers use of grpc.aio.ServicerContext: abort, code, peer."""
+
+    def __init__(self, peer: str) -> None:
+        self._peer = peer
+        self._code: grpc.StatusCode | None = None
+        self.details = ""
+
+    def peer(self) -> str:
+        return self._peer
+
+    def code(self) -> grpc.StatusCode | None:
+        return self._code
+
+    async def abort(self, code: grpc.StatusCode, details: str = "",
+                    trailing_metadata: Any = ()) -> None:
+        self._code, self.details = code, details
+        raise _Aborted()
+
+
+@dataclass(frozen=True, slots=True)
+class _Method:
+    handler: Any  # grpc.RpcMethodHandler
+    streaming: bool
+
+
+class _Collector:
+    """Stands in for a grpc server while the generated ``add_*_to_server`` functions
+    register their handlers, to keep them by method path."""
+
+    def __init__(self) -> None:
+        self.found: dict[str, Any] = {}
+
+    def add_generic_rpc_handlers(self, handlers: Iterable[Any]) -> None:
+        pass  # the same handlers come through add_registered_method_handlers
+
+    def add_registered_method_handlers(self, service: str,
+                                       handlers: Mapping[str, Any]) -> None:
+        for name, handler in handlers.items():
+            self.found[f"/{service}/{name}"] = handler
+
+
+class RelayBackend:
+    """Runs relayed calls against the servicers registered by ``registrations`` (each a
+    generated ``add_*_to_server``-like function taking a server)."""
+
+    def __init__(self, registrations: Iterable[Callable[[Any], None]]) -> None:
+        collector = _Collector()
+        for register in registrations:
+            register(collector)
+        self._methods = {path: _Method(handler, handler.unary_stream is not None)
+                         for path, handler in collector.found.items()
+                         if handler.unary_unary is not None or handler.unary_stream is not None}
+        self._writers: set[asyncio.StreamWriter] = set()
+
+    @property
+    def connections(self) -> int:
+        return len(self._writers)
+
+    def disconnect(self) -> None:
+        """Cut every front's connection (as when this process goes away)."""
+        for writer in self._writers:
+            writer.close()
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """One front's connection: its calls until it closes."""
+        self._writers.add(writer)
+        calls: dict[int, asyncio.Task[None]] = {}
+        try:
+            while True:
+                kind, call, payload = await read_frame(reader)
+                if kind == REQ:
+                    task = asyncio.get_running_loop().create_task(
+                        self._call(call, payload, writer))
+                    calls[call] = task
+                    task.add_done_callback(partial(_forget, calls, call))
+                elif kind == CANCEL and (running := calls.get(call)) is not None:
+                    running.cancel()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        except ValueError as exc:
+            log.error("relay: the front sent %s; closing its connection", exc)
+        finally:
+            self._writers.discard(writer)
+            for task in list(calls.values()):
+                task.cancel()
+            writer.close()
+
+    async def _call(self, call: int, payload: bytes, writer: asyncio.StreamWriter) -> None:
+        try:
+            method, peer, body = parse_request(payload)
+        except (ValueError, UnicodeDecodeError) as exc:
+            writer.write(frame(END, call, status(grpc.StatusCode.INTERNAL, str(exc))))
+            return
+        found = self._methods.get(method)
+        if found is None:
+            writer.write(frame(END, call, status(grpc.StatusCode.UNIMPLEMENTED,
+                                                 f"{method[:200]} is not relayed")))
+            return
+        handler, context = found.handler, RelayedContext(peer)
+        try:
+            message = handler.request_deserializer(body)
+        except Exception:  # protobuf's DecodeError among others
+            writer.write(frame(END, call, status(grpc.StatusCode.INTERNAL,
+                                                 "Exception deserializing request!")))
+            return
+        serialize = handler.response_serializer
+        end = status(grpc.StatusCode.OK, "")
+        try:
+            if found.streaming:
+                async for reply in handler.unary_stream(message, context):
+                    writer.write(frame(MSG, call, serialize(reply)))
+                    await writer.drain()
+            else:
+                reply = await handler.unary_unary(message, context)
+                writer.write(frame(MSG, call, serialize(reply)))
+        except _Aborted:
+            assert context.code() is not None
+            end = status(context.code() or grpc.StatusCode.UNKNOWN, context.details)
+        except asyncio.CancelledError:
+            return  # the client went away: the front ends the call itself
+        except Exception as exc:  # as grpc answers a handler that raised
+            log.error("%s failed: %s", method, exc, exc_info=exc)
+            end = status(grpc.StatusCode.UNKNOWN, f"Unexpected error in {method}")
+        if not writer.is_closing():
+            writer.write(frame(END, call, end))
+
+
+def _forget(calls: dict[int, asyncio.Task[None]], call: int, _: object) -> None:
+    calls.pop(call, None)
+
+
+# -- the front ---------------------------------------------------------------------------------
+
+
+class RelayFront:
+    """The front's one connection to the fleet process, and the calls riding on it."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._reader, self._writer = reader, writer
+        self._ids = itertools.count(1)
+        self._calls: dict[int, asyncio.Queue[tuple[int, bytes]]] = {}
+        self.closed = asyncio.Event()
+
+    async def pump(self) -> None:
+        """Deliver the fleet process's frames to their calls until it goes away; then every
+        call still open ends UNAVAILABLE."""
+        try:
+            while True:
+                kind, call, payload = await read_frame(self._reader)
+                queue = self._calls.get(call)
+                if queue is not None:
+                    queue.put_nowait((kind, payload))
+        except (asyncio.IncompleteReadError, ConnectionError, ValueError) as exc:
+            log.error("relay: %s (%s)", _GONE, exc or type(exc).__name__)
+        finally:
+            self.closed.set()
+            for queue in self._calls.values():
+                queue.put_nowait((END, status(grpc.StatusCode.UNAVAILABLE, _GONE)))
+            self._writer.close()
+
+    async def _frames(self, method: str, body: bytes,
+                      context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[bytes]:
+        """The call's reply messages; its final status applied to ``context``."""
+        if self.closed.is_set():
+            await context.abort(grpc.StatusCode.UNAVAILABLE, _GONE)
+        call = next(self._ids)
+        queue: asyncio.Queue[tuple[int, bytes]] = asyncio.Queue()
+        self._calls[call] = queue
+        done = False
+        try:
+            self._writer.write(frame(REQ, call, request(method, context.peer() or "", body)))
+            while True:
+                kind, payload = await queue.get()
+                if kind == MSG:
+                    yield payload
+                elif kind == END:
+                    done = True
+                    code, details = parse_status(payload)
+                    if code is not grpc.StatusCode.OK:
+                        await context.abort(code, details)
+                    return
+        finally:
+            del self._calls[call]
+            if not done and not self.closed.is_set():
+                self._writer.write(frame(CANCEL, call))
+
+    def handler(self) -> grpc.GenericRpcHandler:
+        """Every relayed method, bytes in and bytes out."""
+        kinds = methods()
+        front = self
+
+        class _Relay(grpc.GenericRpcHandler):
+            def service(self, details: grpc.HandlerCallDetails) -> Any:
+                method = details.method
+                streaming = kinds.get(method)
+                if streaming is None:
+                    return None
+                if streaming:
+                    async def stream(body: bytes, context: Any) -> AsyncIterator[bytes]:
+                        async for reply in front._frames(method, body, context):
+                            yield reply
+                    return grpc.unary_stream_rpc_method_handler(stream)
+
+                async def unary(body: bytes, context: Any) -> bytes:
+                    last = b""
+                    async for reply in front._frames(method, body, context):
+                        last = reply
+                    return last
+                return grpc.unary_unary_rpc_method_handler(unary)
+
+        return _Relay()
+
+
+async def run_front(socket_path: str, address: str,
+                    credentials: grpc.ServerCredentials | None,
+                    options: list[tuple[str, int]],
+                    on_listening: Callable[[int], None]) -> None:
+    """The front: connect to the fleet process, serve KEDA's port until the fleet process
+    goes away or SIGTERM asks for a graceful stop."""
+    import signal
+
+    from gpuscale.scaler.edges.keda import SERVICE, enable_reflection
+
+    reader, writer = await asyncio.open_unix_connection(socket_path, limit=MAX_FRAME)
+    front = RelayFront(reader, writer)
+    server = grpc.aio.server(options=options)
+    server.add_generic_rpc_handlers((front.handler(),))
+    health = HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health, server)
+    enable_reflection(server, (*(s.full_name for s in SERVICES),
+                               health_pb2.DESCRIPTOR.services_by_name["Health"].full_name))
+    port = bind(server, address, credentials)
+    await server.start()
+    await health.set("", health_pb2.HealthCheckResponse.SERVING)
+    await health.set(SERVICE, health_pb2.HealthCheckResponse.SERVING)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    loop.add_signal_handler(signal.SIGINT, stop.set)
+    gc.collect()
+    gc.freeze()  # what start-up made stays out of the collector's way
+    on_listening(port)
+    pump = loop.create_task(front.pump())
+    waits = [loop.create_task(front.closed.wait()), loop.create_task(stop.wait())]
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waits:
+            w.cancel()
+        await health.enter_graceful_shutdown()
+        await server.stop(2.0)  # calls in flight finish; streams the fleet process ended
+        pump.cancel()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m gpuscale.scaler.edges.relay``: started by the fleet process, never by a
+    person (its arguments are the fleet process's own, already checked). Prints
+    "listening PORT" once it serves, or "cannot listen: WHY" and exits 1."""
+    ap = argparse.ArgumentParser(prog="gpuscale-front")
+    ap.add_argument("--socket", required=True)
+    ap.add_argument("--address", required=True)
+    ap.add_argument("--options", default="{}")
+    ap.add_argument("--tls", nargs=3, type=Path, metavar=("CERT", "KEY", "CA"))
+    args = ap.parse_args(argv)
+    import json
+
+    from gpuscale.stream.tls import TlsFiles, server_credentials
+
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s front: %(message)s")
+    options = [(k, int(v)) for k, v in json.loads(args.options).items()]
+
+    def listening(port: int) -> None:
+        print(f"listening {port}", flush=True)
+
+    try:
+        credentials = server_credentials(TlsFiles(*args.tls)) if args.tls else None
+        asyncio.run(run_front(args.socket, args.address, credentials, options, listening))
+    except OSError as exc:
+        print(f"cannot listen: {exc}", flush=True)
+        return 1
+    return 0
+
+
+class Front:
+    """The front as the fleet process runs it: a private unix socket (in a 0700 temporary
+    folder) served by ``backend``, and the child process on KEDA's port."""
+
+    def __init__(self, backend: RelayBackend) -> None:
+        self.backend = backend
+        self.port = 0
+        self._folder: tempfile.TemporaryDirectory[str] | None = None
+        self._server: asyncio.Server | None = None
+        self._proc: asyncio.subprocess.Process | None = None
+
+    async def start(self, address: str, tls: Any, options: list[tuple[str, int]]) -> int:
+        """Serve the socket, start the child; the port it bound. OSError when it could not
+        listen (everything started is stopped again)."""
+        import json
+
+        self._folder = tempfile.TemporaryDirectory(prefix="gpuscale-relay-")
+        path = os.path.join(self._folder.name, "fleet.sock")
+        try:
+            self._server = await asyncio.start_unix_server(self.backend.serve, path=path,
+                                                           limit=MAX_FRAME)
+            argv = [sys.executable, "-m", "gpuscale.scaler.edges.relay", "--socket", path,
+                    "--address", address, "--options", json.dumps(dict(options))]
+            if tls is not None:
+                argv += ["--tls", str(tls.cert), str(tls.key), str(tls.ca)]
+            proc = self._proc = await asyncio.create_subprocess_exec(
+                *argv, stdout=asyncio.subprocess.PIPE)  # its log lines: this stderr
+            assert proc.stdout is not None
+            line = (await proc.stdout.readline()).decode().strip()
+            if not line.startswith("listening "):
+                await proc.wait()
+                raise OSError(line.removeprefix("cannot listen: ") or
+                              f"the gRPC front exited with {proc.returncode}")
+        except BaseException:
+            await self.stop()
+            raise
+        self.port = int(line.split()[1])
+        return self.port
+
+    async def watch(self) -> None:
+        """Until the child ends: then RuntimeError (the scaler cannot answer KEDA)."""
+        assert self._proc is not None
+        code = await self._proc.wait()
+        raise RuntimeError(f"the scaler's gRPC front exited with {code}")
+
+    async def stop(self, stopping: asyncio.Event | None = None) -> None:
+        """Graceful: ``stopping`` set (the fleet process ends its streams), their last
+        frames sent, then the child asked to stop (SIGTERM) and waited for."""
+        if stopping is not None:
+            stopping.set()
+        proc = self._proc
+        if proc is not None and proc.returncode is None:
+            await asyncio.sleep(0.2)
+            proc.terminate()
+            await asyncio.shield(proc.wait())
+        if self._server is not None:
+            self._server.close()
+        if self._folder is not None:
+            self._folder.cleanup()
+            self._folder = None
+
+
+if __name__ == "__main__":
+    sys.exit(main())

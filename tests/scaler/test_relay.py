@@ -1,0 +1,229 @@
+"""KEDA's port in a child process (``gpuscale scaler --answer-process``, scaler.edges.relay):
+the front relays each call to the fleet process over a private unix socket. The contract
+itself runs through the front in test_keda_service (its ``stub`` fixture); here what only
+the relay can get wrong: cancellation, a stream replaced by a newer one, the fleet process
+going away, hostile frames on the socket, and the scaler's own start-up and stop."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+
+import grpc
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gpuscale.proto import externalscaler_pb2 as pb
+from gpuscale.proto import externalscaler_pb2_grpc as pb_grpc
+from gpuscale.proto import inspect_pb2, inspect_pb2_grpc
+from gpuscale.scaler.answers import Answers
+from gpuscale.scaler.config import ScalerConfig
+from gpuscale.scaler.edges.keda import ScalerService
+from gpuscale.scaler.edges.keda import add_to_server as add_keda
+from gpuscale.scaler.edges.relay import (
+    CANCEL,
+    END,
+    HEADER,
+    MAX_FRAME,
+    MSG,
+    REQ,
+    RelayBackend,
+    frame,
+    parse_request,
+    parse_status,
+    read_frame,
+    request,
+)
+from gpuscale.scaler.root import Scaler
+from gpuscale.scaler.state.fleet import FleetView
+from gpuscale.stream.records import PodRecord
+from tests.support.relay import relayed
+
+
+def rec(name: str, util: float, at: float = 1000.0) -> PodRecord:
+    return PodRecord("llm", name, "node-a", {"app": "vllm"}, None, True,
+                     {"gpu-utilization": util}, at)
+
+
+REF = pb.ScaledObjectRef(name="so", namespace="llm", scalerMetadata={"podSelector": "app=vllm"})
+
+
+async def test_a_cancelled_stream_gives_its_place_back(fleet: FleetView) -> None:
+    service = ScalerService(Answers(fleet))
+    fleet.update_node("node-a", [rec("v-0", 0.0)])
+    async with relayed(service) as front, \
+            grpc.aio.insecure_channel(f"127.0.0.1:{front.port}") as channel:
+        stub = pb_grpc.ExternalScalerStub(channel)
+        stream = stub.StreamIsActive(REF)
+        assert (await asyncio.wait_for(stream.read(), 5)).result is False
+        assert len(service.pushes) == 1
+        assert len(service.streams) == 1
+        stream.cancel()  # KEDA dropped it: the fleet process must let go too
+        for _ in range(100):
+            if len(service.pushes) == 0 and len(service.streams) == 0:
+                break
+            await asyncio.sleep(0.05)
+        assert len(service.pushes) == 0
+        assert len(service.streams) == 0
+
+
+async def test_a_newer_stream_replaces_the_older_through_the_front(fleet: FleetView) -> None:
+    service = ScalerService(Answers(fleet))
+    fleet.update_node("node-a", [rec("v-0", 50.0)])
+    async with relayed(service) as front, \
+            grpc.aio.insecure_channel(f"127.0.0.1:{front.port}") as channel:
+        stub = pb_grpc.ExternalScalerStub(channel)
+        old = stub.StreamIsActive(REF)
+        assert (await asyncio.wait_for(old.read(), 5)).result is True
+        new = stub.StreamIsActive(REF)
+        assert (await asyncio.wait_for(new.read(), 5)).result is True
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await asyncio.wait_for(old.read(), 5)
+        assert err.value.code() is grpc.StatusCode.ABORTED
+        assert "replaced" in (err.value.details() or "")
+        new.cancel()
+
+
+async def test_many_streams_and_unary_calls_on_one_connection(fleet: FleetView) -> None:
+    service = ScalerService(Answers(fleet))
+    fleet.update_node("node-a", [rec("v-0", 50.0)])
+    refs = [pb.ScaledObjectRef(name=f"so-{i}", namespace="llm",
+                               scalerMetadata={"podSelector": "app=vllm"}) for i in range(300)]
+    async with relayed(service) as front, \
+            grpc.aio.insecure_channel(f"127.0.0.1:{front.port}") as channel:
+        stub = pb_grpc.ExternalScalerStub(channel)
+        streams = [stub.StreamIsActive(r) for r in refs] + [stub.StreamMetricSpec(r)
+                                                           for r in refs]
+        firsts = await asyncio.wait_for(asyncio.gather(*(s.read() for s in streams)), 30)
+        assert all(f is not grpc.aio.EOF for f in firsts)
+        got = await stub.GetMetrics(pb.GetMetricsRequest(
+            scaledObjectRef=REF, metricName="gpuscale-gpu-utilization"))
+        assert got.metricValues[0].metricValueFloat == 50.0
+        assert len(service.streams) == 600
+        for s in streams:
+            s.cancel()
+
+
+async def test_when_the_fleet_process_goes_the_front_says_unavailable_and_ends(
+        fleet: FleetView) -> None:
+    service = ScalerService(Answers(fleet))
+    fleet.update_node("node-a", [rec("v-0", 50.0)])
+    async with relayed(service) as front, \
+            grpc.aio.insecure_channel(f"127.0.0.1:{front.port}") as channel:
+        stub = pb_grpc.ExternalScalerStub(channel)
+        stream = stub.StreamIsActive(REF)
+        assert (await asyncio.wait_for(stream.read(), 5)).result is True
+        front.backend.disconnect()  # as when the fleet process dies
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await asyncio.wait_for(stream.read(), 5)
+        assert err.value.code() is grpc.StatusCode.UNAVAILABLE
+        assert "fleet process is not reachable" in (err.value.details() or "")
+        with pytest.raises(RuntimeError, match="gRPC front exited"):
+            await asyncio.wait_for(front.watch(), 10)  # the scaler then fails
+
+
+async def _backend_pair(fleet: FleetView) -> tuple[asyncio.StreamReader,
+                                                   asyncio.StreamWriter, asyncio.Task[None]]:
+    """A raw connection to the fleet process's side, as a (possibly hostile) front."""
+    backend = RelayBackend([lambda s: add_keda(ScalerService(Answers(fleet)), s)])
+    ours, theirs = socket.socketpair()
+    reader, writer = await asyncio.open_unix_connection(sock=ours, limit=MAX_FRAME)
+    r2, w2 = await asyncio.open_unix_connection(sock=theirs, limit=MAX_FRAME)
+    return reader, writer, asyncio.get_running_loop().create_task(backend.serve(r2, w2))
+
+
+async def test_hostile_frames_get_a_status_or_end_the_connection(fleet: FleetView) -> None:
+    reader, writer, serving = await _backend_pair(fleet)
+    fleet.update_node("node-a", [rec("v-0", 42.0)])
+    method = "/externalscaler.ExternalScaler/GetMetrics"
+    body = pb.GetMetricsRequest(scaledObjectRef=REF,
+                                metricName="gpuscale-gpu-utilization").SerializeToString()
+    cases = {
+        1: frame(REQ, 1, request(method, "peer", body)),  # a good one
+        2: frame(REQ, 2, b"\x00\x05ab"),  # truncated
+        3: frame(REQ, 3, request("/nope.Nope/Nothing", "peer", b"")),
+        4: frame(REQ, 4, request(method, "peer", b"\xff\xff\xff")),  # not protobuf
+        5: frame(REQ, 5, b"\x00\x02\xc3\x28\x00\x00"),  # not UTF-8
+    }
+    for raw in cases.values():
+        writer.write(raw)
+    writer.write(frame(CANCEL, 99))  # a call that does not exist: ignored
+    ends: dict[int, tuple[grpc.StatusCode, str]] = {}
+    got: dict[int, bytes] = {}
+    while len(ends) < len(cases):
+        kind, call, payload = await asyncio.wait_for(read_frame(reader), 5)
+        if kind == MSG:
+            got[call] = payload
+        elif kind == END:
+            ends[call] = parse_status(payload)
+    assert ends[1][0] is grpc.StatusCode.OK
+    assert pb.GetMetricsResponse.FromString(got[1]).metricValues[0].metricValueFloat == 42.0
+    assert ends[2] == (grpc.StatusCode.INTERNAL, "truncated request frame")
+    assert ends[3][0] is grpc.StatusCode.UNIMPLEMENTED
+    assert ends[4] == (grpc.StatusCode.INTERNAL, "Exception deserializing request!")
+    assert ends[5][0] is grpc.StatusCode.INTERNAL
+    # A frame past the limit ends the connection (and every call on it), nothing else.
+    writer.write(HEADER.pack(MAX_FRAME + 1, REQ, 6))
+    await asyncio.wait_for(serving, 5)
+    assert await reader.read() == b""
+    writer.close()
+
+
+@given(st.binary(max_size=300))
+def test_request_frames_parse_or_say_why(payload: bytes) -> None:
+    try:
+        method, peer, body = parse_request(payload)
+    except (ValueError, UnicodeDecodeError):
+        return
+    assert request(method, peer, body) == payload
+
+
+@given(st.text(max_size=60), st.text(max_size=60), st.binary(max_size=100))
+def test_request_frames_round_trip(method: str, peer: str, body: bytes) -> None:
+    assert parse_request(request(method, peer, body)) == (method, peer[:1000], body)
+
+
+async def test_the_scaler_with_an_answer_process_serves_keda_and_inspect() -> None:
+    scaler = Scaler(ScalerConfig(host="127.0.0.1", port=0, metrics_port=None,
+                                 in_process=True, answer_process=True))
+    ports: list[int] = []
+    task = asyncio.get_running_loop().create_task(scaler.run(ports.append))
+    for _ in range(200):
+        if ports or task.done():
+            break
+        await asyncio.sleep(0.05)
+    assert ports == [scaler.port]
+    assert scaler.server is None
+    scaler.fleet.update_node("node-a", [rec("v-0", 70.0, at=scaler.fleet.now())])
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{ports[0]}") as channel:
+        stub = pb_grpc.ExternalScalerStub(channel)
+        got = await stub.GetMetrics(pb.GetMetricsRequest(
+            scaledObjectRef=REF, metricName="gpuscale-gpu-utilization"))
+        assert got.metricValues[0].metricValueFloat == 70.0
+        stream = stub.StreamIsActive(REF)
+        assert (await asyncio.wait_for(stream.read(), 5)).result is True
+        inspect = inspect_pb2_grpc.InspectStub(channel)
+        seen = await inspect.Fleet(inspect_pb2.FleetRequest())
+        assert [p.name for p in seen.pods] == ["v-0"]
+        task.cancel()  # SIGTERM: the stream ends cleanly, the front stops
+        assert await asyncio.wait_for(stream.read(), 10) is grpc.aio.EOF
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+async def test_a_taken_port_is_cannot_listen() -> None:
+    with socket.socket(socket.AF_INET) as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        scaler = Scaler(ScalerConfig(host="127.0.0.1", port=port, metrics_port=None,
+                                     in_process=True, answer_process=True))
+        with pytest.raises(OSError, match=f"127.0.0.1:{port}"):
+            await scaler.run()
+
+
+def test_status_frames_never_raise() -> None:
+    assert parse_status(b"")[0] is grpc.StatusCode.INTERNAL
+    assert parse_status(struct.pack("!B", 250) + b"x") == (grpc.StatusCode.UNKNOWN, "x")
