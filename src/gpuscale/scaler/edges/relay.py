@@ -239,7 +239,9 @@ class RelayBackend:
                     await writer.drain()
             else:
                 reply = await handler.unary_unary(message, context)
-                writer.write(frame(MSG, call, serialize(reply)))
+                if not writer.is_closing():  # the reply and its status in one write
+                    writer.write(frame(MSG, call, serialize(reply)) + frame(END, call, end))
+                return
         except _Aborted:
             assert context.code() is not None
             end = status(context.code() or grpc.StatusCode.UNKNOWN, context.details)
@@ -260,12 +262,15 @@ def _forget(calls: dict[int, asyncio.Task[None]], call: int, _: object) -> None:
 
 
 class RelayFront:
-    """The front's one connection to the fleet process, and the calls riding on it."""
+    """The front's one connection to the fleet process, and the calls riding on it: a
+    unary call waits on a future (its reply and status come in one piece), a stream on a
+    queue of frames."""
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._reader, self._writer = reader, writer
         self._ids = itertools.count(1)
-        self._calls: dict[int, asyncio.Queue[tuple[int, bytes]]] = {}
+        self._unary: dict[int, tuple[asyncio.Future[tuple[bytes, bytes]], list[bytes]]] = {}
+        self._streams: dict[int, asyncio.Queue[tuple[int, bytes]]] = {}
         self.closed = asyncio.Event()
 
     async def pump(self) -> None:
@@ -274,28 +279,67 @@ class RelayFront:
         try:
             while True:
                 kind, call, payload = await read_frame(self._reader)
-                queue = self._calls.get(call)
-                if queue is not None:
+                if (waiting := self._unary.get(call)) is not None:
+                    future, replies = waiting
+                    if kind == MSG:
+                        replies.append(payload)
+                    elif kind == END and not future.done():
+                        future.set_result((replies[-1] if replies else b"", payload))
+                elif (queue := self._streams.get(call)) is not None:
                     queue.put_nowait((kind, payload))
         except (asyncio.IncompleteReadError, ConnectionError, ValueError) as exc:
             log.error("relay: %s (%s)", _GONE, exc or type(exc).__name__)
         finally:
             self.closed.set()
-            for queue in self._calls.values():
-                queue.put_nowait((END, status(grpc.StatusCode.UNAVAILABLE, _GONE)))
+            gone = status(grpc.StatusCode.UNAVAILABLE, _GONE)
+            for future, _ in self._unary.values():
+                if not future.done():
+                    future.set_result((b"", gone))
+            for queue in self._streams.values():
+                queue.put_nowait((END, gone))
             self._writer.close()
 
-    async def _frames(self, method: str, body: bytes,
-                      context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[bytes]:
-        """The call's reply messages; its final status applied to ``context``."""
+    def _send(self, method: str, call: int, body: bytes,
+              context: grpc.aio.ServicerContext[Any, Any]) -> None:
+        self._writer.write(frame(REQ, call, request(method, context.peer() or "", body)))
+
+    def _cancel(self, call: int) -> None:
+        if not self.closed.is_set():
+            self._writer.write(frame(CANCEL, call))
+
+    async def unary(self, method: str, body: bytes,
+                    context: grpc.aio.ServicerContext[Any, Any]) -> bytes:
+        """One unary call: the fleet process's reply, or its status as the call's."""
+        if self.closed.is_set():
+            await context.abort(grpc.StatusCode.UNAVAILABLE, _GONE)
+        call = next(self._ids)
+        future: asyncio.Future[tuple[bytes, bytes]] = \
+            asyncio.get_running_loop().create_future()
+        self._unary[call] = (future, [])
+        try:
+            self._send(method, call, body, context)
+            reply, end = await future
+        except asyncio.CancelledError:
+            self._cancel(call)
+            raise
+        finally:
+            del self._unary[call]
+        code, details = parse_status(end)
+        if code is not grpc.StatusCode.OK:
+            await context.abort(code, details)
+        return reply
+
+    async def stream(self, method: str, body: bytes,
+                     context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[bytes]:
+        """One server stream: the fleet process's messages; its final status applied."""
         if self.closed.is_set():
             await context.abort(grpc.StatusCode.UNAVAILABLE, _GONE)
         call = next(self._ids)
         queue: asyncio.Queue[tuple[int, bytes]] = asyncio.Queue()
-        self._calls[call] = queue
+        self._streams[call] = queue
         done = False
         try:
-            self._writer.write(frame(REQ, call, request(method, context.peer() or "", body)))
+            self._send(method, call, body, context)
             while True:
                 kind, payload = await queue.get()
                 if kind == MSG:
@@ -307,33 +351,32 @@ class RelayFront:
                         await context.abort(code, details)
                     return
         finally:
-            del self._calls[call]
-            if not done and not self.closed.is_set():
-                self._writer.write(frame(CANCEL, call))
+            del self._streams[call]
+            if not done:
+                self._cancel(call)
 
     def handler(self) -> grpc.GenericRpcHandler:
-        """Every relayed method, bytes in and bytes out."""
-        kinds = methods()
+        """Every relayed method, bytes in and bytes out (one handler per method, made
+        once)."""
         front = self
+
+        def unary(method: str) -> grpc.RpcMethodHandler[bytes, bytes]:
+            async def call(body: bytes, context: Any) -> bytes:
+                return await front.unary(method, body, context)
+            return grpc.unary_unary_rpc_method_handler(call)
+
+        def stream(method: str) -> grpc.RpcMethodHandler[bytes, bytes]:
+            async def call(body: bytes, context: Any) -> AsyncIterator[bytes]:
+                async for reply in front.stream(method, body, context):
+                    yield reply
+            return grpc.unary_stream_rpc_method_handler(call)
+
+        handlers = {method: stream(method) if streaming else unary(method)
+                    for method, streaming in methods().items()}
 
         class _Relay(grpc.GenericRpcHandler):
             def service(self, details: grpc.HandlerCallDetails) -> Any:
-                method = details.method
-                streaming = kinds.get(method)
-                if streaming is None:
-                    return None
-                if streaming:
-                    async def stream(body: bytes, context: Any) -> AsyncIterator[bytes]:
-                        async for reply in front._frames(method, body, context):
-                            yield reply
-                    return grpc.unary_stream_rpc_method_handler(stream)
-
-                async def unary(body: bytes, context: Any) -> bytes:
-                    last = b""
-                    async for reply in front._frames(method, body, context):
-                        last = reply
-                    return last
-                return grpc.unary_unary_rpc_method_handler(unary)
+                return handlers.get(details.method)
 
         return _Relay()
 
