@@ -120,10 +120,6 @@ async def read_frame(reader: asyncio.StreamReader) -> tuple[int, int, bytes]:
 # -- the fleet process's side ----------------------------------------------------------------
 
 
-class _Aborted(Exception):
-    """``context.abort`` in the fleet process: the call ends with this status."""
-
-
 class RelayedContext:
     """What the scaler's servicers use of grpc.aio.ServicerContext: abort, code, peer."""
 
@@ -141,7 +137,7 @@ class RelayedContext:
     async def abort(self, code: grpc.StatusCode, details: str = "",
                     trailing_metadata: Any = ()) -> None:
         self._code, self.details = code, details
-        raise _Aborted()
+        raise grpc.aio.AbortError()  # what grpc.aio's own abort raises
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,7 +238,7 @@ class RelayBackend:
                 if not writer.is_closing():  # the reply and its status in one write
                     writer.write(frame(MSG, call, serialize(reply)) + frame(END, call, end))
                 return
-        except _Aborted:
+        except grpc.aio.AbortError:
             assert context.code() is not None
             end = status(context.code() or grpc.StatusCode.UNKNOWN, context.details)
         except asyncio.CancelledError:
