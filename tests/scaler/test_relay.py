@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import struct
+from collections.abc import AsyncIterator
 
 import grpc
 import pytest
@@ -29,6 +30,7 @@ from gpuscale.scaler.edges.relay import (
     MAX_FRAME,
     MSG,
     REQ,
+    Front,
     RelayBackend,
     frame,
     parse_request,
@@ -39,6 +41,7 @@ from gpuscale.scaler.edges.relay import (
 from gpuscale.scaler.root import Scaler
 from gpuscale.scaler.state.fleet import FleetView
 from gpuscale.stream.records import PodRecord
+from tests.support.polling import until
 from tests.support.relay import relayed
 
 
@@ -50,78 +53,77 @@ def rec(name: str, util: float, at: float = 1000.0) -> PodRecord:
 REF = pb.ScaledObjectRef(name="so", namespace="llm", scalerMetadata={"podSelector": "app=vllm"})
 
 
-async def test_a_cancelled_stream_gives_its_place_back(fleet: FleetView) -> None:
+Served = tuple[ScalerService, pb_grpc.ExternalScalerStub, Front]
+
+
+@pytest.fixture
+async def served(fleet: FleetView) -> AsyncIterator[Served]:
+    """A service in this process (the fleet process) behind a real front, and a client."""
     service = ScalerService(Answers(fleet))
+    async with relayed(service) as front, \
+            grpc.aio.insecure_channel(f"127.0.0.1:{front.port}") as channel:
+        yield service, pb_grpc.ExternalScalerStub(channel), front
+
+
+async def test_a_cancelled_stream_gives_its_place_back(served: Served,
+                                                      fleet: FleetView) -> None:
+    service, stub, _ = served
     fleet.update_node("node-a", [rec("v-0", 0.0)])
-    async with relayed(service) as front, \
-            grpc.aio.insecure_channel(f"127.0.0.1:{front.port}") as channel:
-        stub = pb_grpc.ExternalScalerStub(channel)
-        stream = stub.StreamIsActive(REF)
-        assert (await asyncio.wait_for(stream.read(), 5)).result is False
-        assert len(service.pushes) == 1
-        assert len(service.streams) == 1
-        stream.cancel()  # KEDA dropped it: the fleet process must let go too
-        for _ in range(100):
-            if len(service.pushes) == 0 and len(service.streams) == 0:
-                break
-            await asyncio.sleep(0.05)
-        assert len(service.pushes) == 0
-        assert len(service.streams) == 0
+    stream = stub.StreamIsActive(REF)
+    assert (await asyncio.wait_for(stream.read(), 5)).result is False
+    assert len(service.pushes) == 1
+    assert len(service.streams) == 1
+    stream.cancel()  # KEDA dropped it: the fleet process must let go too
+    await until(lambda: len(service.pushes) == 0 and len(service.streams) == 0,
+                what="the stream released in the fleet process")
 
 
-async def test_a_newer_stream_replaces_the_older_through_the_front(fleet: FleetView) -> None:
-    service = ScalerService(Answers(fleet))
+async def test_a_newer_stream_replaces_the_older_through_the_front(served: Served,
+                                                                   fleet: FleetView) -> None:
+    _, stub, _ = served
     fleet.update_node("node-a", [rec("v-0", 50.0)])
-    async with relayed(service) as front, \
-            grpc.aio.insecure_channel(f"127.0.0.1:{front.port}") as channel:
-        stub = pb_grpc.ExternalScalerStub(channel)
-        old = stub.StreamIsActive(REF)
-        assert (await asyncio.wait_for(old.read(), 5)).result is True
-        new = stub.StreamIsActive(REF)
-        assert (await asyncio.wait_for(new.read(), 5)).result is True
-        with pytest.raises(grpc.aio.AioRpcError) as err:
-            await asyncio.wait_for(old.read(), 5)
-        assert err.value.code() is grpc.StatusCode.ABORTED
-        assert "replaced" in (err.value.details() or "")
-        new.cancel()
+    old = stub.StreamIsActive(REF)
+    assert (await asyncio.wait_for(old.read(), 5)).result is True
+    new = stub.StreamIsActive(REF)
+    assert (await asyncio.wait_for(new.read(), 5)).result is True
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await asyncio.wait_for(old.read(), 5)
+    assert err.value.code() is grpc.StatusCode.ABORTED
+    assert "replaced" in (err.value.details() or "")
+    new.cancel()
 
 
-async def test_many_streams_and_unary_calls_on_one_connection(fleet: FleetView) -> None:
-    service = ScalerService(Answers(fleet))
+async def test_many_streams_and_unary_calls_on_one_connection(served: Served,
+                                                              fleet: FleetView) -> None:
+    service, stub, _ = served
     fleet.update_node("node-a", [rec("v-0", 50.0)])
     refs = [pb.ScaledObjectRef(name=f"so-{i}", namespace="llm",
                                scalerMetadata={"podSelector": "app=vllm"}) for i in range(300)]
-    async with relayed(service) as front, \
-            grpc.aio.insecure_channel(f"127.0.0.1:{front.port}") as channel:
-        stub = pb_grpc.ExternalScalerStub(channel)
-        streams = [stub.StreamIsActive(r) for r in refs] + [stub.StreamMetricSpec(r)
-                                                           for r in refs]
-        firsts = await asyncio.wait_for(asyncio.gather(*(s.read() for s in streams)), 30)
-        assert all(f is not grpc.aio.EOF for f in firsts)
-        got = await stub.GetMetrics(pb.GetMetricsRequest(
-            scaledObjectRef=REF, metricName="gpuscale-gpu-utilization"))
-        assert got.metricValues[0].metricValueFloat == 50.0
-        assert len(service.streams) == 600
-        for s in streams:
-            s.cancel()
+    streams = [stub.StreamIsActive(r) for r in refs] + [stub.StreamMetricSpec(r)
+                                                       for r in refs]
+    firsts = await asyncio.wait_for(asyncio.gather(*(s.read() for s in streams)), 30)
+    assert all(f is not grpc.aio.EOF for f in firsts)
+    got = await stub.GetMetrics(pb.GetMetricsRequest(
+        scaledObjectRef=REF, metricName="gpuscale-gpu-utilization"))
+    assert got.metricValues[0].metricValueFloat == 50.0
+    assert len(service.streams) == 600
+    for s in streams:
+        s.cancel()
 
 
 async def test_when_the_fleet_process_goes_the_front_says_unavailable_and_ends(
-        fleet: FleetView) -> None:
-    service = ScalerService(Answers(fleet))
+        served: Served, fleet: FleetView) -> None:
+    _, stub, front = served
     fleet.update_node("node-a", [rec("v-0", 50.0)])
-    async with relayed(service) as front, \
-            grpc.aio.insecure_channel(f"127.0.0.1:{front.port}") as channel:
-        stub = pb_grpc.ExternalScalerStub(channel)
-        stream = stub.StreamIsActive(REF)
-        assert (await asyncio.wait_for(stream.read(), 5)).result is True
-        front.backend.disconnect()  # as when the fleet process dies
-        with pytest.raises(grpc.aio.AioRpcError) as err:
-            await asyncio.wait_for(stream.read(), 5)
-        assert err.value.code() is grpc.StatusCode.UNAVAILABLE
-        assert "fleet process is not reachable" in (err.value.details() or "")
-        with pytest.raises(RuntimeError, match="gRPC front exited"):
-            await asyncio.wait_for(front.watch(), 10)  # the scaler then fails
+    stream = stub.StreamIsActive(REF)
+    assert (await asyncio.wait_for(stream.read(), 5)).result is True
+    front.backend.disconnect()  # as when the fleet process dies
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await asyncio.wait_for(stream.read(), 5)
+    assert err.value.code() is grpc.StatusCode.UNAVAILABLE
+    assert "fleet process is not reachable" in (err.value.details() or "")
+    with pytest.raises(RuntimeError, match="gRPC front exited"):
+        await asyncio.wait_for(front.watch(), 10)  # the scaler then fails
 
 
 async def _backend_pair(fleet: FleetView) -> tuple[asyncio.StreamReader,
