@@ -286,6 +286,7 @@ HELM_COMBINATIONS = {
     "minimal": {"createNamespace": False, "networkPolicy": {"enabled": False},
                 "serviceMonitor": {"enabled": False}, "prometheusRule": {"enabled": False},
                 "scaler": {"replicas": 3}, "agent": {"interval": 0.5}},
+    "answer-process": {"scaler": {"answerProcess": True}},
 }
 
 
@@ -329,6 +330,11 @@ def test_helm_value_combinations_validate(combo: str) -> None:
         services = by_kind(tuple(objs), "APIService")
         assert [s["spec"]["caBundle"] for s in services] == [CA_BUNDLE, CA_BUNDLE]
         assert not [s for s in services if "annotations" in s["metadata"]]
+    if combo == "answer-process":  # the flag the CLI has, on the scaler only
+        args = _args(objs)
+        assert args.count("--answer-process") == 1
+        scaler = named(objs, "Deployment", "gpuscale-scaler")
+        assert "--answer-process" in scaler["spec"]["template"]["spec"]["containers"][0]["args"]
     if combo in ("tls", "host-pid"):
         overlay = sorted(render(f"kustomize/overlays/{combo}"), key=_key)
         for name in AGENTS:

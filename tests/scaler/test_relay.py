@@ -21,6 +21,7 @@ from gpuscale.proto import externalscaler_pb2_grpc as pb_grpc
 from gpuscale.proto import inspect_pb2, inspect_pb2_grpc
 from gpuscale.scaler.answers import Answers
 from gpuscale.scaler.config import ScalerConfig
+from gpuscale.scaler.edges import relay
 from gpuscale.scaler.edges.keda import ScalerService
 from gpuscale.scaler.edges.keda import add_to_server as add_keda
 from gpuscale.scaler.edges.relay import (
@@ -32,6 +33,7 @@ from gpuscale.scaler.edges.relay import (
     REQ,
     Front,
     RelayBackend,
+    RelayFront,
     frame,
     parse_request,
     parse_status,
@@ -126,6 +128,41 @@ async def test_when_the_fleet_process_goes_the_front_says_unavailable_and_ends(
         await asyncio.wait_for(front.watch(), 10)  # the scaler then fails
 
 
+async def test_a_reply_past_the_limit_ends_that_call_only(
+        served: Served, fleet: FleetView, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reply larger than the relay carries (an Inspect Fleet of a huge fleet) ends its
+    call RESOURCE_EXHAUSTED; the front and every other call go on."""
+    _, stub, front = served
+    monkeypatch.setattr(relay, "MAX_REPLY", 2000)  # the fleet process's side
+    fleet.update_node("node-a", [rec(f"v-{i}", 50.0) for i in range(100)])
+    metrics = pb.GetMetricsRequest(scaledObjectRef=REF, metricName="gpuscale-gpu-utilization")
+    stream = stub.StreamIsActive(REF)
+    assert (await asyncio.wait_for(stream.read(), 5)).result is True
+    monkeypatch.setattr(relay, "MAX_REPLY", 20)
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await stub.GetMetrics(metrics)
+    assert err.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "the relay carries at most 20" in (err.value.details() or "")
+    monkeypatch.setattr(relay, "MAX_REPLY", 2000)
+    got = await stub.GetMetrics(metrics)
+    assert got.metricValues[0].metricValueFloat == 5000.0
+    assert front.backend.connections == 1
+    stream.cancel()
+
+
+async def test_call_ids_wrap_around_and_skip_those_in_use() -> None:
+    ours, theirs = socket.socketpair()
+    reader, writer = await asyncio.open_unix_connection(sock=ours)
+    front = RelayFront(reader, writer)
+    front._last_id = relay.ID_SPACE - 3
+    front._streams[relay.ID_SPACE - 1] = asyncio.Queue()  # a stream open since long ago
+    front._streams[1] = asyncio.Queue()
+    got = [front._next_id() for _ in range(3)]
+    assert got == [relay.ID_SPACE - 2, 2, 3]  # never 0, never an id in use
+    writer.close()
+    theirs.close()
+
+
 async def _backend_pair(fleet: FleetView) -> tuple[asyncio.StreamReader,
                                                    asyncio.StreamWriter, asyncio.Task[None]]:
     """A raw connection to the fleet process's side, as a (possibly hostile) front."""
@@ -192,10 +229,7 @@ async def test_the_scaler_with_an_answer_process_serves_keda_and_inspect() -> No
                                  in_process=True, answer_process=True))
     ports: list[int] = []
     task = asyncio.get_running_loop().create_task(scaler.run(ports.append))
-    for _ in range(200):
-        if ports or task.done():
-            break
-        await asyncio.sleep(0.05)
+    await until(lambda: ports or task.done(), within=30, what="the front listening")
     assert ports == [scaler.port]
     assert scaler.server is None
     scaler.fleet.update_node("node-a", [rec("v-0", 70.0, at=scaler.fleet.now())])
@@ -213,6 +247,20 @@ async def test_the_scaler_with_an_answer_process_serves_keda_and_inspect() -> No
         assert await asyncio.wait_for(stream.read(), 10) is grpc.aio.EOF
     with pytest.raises(asyncio.CancelledError):
         await task
+
+
+async def test_the_scaler_ends_when_its_front_dies() -> None:
+    scaler = Scaler(ScalerConfig(host="127.0.0.1", port=0, metrics_port=None,
+                                 in_process=True, answer_process=True))
+    ports: list[int] = []
+    task = asyncio.get_running_loop().create_task(scaler.run(ports.append))
+    await until(lambda: ports or task.done(), within=30, what="the front listening")
+    assert scaler.front is not None
+    assert scaler.front._proc is not None
+    scaler.front._proc.kill()
+    with pytest.raises(ExceptionGroup) as err:
+        await asyncio.wait_for(task, 15)
+    assert "gRPC front exited with -9" in str(err.value.exceptions[0])
 
 
 async def test_a_taken_port_is_cannot_listen() -> None:

@@ -124,6 +124,7 @@ class Scaler:
             credentials=server_credentials(config.tls) if config.tls else None,
             extra=[(INSPECT, lambda s: add_inspect(self.inspector, s))])
         self._front_port = 0
+        self.front: Front | None = None  # with answer_process, while it runs
         self._gc_pause = Histogram(
             "gpuscale_scaler_gc_pause_seconds", "Python's cyclic garbage collections, by "
             "generation: each one stops every answer for this long.", ["generation"],
@@ -188,19 +189,21 @@ class Scaler:
     async def run(self, on_listening: Callable[[int], None] | None = None) -> None:
         """Serve until cancelled (or until a task fails); then stop in order."""
         self._started = asyncio.get_running_loop().time()
-        front = None
-        if self.server is None:  # KEDA's port in a child (scaler.edges.relay)
-            front = Front(RelayBackend([lambda s: add_keda(self.service, s),
-                                        lambda s: add_inspect(self.inspector, s)]))
-            config = self.config
-            self._front_port = await front.start(  # OSError: "cannot listen"
-                config.host if config.host.startswith("unix:")
-                else f"{config.host}:{config.port}",
-                config.tls, ScalerServer.options(self.service))
+        front, http = None, None
         gc.callbacks.append(self._on_gc)
-        if self.http is not None:
-            await self.http.start()
         try:
+            if self.server is None:  # KEDA's port in a child (scaler.edges.relay)
+                front = self.front = Front(RelayBackend([
+                    lambda s: add_keda(self.service, s),
+                    lambda s: add_inspect(self.inspector, s)]))
+                config = self.config
+                self._front_port = await front.start(  # OSError: "cannot listen"
+                    config.host if config.host.startswith("unix:")
+                    else f"{config.host}:{config.port}",
+                    config.tls, ScalerServer.options(self.service))
+            if self.http is not None:
+                await self.http.start()
+                http = self.http
             async with asyncio.TaskGroup() as tg:
                 if self.server is not None:
                     tg.create_task(self.server.serve(on_listening), name="keda-service")
@@ -228,8 +231,8 @@ class Scaler:
                 await front.stop(self.service.stopping)
             if self.subscriber is not None:
                 await self.subscriber.close()
-            if self.http is not None:
-                await self.http.stop()
+            if http is not None:
+                await http.stop()
 
     def _on_gc(self, phase: str, info: dict[str, int]) -> None:
         if phase == "start":

@@ -5,8 +5,9 @@ only Python's cyclic collector frees (grpcio 1.85; ``bench/grpc_garbage.py``). I
 scaler those collections also walk the fleet's newest records, so at KEDA's 3,000 calls/s
 each one held the event loop 40-90 ms, and every call, push round and agent update waited
 behind it (BENCHMARKS.md, issue 26). Here the scaler (the *fleet process*) keeps the
-fleet view, the answers, the planner and the history, and serves them on a private unix
-socket in a framing of its own (no gRPC, so no per-call cycle there); a small child
+fleet view, the answers, the planner and the history, and serves them over a socket pair
+(nothing on the file system) in a framing of its own (no gRPC, so no per-call cycle
+there); a small child
 process (the *front*) holds KEDA's port - ExternalScaler, Inspect, health and reflection,
 TLS as configured - and relays each call's bytes. Its heap is gRPC's objects and little
 else, so its collections are short; the fleet process's young generation no longer fills
@@ -22,21 +23,21 @@ lives only with it. The fleet process, in turn, ends when its front ends.
 
 Frames on the socket: a 9-byte header (payload length, kind, call id) and the payload:
 REQ (front -> fleet: method, peer, request bytes), MSG (a reply message), END (status code
-and message: the call is over), CANCEL (front -> fleet). A frame longer than
-``MAX_FRAME`` ends the connection.
+and message: the call is over), CANCEL (front -> fleet). A request frame longer than
+``MAX_FRAME`` ends the connection; a reply past ``MAX_REPLY`` ends its call
+RESOURCE_EXHAUSTED and nothing else. Call ids wrap around, skipping those in use.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
-import itertools
 import logging
-import os
+import socket
 import struct
 import sys
-import tempfile
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import partial
@@ -47,6 +48,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 
+from gpuscale.common.errors import Overloaded
 from gpuscale.common.grpc_bind import bind
 from gpuscale.proto import externalscaler_pb2, inspect_pb2
 
@@ -54,7 +56,10 @@ log = logging.getLogger(__name__)
 
 HEADER = struct.Struct("!IBI")  # payload length, kind, call id
 REQ, MSG, END, CANCEL = 1, 2, 3, 4
-MAX_FRAME = 4 * 1024 * 1024  # the scaler's own gRPC receive limit is 1 MiB
+MAX_FRAME = 4 * 1024 * 1024  # a request (the scaler's own gRPC receive limit is 1 MiB)
+MAX_REPLY = 256 * 1024 * 1024  # a reply message (gpuscale's own clients accept this much)
+STOP_GRACE_S = 5.0  # calls in flight when the scaler stops (as the in-process server)
+ID_SPACE = 1 << 32  # call ids wrap around (the header's 32 bits); ids in use are skipped
 SERVICES = (externalscaler_pb2.DESCRIPTOR.services_by_name["ExternalScaler"],
             inspect_pb2.DESCRIPTOR.services_by_name["Inspect"])
 _CODES = {code.value[0]: code for code in grpc.StatusCode}
@@ -108,12 +113,13 @@ def parse_status(payload: bytes) -> tuple[grpc.StatusCode, str]:
     return code, payload[1:].decode(errors="replace")
 
 
-async def read_frame(reader: asyncio.StreamReader) -> tuple[int, int, bytes]:
+async def read_frame(reader: asyncio.StreamReader,
+                     limit: int = MAX_FRAME) -> tuple[int, int, bytes]:
     """(kind, call id, payload). IncompleteReadError at the end; ValueError for a frame
-    past MAX_FRAME."""
+    past ``limit``."""
     size, kind, call = HEADER.unpack(await reader.readexactly(HEADER.size))
-    if size > MAX_FRAME:
-        raise ValueError(f"a frame of {size} bytes (at most {MAX_FRAME})")
+    if size > limit:
+        raise ValueError(f"a frame of {size} bytes (at most {limit})")
     return kind, call, await reader.readexactly(size) if size else b""
 
 
@@ -191,7 +197,10 @@ class RelayBackend:
         try:
             while True:
                 kind, call, payload = await read_frame(reader)
-                if kind == REQ:
+                if kind == REQ and call in calls:  # never from our front: ids in use skip
+                    writer.write(frame(END, call, status(grpc.StatusCode.INTERNAL,
+                                                         "relay: call id in use")))
+                elif kind == REQ:
                     task = asyncio.get_running_loop().create_task(
                         self._call(call, payload, writer))
                     calls[call] = task
@@ -226,28 +235,45 @@ class RelayBackend:
             writer.write(frame(END, call, status(grpc.StatusCode.INTERNAL,
                                                  "Exception deserializing request!")))
             return
-        serialize = handler.response_serializer
         end = status(grpc.StatusCode.OK, "")
         try:
             if found.streaming:
-                async for reply in handler.unary_stream(message, context):
-                    writer.write(frame(MSG, call, serialize(reply)))
-                    await writer.drain()
+                async with contextlib.aclosing(handler.unary_stream(message, context)) as got:
+                    async for reply in got:
+                        writer.write(frame(MSG, call, _reply(handler, reply)))
+                        await writer.drain()
             else:
-                reply = await handler.unary_unary(message, context)
+                reply = _reply(handler, await handler.unary_unary(message, context))
                 if not writer.is_closing():  # the reply and its status in one write
-                    writer.write(frame(MSG, call, serialize(reply)) + frame(END, call, end))
+                    writer.write(frame(MSG, call, reply) + frame(END, call, end))
                 return
         except grpc.aio.AbortError:
-            assert context.code() is not None
             end = status(context.code() or grpc.StatusCode.UNKNOWN, context.details)
+        except Overloaded as exc:
+            end = status(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
         except asyncio.CancelledError:
-            return  # the client went away: the front ends the call itself
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # the client went away (CANCEL) or the front did: nothing to send
+            log.error("%s: its handler was cancelled from inside", method)
+            end = status(grpc.StatusCode.UNKNOWN, f"Unexpected CancelledError in {method}")
         except Exception as exc:  # as grpc answers a handler that raised
             log.error("%s failed: %s", method, exc, exc_info=exc)
-            end = status(grpc.StatusCode.UNKNOWN, f"Unexpected error in {method}")
+            end = status(grpc.StatusCode.UNKNOWN,
+                         f"Unexpected {type(exc)}: {str(exc)[:200]}")
         if not writer.is_closing():
             writer.write(frame(END, call, end))
+
+
+def _reply(handler: Any, message: Any) -> bytes:
+    """The reply's bytes; Overloaded past MAX_REPLY (the call then ends
+    RESOURCE_EXHAUSTED, as gRPC ends a message past its limit; the connection and every
+    other call go on)."""
+    raw: bytes = handler.response_serializer(message)
+    if len(raw) > MAX_REPLY:
+        raise Overloaded(f"a reply of {len(raw)} bytes (the relay carries at most "
+                        f"{MAX_REPLY})")
+    return raw
 
 
 def _forget(calls: dict[int, asyncio.Task[None]], call: int, _: object) -> None:
@@ -264,7 +290,7 @@ class RelayFront:
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._reader, self._writer = reader, writer
-        self._ids = itertools.count(1)
+        self._last_id = 0
         self._unary: dict[int, tuple[asyncio.Future[tuple[bytes, bytes]], list[bytes]]] = {}
         self._streams: dict[int, asyncio.Queue[tuple[int, bytes]]] = {}
         self.closed = asyncio.Event()
@@ -274,7 +300,7 @@ class RelayFront:
         call still open ends UNAVAILABLE."""
         try:
             while True:
-                kind, call, payload = await read_frame(self._reader)
+                kind, call, payload = await read_frame(self._reader, MAX_REPLY + HEADER.size)
                 if (waiting := self._unary.get(call)) is not None:
                     future, replies = waiting
                     if kind == MSG:
@@ -295,6 +321,13 @@ class RelayFront:
                 queue.put_nowait((END, gone))
             self._writer.close()
 
+    def _next_id(self) -> int:
+        """A call id no open call holds (ids wrap after 2**32 - 1; 0 is never used)."""
+        while True:
+            self._last_id = self._last_id % (ID_SPACE - 1) + 1
+            if self._last_id not in self._unary and self._last_id not in self._streams:
+                return self._last_id
+
     def _send(self, method: str, call: int, body: bytes,
               context: grpc.aio.ServicerContext[Any, Any]) -> None:
         self._writer.write(frame(REQ, call, request(method, context.peer() or "", body)))
@@ -308,7 +341,7 @@ class RelayFront:
         """One unary call: the fleet process's reply, or its status as the call's."""
         if self.closed.is_set():
             await context.abort(grpc.StatusCode.UNAVAILABLE, _GONE)
-        call = next(self._ids)
+        call = self._next_id()
         future: asyncio.Future[tuple[bytes, bytes]] = \
             asyncio.get_running_loop().create_future()
         self._unary[call] = (future, [])
@@ -330,7 +363,7 @@ class RelayFront:
         """One server stream: the fleet process's messages; its final status applied."""
         if self.closed.is_set():
             await context.abort(grpc.StatusCode.UNAVAILABLE, _GONE)
-        call = next(self._ids)
+        call = self._next_id()
         queue: asyncio.Queue[tuple[int, bytes]] = asyncio.Queue()
         self._streams[call] = queue
         done = False
@@ -377,7 +410,7 @@ class RelayFront:
         return _Relay()
 
 
-async def run_front(socket_path: str, address: str,
+async def run_front(fd: int, address: str,
                     credentials: grpc.ServerCredentials | None,
                     options: list[tuple[str, int]],
                     on_listening: Callable[[int], None]) -> None:
@@ -387,7 +420,7 @@ async def run_front(socket_path: str, address: str,
 
     from gpuscale.scaler.edges.keda import SERVICE, enable_reflection
 
-    reader, writer = await asyncio.open_unix_connection(socket_path, limit=MAX_FRAME)
+    reader, writer = await asyncio.open_unix_connection(sock=socket.socket(fileno=fd))
     front = RelayFront(reader, writer)
     server = grpc.aio.server(options=options)
     server.add_generic_rpc_handlers((front.handler(),))
@@ -414,7 +447,9 @@ async def run_front(socket_path: str, address: str,
         for w in waits:
             w.cancel()
         await health.enter_graceful_shutdown()
-        await server.stop(2.0)  # calls in flight finish; streams the fleet process ended
+        # New calls are refused from here; those in flight (streams included) go on until
+        # the fleet process ends them, which it does as it stops.
+        await server.stop(STOP_GRACE_S)
         pump.cancel()
 
 
@@ -423,7 +458,7 @@ def main(argv: list[str] | None = None) -> int:
     person (its arguments are the fleet process's own, already checked). Prints
     "listening PORT" once it serves, or "cannot listen: WHY" and exits 1."""
     ap = argparse.ArgumentParser(prog="gpuscale-front")
-    ap.add_argument("--socket", required=True)
+    ap.add_argument("--fd", type=int, required=True)
     ap.add_argument("--address", required=True)
     ap.add_argument("--options", default="{}")
     ap.add_argument("--tls", nargs=3, type=Path, metavar=("CERT", "KEY", "CA"))
@@ -440,7 +475,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         credentials = server_credentials(TlsFiles(*args.tls)) if args.tls else None
-        asyncio.run(run_front(args.socket, args.address, credentials, options, listening))
+        asyncio.run(run_front(args.fd, args.address, credentials, options, listening))
     except OSError as exc:
         print(f"cannot listen: {exc}", flush=True)
         return 1
@@ -448,32 +483,34 @@ def main(argv: list[str] | None = None) -> int:
 
 
 class Front:
-    """The front as the fleet process runs it: a private unix socket (in a 0700 temporary
-    folder) served by ``backend``, and the child process on KEDA's port."""
+    """The front as the fleet process runs it: a child process on KEDA's port, connected to
+    ``backend`` by a socket pair (nothing on the file system, nothing else can connect)."""
 
     def __init__(self, backend: RelayBackend) -> None:
         self.backend = backend
         self.port = 0
-        self._folder: tempfile.TemporaryDirectory[str] | None = None
-        self._server: asyncio.Server | None = None
         self._proc: asyncio.subprocess.Process | None = None
+        self._serving: asyncio.Task[None] | None = None
 
     async def start(self, address: str, tls: Any, options: list[tuple[str, int]]) -> int:
-        """Serve the socket, start the child; the port it bound. OSError when it could not
-        listen (everything started is stopped again)."""
+        """Start the child; the port it bound. OSError when it could not listen
+        (everything started is stopped again)."""
         import json
 
-        self._folder = tempfile.TemporaryDirectory(prefix="gpuscale-relay-")
-        path = os.path.join(self._folder.name, "fleet.sock")
+        ours, theirs = socket.socketpair()
         try:
-            self._server = await asyncio.start_unix_server(self.backend.serve, path=path,
-                                                           limit=MAX_FRAME)
-            argv = [sys.executable, "-m", "gpuscale.scaler.edges.relay", "--socket", path,
-                    "--address", address, "--options", json.dumps(dict(options))]
+            reader, writer = await asyncio.open_unix_connection(sock=ours)
+            self._serving = asyncio.get_running_loop().create_task(
+                self.backend.serve(reader, writer))
+            argv = [sys.executable, "-P", "-m", "gpuscale.scaler.edges.relay",
+                    "--fd", str(theirs.fileno()), "--address", address,
+                    "--options", json.dumps(dict(options))]
             if tls is not None:
                 argv += ["--tls", str(tls.cert), str(tls.key), str(tls.ca)]
             proc = self._proc = await asyncio.create_subprocess_exec(
-                *argv, stdout=asyncio.subprocess.PIPE)  # its log lines: this stderr
+                *argv, stdout=asyncio.subprocess.PIPE,  # its log lines: this stderr
+                pass_fds=(theirs.fileno(),))
+            theirs.close()
             assert proc.stdout is not None
             line = (await proc.stdout.readline()).decode().strip()
             if not line.startswith("listening "):
@@ -481,6 +518,7 @@ class Front:
                 raise OSError(line.removeprefix("cannot listen: ") or
                               f"the gRPC front exited with {proc.returncode}")
         except BaseException:
+            theirs.close()
             await self.stop()
             raise
         self.port = int(line.split()[1])
@@ -490,23 +528,28 @@ class Front:
         """Until the child ends: then RuntimeError (the scaler cannot answer KEDA)."""
         assert self._proc is not None
         code = await self._proc.wait()
+        log.error("the scaler's gRPC front exited with %s; stopping", code)
         raise RuntimeError(f"the scaler's gRPC front exited with {code}")
 
     async def stop(self, stopping: asyncio.Event | None = None) -> None:
-        """Graceful: ``stopping`` set (the fleet process ends its streams), their last
-        frames sent, then the child asked to stop (SIGTERM) and waited for."""
-        if stopping is not None:
-            stopping.set()
+        """Graceful, as the in-process server stops: the child refuses new calls
+        (SIGTERM), then ``stopping`` is set (this process ends its streams, their ends
+        reach KEDA through the child), then the child is waited for (killed past the
+        grace)."""
         proc = self._proc
         if proc is not None and proc.returncode is None:
-            await asyncio.sleep(0.2)
             proc.terminate()
-            await asyncio.shield(proc.wait())
-        if self._server is not None:
-            self._server.close()
-        if self._folder is not None:
-            self._folder.cleanup()
-            self._folder = None
+        if stopping is not None:
+            stopping.set()
+        if proc is not None:
+            try:
+                await asyncio.shield(asyncio.wait_for(proc.wait(), STOP_GRACE_S + 2))
+            except TimeoutError:
+                proc.kill()
+                await asyncio.shield(proc.wait())
+        self.backend.disconnect()
+        if self._serving is not None:
+            self._serving.cancel()
 
 
 if __name__ == "__main__":
