@@ -7,11 +7,10 @@ each one held the event loop 40-90 ms, and every call, push round and agent upda
 behind it (BENCHMARKS.md, issue 26). Here the scaler (the *fleet process*) keeps the
 fleet view, the answers, the planner and the history, and serves them over a socket pair
 (nothing on the file system) in a framing of its own (no gRPC, so no per-call cycle
-there); a small child
-process (the *front*) holds KEDA's port - ExternalScaler, Inspect, health and reflection,
-TLS as configured - and relays each call's bytes. Its heap is gRPC's objects and little
-else, so its collections are short; the fleet process's young generation no longer fills
-with gRPC's garbage.
+there); a small child process (the *front*) holds KEDA's port - ExternalScaler, Inspect,
+health and reflection, TLS as configured - and relays each call's bytes. Its heap is
+gRPC's objects and little else, so its collections are short; the fleet process's young
+generation no longer fills with gRPC's garbage.
 
 The front computes nothing: each call's request bytes, method and peer go to the fleet
 process, which runs the very servicer methods the in-process server runs (one answer
@@ -396,8 +395,10 @@ class RelayFront:
 
         def stream(method: str) -> grpc.RpcMethodHandler[bytes, bytes]:
             async def call(body: bytes, context: Any) -> AsyncIterator[bytes]:
-                async for reply in front.stream(method, body, context):
-                    yield reply
+                # closed at once when the client goes (the CANCEL then leaves at once)
+                async with contextlib.aclosing(front.stream(method, body, context)) as got:
+                    async for reply in got:
+                        yield reply
             return grpc.unary_stream_rpc_method_handler(call)
 
         handlers = {method: stream(method) if streaming else unary(method)
