@@ -37,7 +37,7 @@ import logging
 import socket
 import struct
 import sys
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -358,7 +358,8 @@ class RelayFront:
         return reply
 
     async def stream(self, method: str, body: bytes,
-                     context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[bytes]:
+                     context: grpc.aio.ServicerContext[Any, Any]
+                     ) -> AsyncGenerator[bytes, None]:
         """One server stream: the fleet process's messages; its final status applied."""
         if self.closed.is_set():
             await context.abort(grpc.StatusCode.UNAVAILABLE, _GONE)
