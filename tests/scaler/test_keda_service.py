@@ -21,7 +21,7 @@ from gpuscale.scaler.state.fleet import FleetView
 from gpuscale.stream.records import PodRecord
 from gpuscale.telemetry.model import Absent, Reading
 from tests.support.clock import Clock
-from tests.support.relay import relayed
+from tests.support.relay import MODES, keda_port
 
 
 def rec(name: str, util: Reading | None = None, *, ns: str = "llm", app: str = "vllm",
@@ -32,24 +32,14 @@ def rec(name: str, util: Reading | None = None, *, ns: str = "llm", app: str = "
     return PodRecord(ns, name, "node-a", {"app": app}, None, ready, sig, at)
 
 
-@pytest.fixture(params=["in-process", "answer-process"])
+@pytest.fixture(params=MODES)
 async def stub(fleet: FleetView,
                request: pytest.FixtureRequest) -> AsyncIterator[pb_grpc.ExternalScalerStub]:
     """The contract, served as the scaler serves it: in its own process, and (with
     --answer-process) by its gRPC front relaying each call to it (scaler.edges.relay)."""
-    service = ScalerService(Answers(fleet), resend_s=0.5)
-    if request.param == "answer-process":
-        async with relayed(service) as front:
-            channel = grpc.aio.insecure_channel(f"127.0.0.1:{front.port}")
-            yield pb_grpc.ExternalScalerStub(channel)
-            await channel.close()
-        return
-    server = ScalerServer(service, host="127.0.0.1", port=0)
-    await server.start()
-    channel = grpc.aio.insecure_channel(f"127.0.0.1:{server.port}")
-    yield pb_grpc.ExternalScalerStub(channel)
-    await channel.close()
-    await server.stop(0.5)
+    async with keda_port(ScalerService(Answers(fleet), resend_s=0.5), request.param) as (
+            port, _), grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        yield pb_grpc.ExternalScalerStub(channel)
 
 
 def ref(**md: str) -> pb.ScaledObjectRef:
@@ -160,38 +150,36 @@ async def test_stream_is_active_pushes_on_change(stub: pb_grpc.ExternalScalerStu
     stream.cancel()
 
 
-async def test_stream_metric_spec_sends_at_once_and_ends_on_shutdown(fleet: FleetView) -> None:
-    server = ScalerServer(ScalerService(Answers(fleet)), host="127.0.0.1", port=0)
-    await server.start()
-    async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+@pytest.mark.parametrize("mode", MODES)
+async def test_stream_metric_spec_sends_at_once_and_ends_on_shutdown(fleet: FleetView,
+                                                                     mode: str) -> None:
+    async with keda_port(ScalerService(Answers(fleet)), mode) as (port, stop), \
+            grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
         stub = pb_grpc.ExternalScalerStub(channel)
         specs = stub.StreamMetricSpec(ref())
         first = await asyncio.wait_for(specs.read(), 5)
         assert first.metricSpecs[0].metricName == "gpuscale-gpu-utilization"
         active = stub.StreamIsActive(ref())
         assert (await asyncio.wait_for(active.read(), 5)).result is False
-        await server.stop(2.0)  # the SIGTERM path: open streams end cleanly
+        await stop()  # the SIGTERM path: open streams end cleanly
         assert await asyncio.wait_for(specs.read(), 5) is grpc.aio.EOF
         assert await asyncio.wait_for(active.read(), 5) is grpc.aio.EOF
 
 
-async def test_health_and_reflection(fleet: FleetView) -> None:
-    server = ScalerServer(ScalerService(Answers(fleet)), host="127.0.0.1", port=0)
-    await server.start()
-    try:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
-            health: Any = health_pb2_grpc.HealthStub(channel)  # typed for sync channels
-            for name in ("", "externalscaler.ExternalScaler"):
-                resp = await health.Check(health_pb2.HealthCheckRequest(service=name))
-                assert resp.status == health_pb2.HealthCheckResponse.SERVING
-            refl: Any = reflection_pb2_grpc.ServerReflectionStub(channel)  # type: ignore[arg-type]
-            call = refl.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(
-                list_services="")]))
-            services = {s.name async for r in call for s in r.list_services_response.service}
-            assert {"externalscaler.ExternalScaler", "grpc.health.v1.Health",
-                    "grpc.reflection.v1alpha.ServerReflection"} <= services
-    finally:
-        await server.stop(0.5)
+@pytest.mark.parametrize("mode", MODES)
+async def test_health_and_reflection(fleet: FleetView, mode: str) -> None:
+    async with keda_port(ScalerService(Answers(fleet)), mode) as (port, _), \
+            grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        health: Any = health_pb2_grpc.HealthStub(channel)  # typed for sync channels
+        for name in ("", "externalscaler.ExternalScaler"):
+            resp = await health.Check(health_pb2.HealthCheckRequest(service=name))
+            assert resp.status == health_pb2.HealthCheckResponse.SERVING
+        refl: Any = reflection_pb2_grpc.ServerReflectionStub(channel)  # type: ignore[arg-type]
+        call = refl.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(
+            list_services="")]))
+        services = {s.name async for r in call for s in r.list_services_response.service}
+        assert {"externalscaler.ExternalScaler", "grpc.health.v1.Health",
+                "grpc.reflection.v1alpha.ServerReflection"} <= services
 
 
 async def test_concurrent_callers_agree(stub: pb_grpc.ExternalScalerStub,
@@ -215,19 +203,16 @@ async def test_unix_socket(fleet: FleetView) -> None:
         await server.stop(0.5)  # gRPC removes the socket file
 
 
-async def test_answers_are_counted_by_method_and_status(fleet: FleetView) -> None:
+@pytest.mark.parametrize("mode", MODES)
+async def test_answers_are_counted_by_method_and_status(fleet: FleetView, mode: str) -> None:
     counted: list[tuple[str, str]] = []
-    server = ScalerServer(ScalerService(Answers(fleet), count=lambda m, c: counted.append((m, c))),
-                          host="127.0.0.1", port=0)
-    await server.start()
-    try:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
-            stub = pb_grpc.ExternalScalerStub(channel)
-            fleet.update_node("node-a", [rec("v-0", Absent.SHARED)])
-            await stub.GetMetricSpec(ref())
-            await code_of(stub.GetMetrics(metrics()))
-            await code_of(stub.IsActive(ref(profile="nope")))
-    finally:
-        await server.stop(0.2)
+    service = ScalerService(Answers(fleet), count=lambda m, c: counted.append((m, c)))
+    async with keda_port(service, mode) as (port, _), \
+            grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        stub = pb_grpc.ExternalScalerStub(channel)
+        fleet.update_node("node-a", [rec("v-0", Absent.SHARED)])
+        await stub.GetMetricSpec(ref())
+        await code_of(stub.GetMetrics(metrics()))
+        await code_of(stub.IsActive(ref(profile="nope")))
     assert counted == [("GetMetricSpec", "OK"), ("GetMetrics", "UNAVAILABLE"),
                        ("IsActive", "INVALID_ARGUMENT")]

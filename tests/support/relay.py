@@ -1,15 +1,18 @@
-"""The scaler's gRPC front (scaler.edges.relay) around a service the test holds: the test
-process is the fleet process, the front a real child process on a loopback port."""
+"""The scaler's KEDA port around a service the test holds, as the scaler serves it: by its
+own gRPC server (in process), or by its gRPC front (scaler.edges.relay, --answer-process),
+where the test process is the fleet process and the front a real child process."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
 from gpuscale.scaler.edges.keda import ScalerServer, ScalerService
 from gpuscale.scaler.edges.keda import add_to_server as add_keda
 from gpuscale.scaler.edges.relay import Front, RelayBackend
+
+MODES = ("in-process", "answer-process")
 
 
 @asynccontextmanager
@@ -23,3 +26,20 @@ async def relayed(service: ScalerService,
         yield front
     finally:
         await front.stop(service.stopping)
+
+
+@asynccontextmanager
+async def keda_port(service: ScalerService, mode: str,
+                    ) -> AsyncIterator[tuple[int, Callable[[], Awaitable[None]]]]:
+    """(the port on 127.0.0.1, how the scaler stops it: streams end cleanly) for ``mode``
+    in MODES; stopped on the way out if the test did not."""
+    if mode == "answer-process":
+        async with relayed(service) as front:
+            yield front.port, lambda: front.stop(service.stopping)
+        return
+    server = ScalerServer(service, host="127.0.0.1", port=0)
+    await server.start()
+    try:
+        yield server.port, lambda: server.stop(2.0)
+    finally:
+        await server.stop(0.5)
