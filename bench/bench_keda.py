@@ -36,7 +36,7 @@ bench_fleet.py's (the real TelemetryPublisher, one gRPC server per agent). The y
 
 Usage: .venv/bin/python bench/bench_keda.py [--objects 1000 10000] [--seconds 60]
        [--push] [--replicas 1] [--pin] [--lag-probe] [--floor]
-       [--agent-phases independent|grouped] [--answer-process]
+       [--agent-phases independent|grouped] [--answer-process] [--scaler-cores 2]
 """
 
 from __future__ import annotations
@@ -342,7 +342,7 @@ def start_fleet(generators: int, env: dict[str, str], cpus: str,
     return gens, controls, addrs
 
 
-def start_scalers(replicas: int, addrs: list[str], env: dict[str, str], pin: bool,
+def start_scalers(replicas: int, addrs: list[str], env: dict[str, str], pin: int,
                   stream_mib: int, answer_process: bool = False,
                   ) -> list[tuple[subprocess.Popen[str], int, int]]:
     out = []
@@ -353,8 +353,8 @@ def start_scalers(replicas: int, addrs: list[str], env: dict[str, str], pin: boo
                 "--agents", ",".join(addrs), "--agents-insecure",
                 "--stream-memory-mib", str(stream_mib),
                 *(["--answer-process"] if answer_process else [])]
-        if pin:
-            argv = ["taskset", "-c", str(r), *argv]
+        if pin:  # replica r on its own `pin` cores (its answer process with it)
+            argv = ["taskset", "-c", f"{r * pin}-{r * pin + pin - 1}", *argv]
         p = subprocess.Popen(argv, stdout=subprocess.PIPE, env=env, text=True)
         assert p.stdout is not None and "gpuscale scaler" in p.stdout.readline()
         out.append((p, port, mport))
@@ -545,7 +545,11 @@ def main() -> None:
     ap.add_argument("--stream-memory-mib", type=int, default=1024,
                     help="each scaler's stream budget (1024, so one replica may hold "
                          "20,000 streams; the scaler's own default is 256)")
-    ap.add_argument("--pin", action="store_true", help="pin scaler replica r to core r, "
+    ap.add_argument("--scaler-cores", type=int, default=1,
+                    help="with --pin, cores each scaler replica gets (2: its answer "
+                         "process may run beside it; needs a host with more cores)")
+    ap.add_argument("--pin", action="store_true", help="pin each scaler replica to cores of "
+                    "its own (--scaler-cores each), "
                     "the agents' generators and KEDA to the other cores")
     ap.add_argument("--floor", action="store_true",
                     help="first run the same KEDA client against an empty-handler server "
@@ -569,12 +573,13 @@ def main() -> None:
           f"Python {platform.python_version()}, grpcio {grpc.__version__}, "
           f"{time.strftime('%Y-%m-%d')}")
     print(f"yardstick: grpc.aio empty handler {floor_us:.0f} µs of server CPU per call")
-    others = ""  # with --pin: scaler replica r on core r, everything else on the rest
-    if args.pin:
-        count = os.cpu_count() or 1
-        if count <= args.replicas:
-            raise SystemExit(f"--pin needs more than {args.replicas} cores")
-        others = f"{args.replicas}-{count - 1}"
+    others = ""  # with --pin: each scaler replica on cores of its own, the rest for the others
+    pin = args.scaler_cores if args.pin else 0
+    if pin:
+        count, used = os.cpu_count() or 1, args.replicas * pin
+        if count <= used:
+            raise SystemExit(f"--pin with --scaler-cores {pin} needs more than {used} cores")
+        others = f"{used}-{count - 1}"
     gens, controls, addrs = start_fleet(args.generators, env, others)
     scalers: list[Any] = []
     results = []
@@ -583,8 +588,8 @@ def main() -> None:
         if args.floor:  # before the scalers: nothing else on their core
             for n in args.objects:
                 floors[n] = run_floor(n, args.seconds, args.warmup, args.push, env,
-                                      "0" if args.pin else "", others)
-        scalers = start_scalers(args.replicas, addrs, env, args.pin, args.stream_memory_mib,
+                                      "0" if pin else "", others)
+        scalers = start_scalers(args.replicas, addrs, env, pin, args.stream_memory_mib,
                                 args.answer_process)
         c0, t0 = [proc_cpu_seconds(s[0].pid) for s in scalers], time.monotonic()
         time.sleep(10)
