@@ -263,6 +263,19 @@ async def test_the_scaler_ends_when_its_front_dies() -> None:
     assert "gRPC front exited with -9" in str(err.value.exceptions[0])
 
 
+async def test_the_stream_budget_counts_both_processes() -> None:
+    """With the answer process a stream costs memory in both processes: the same budget
+    admits fewer streams (in process: budget // STREAM_BYTES), so the container stays
+    inside its limit."""
+    from gpuscale.scaler.state.streams import RELAYED_STREAM_BYTES, STREAM_BYTES
+
+    scaler = Scaler(ScalerConfig(in_process=True, metrics_port=None, port=0,
+                                 host="127.0.0.1", stream_memory_mib=256,
+                                 answer_process=True))
+    assert scaler.service.streams.max_streams() == 256 * 2**20 // RELAYED_STREAM_BYTES
+    assert RELAYED_STREAM_BYTES > STREAM_BYTES
+
+
 async def test_a_taken_port_is_cannot_listen() -> None:
     with socket.socket(socket.AF_INET) as taken:
         taken.bind(("127.0.0.1", 0))

@@ -53,7 +53,8 @@ def add_parser(sub: Any) -> None:
                          "if shorter)")
     sc.add_argument("--stream-memory-mib", type=int, default=MEMORY_BUDGET_MIB,
                     help=f"memory the scaler may spend on KEDA's open streams "
-                         f"({MEMORY_BUDGET_MIB}: about 8,700; each is about 30 KB); past it "
+                         f"({MEMORY_BUDGET_MIB}: about 8,700; each is about 30 KB, 40 KB in "
+                         f"both processes with --answer-process); past it "
                          f"new streams get RESOURCE_EXHAUSTED. Keep it and the scaler's "
                          f"own ~200 MiB (1,000 agents) under its memory limit")
     sc.add_argument("--answer-process", action="store_true",

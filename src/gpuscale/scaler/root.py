@@ -45,7 +45,7 @@ from gpuscale.scaler.sources.demand import DemandSources
 from gpuscale.scaler.sources.roster import AgentRoster, PodRoster, Roster
 from gpuscale.scaler.state.fleet import FleetView
 from gpuscale.scaler.state.plan_book import PlanBook
-from gpuscale.scaler.state.streams import StreamBook
+from gpuscale.scaler.state.streams import RELAYED_STREAM_BYTES, STREAM_BYTES, StreamBook
 from gpuscale.stream.subscriber import AgentSubscriber
 from gpuscale.stream.tls import channel_credentials, server_credentials
 
@@ -106,7 +106,10 @@ class Scaler:
                            ["method", "code"], registry=self.registry)
         self.service = ScalerService(self.answers,
                                      count=lambda m, c: requests.labels(m, c).inc(),
-                                     streams=StreamBook(config.stream_memory_mib * 2**20))
+                                     streams=StreamBook(
+                                         config.stream_memory_mib * 2**20,
+                                         RELAYED_STREAM_BYTES if config.answer_process
+                                         else STREAM_BYTES))
         self.registry.register(PlanCollector(self.answers.plans))
         self.registry.register(StreamsCollector(self.service.streams))
         self.advisor = (Advisor(self.answers, config.advisory, self.fleet.now,

@@ -30,6 +30,10 @@ from dataclasses import dataclass, field
 from gpuscale.common.errors import Overloaded, Superseded
 
 STREAM_BYTES = 30 * 1024  # one open stream, measured (BENCHMARKS.md: streams, one connection)
+# With --answer-process the gRPC stream lives in the child and its state here: 20,000
+# streams took 1,014 MiB in both processes against ~245 MiB without streams, ~40 KB each
+# (BENCHMARKS.md: KEDA's port in a process of its own); the budget counts both shares.
+RELAYED_STREAM_BYTES = 40 * 1024
 MEMORY_BUDGET_MIB = 256  # default for --stream-memory-mib: ~8,700 streams (4,350 push
 #                          ScaledObjects), inside the deploy's 512 MiB limit beside the
 #                          ~200 MiB a scaler holds for 1,000 agents
