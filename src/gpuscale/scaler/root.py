@@ -126,7 +126,6 @@ class Scaler:
             self.service, host=config.host, port=config.port,
             credentials=server_credentials(config.tls) if config.tls else None,
             extra=[(INSPECT, lambda s: add_inspect(self.inspector, s))])
-        self._front_port = 0
         self.front: Front | None = None  # with answer_process, while it runs
         self._gc_pause = Histogram(
             "gpuscale_scaler_gc_pause_seconds", "Python's cyclic garbage collections, by "
@@ -169,7 +168,9 @@ class Scaler:
     def port(self) -> int:
         """The KEDA port, once bound (at construction; with the answer process, once its
         front listens)."""
-        return self.server.port if self.server is not None else self._front_port
+        if self.server is not None:
+            return self.server.port
+        return self.front.port if self.front is not None else 0
 
     @property
     def plans(self) -> PlanBook:
@@ -200,7 +201,7 @@ class Scaler:
                     lambda s: add_keda(self.service, s),
                     lambda s: add_inspect(self.inspector, s)]))
                 config = self.config
-                self._front_port = await front.start(  # OSError: "cannot listen"
+                await front.start(  # OSError: "cannot listen"
                     config.host if config.host.startswith("unix:")
                     else f"{config.host}:{config.port}",
                     config.tls, ScalerServer.options(self.service))
@@ -214,7 +215,7 @@ class Scaler:
                     assert front is not None
                     tg.create_task(front.watch(), name="keda-front")
                     if on_listening is not None:
-                        on_listening(self._front_port)
+                        on_listening(front.port)
                 tg.create_task(self.demand.run(), name="demand-sources")
                 tg.create_task(self.plans.run(self.fleet.now, self.service.stopping),
                                name="planner")
