@@ -163,6 +163,40 @@ async def test_call_ids_wrap_around_and_skip_those_in_use() -> None:
     theirs.close()
 
 
+async def test_an_ok_without_a_reply_is_never_an_empty_answer() -> None:
+    """The front behind a real gRPC server, and a fleet-process side that misbehaves: an
+    END OK with no message before it must not become an empty GetMetricsResponse (KEDA
+    would read no value as OK); frames for calls nobody made are ignored."""
+    ours, theirs = socket.socketpair()
+    reader, writer = await asyncio.open_unix_connection(sock=ours)
+    front = RelayFront(reader, writer)
+    server = grpc.aio.server()
+    server.add_generic_rpc_handlers((front.handler(),))
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    pump = asyncio.get_running_loop().create_task(front.pump())
+    fleet_reader, fleet_writer = await asyncio.open_unix_connection(sock=theirs)
+
+    async def misbehave() -> None:
+        _, call, _ = await read_frame(fleet_reader)
+        fleet_writer.write(frame(MSG, call + 1000, b"x") + frame(END, call + 1000, b"\x00"))
+        fleet_writer.write(frame(END, call, b"\x00"))  # OK, and no reply at all
+
+    task = asyncio.get_running_loop().create_task(misbehave())
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await pb_grpc.ExternalScalerStub(channel).GetMetrics(pb.GetMetricsRequest(
+                    scaledObjectRef=REF, metricName="gpuscale-gpu-utilization"), timeout=5)
+        assert err.value.code() is grpc.StatusCode.INTERNAL
+        assert "without a reply" in (err.value.details() or "")
+        await task
+    finally:
+        await server.stop(None)
+        pump.cancel()
+        fleet_writer.close()
+
+
 async def _backend_pair(fleet: FleetView) -> tuple[asyncio.StreamReader,
                                                    asyncio.StreamWriter, asyncio.Task[None]]:
     """A raw connection to the fleet process's side, as a (possibly hostile) front."""

@@ -290,7 +290,8 @@ class RelayFront:
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._reader, self._writer = reader, writer
         self._last_id = 0
-        self._unary: dict[int, tuple[asyncio.Future[tuple[bytes, bytes]], list[bytes]]] = {}
+        self._unary: dict[int, tuple[asyncio.Future[tuple[bytes | None, bytes]],
+                                     list[bytes]]] = {}
         self._streams: dict[int, asyncio.Queue[tuple[int, bytes]]] = {}
         self.closed = asyncio.Event()
 
@@ -305,7 +306,7 @@ class RelayFront:
                     if kind == MSG:
                         replies.append(payload)
                     elif kind == END and not future.done():
-                        future.set_result((replies[-1] if replies else b"", payload))
+                        future.set_result((replies[-1] if replies else None, payload))
                 elif (queue := self._streams.get(call)) is not None:
                     queue.put_nowait((kind, payload))
         except (asyncio.IncompleteReadError, ConnectionError, ValueError) as exc:
@@ -315,7 +316,7 @@ class RelayFront:
             gone = status(grpc.StatusCode.UNAVAILABLE, _GONE)
             for future, _ in self._unary.values():
                 if not future.done():
-                    future.set_result((b"", gone))
+                    future.set_result((None, gone))
             for queue in self._streams.values():
                 queue.put_nowait((END, gone))
             self._writer.close()
@@ -341,7 +342,7 @@ class RelayFront:
         if self.closed.is_set():
             await context.abort(grpc.StatusCode.UNAVAILABLE, _GONE)
         call = self._next_id()
-        future: asyncio.Future[tuple[bytes, bytes]] = \
+        future: asyncio.Future[tuple[bytes | None, bytes]] = \
             asyncio.get_running_loop().create_future()
         self._unary[call] = (future, [])
         try:
@@ -353,8 +354,12 @@ class RelayFront:
         finally:
             del self._unary[call]
         code, details = parse_status(end)
-        if code is not grpc.StatusCode.OK:
+        if code is grpc.StatusCode.OK and reply is None:  # never an empty answer as OK
+            code, details = grpc.StatusCode.INTERNAL, ("relay: the fleet process ended the "
+                                                       "call without a reply")
+        if code is not grpc.StatusCode.OK or reply is None:
             await context.abort(code, details)
+            raise AssertionError("unreachable")  # abort raises
         return reply
 
     async def stream(self, method: str, body: bytes,
