@@ -402,11 +402,8 @@ def answered(text: str) -> float:
 def run_keda(target: str, n: int, seconds: float, warmup: float, push: bool,
              controls: list[list[int]], scalers: list[Any], gens: list[Any],
              env: dict[str, str], client_cpus: str) -> dict[str, Any]:
-    argv = [sys.executable, __file__, "--keda", target, str(n), str(seconds), str(warmup),
-            "1" if push else "0", json.dumps(controls)]
-    if client_cpus:
-        argv = ["taskset", "-c", client_cpus, *argv]
-    p = subprocess.Popen(argv, stdout=subprocess.PIPE, env=env, text=True)
+    p = subprocess.Popen(keda_argv(target, n, seconds, warmup, push, controls, client_cpus),
+                         stdout=subprocess.PIPE, env=env, text=True)
     assert p.stdout is not None
     assert p.stdout.readline().strip() == "window"
     pids = [s[0].pid for s in scalers]
@@ -438,6 +435,14 @@ def run_keda(target: str, n: int, seconds: float, warmup: float, push: bool,
     return got
 
 
+def keda_argv(target: str, n: int, seconds: float, warmup: float, push: bool,
+              controls: list[list[int]], client_cpus: str) -> list[str]:
+    """The KEDA model as a process of its own (on ``client_cpus`` when given)."""
+    argv = [sys.executable, __file__, "--keda", target, str(n), str(seconds), str(warmup),
+            "1" if push else "0", json.dumps(controls)]
+    return ["taskset", "-c", client_cpus, *argv] if client_cpus else argv
+
+
 def run_floor(n: int, seconds: float, warmup: float, push: bool, env: dict[str, str],
               server_cpus: str, client_cpus: str) -> dict[str, Any]:
     """The same KEDA client against grpc_floor's keda-empty server (prebuilt answers,
@@ -448,11 +453,9 @@ def run_floor(n: int, seconds: float, warmup: float, push: bool, env: dict[str, 
     stub = subprocess.Popen(argv, stdout=subprocess.PIPE, env=env, text=True)
     try:
         assert stub.stdout is not None and stub.stdout.readline().strip() == "ready"
-        argv = [sys.executable, __file__, "--keda", f"127.0.0.1:{port}", str(n), str(seconds),
-                str(warmup), "1" if push else "0", "[]"]
-        if client_cpus:
-            argv = ["taskset", "-c", client_cpus, *argv]
-        out = subprocess.run(argv, stdout=subprocess.PIPE, env=env, text=True, check=True)
+        out = subprocess.run(keda_argv(f"127.0.0.1:{port}", n, seconds, warmup, push, [],
+                                       client_cpus),
+                             stdout=subprocess.PIPE, env=env, text=True, check=True)
         got: dict[str, Any] = json.loads(out.stdout.splitlines()[-1])
         return got
     finally:
@@ -568,11 +571,6 @@ def main() -> None:
     if args.lag_probe:
         env["GPUSCALE_LAG_FILE"] = str(lag_file)
     env["BENCH_FLEET_PHASES"] = args.agent_phases
-    floor_us = grpc_floor.floor()
-    print(f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores, "
-          f"Python {platform.python_version()}, grpcio {grpc.__version__}, "
-          f"{time.strftime('%Y-%m-%d')}")
-    print(f"yardstick: grpc.aio empty handler {floor_us:.0f} µs of server CPU per call")
     others = ""  # with --pin: each scaler replica on cores of its own, the rest for the others
     pin = args.scaler_cores if args.pin else 0
     if pin:
@@ -580,6 +578,11 @@ def main() -> None:
         if count <= used:
             raise SystemExit(f"--pin with --scaler-cores {pin} needs more than {used} cores")
         others = f"{used}-{count - 1}"
+    floor_us = grpc_floor.floor()
+    print(f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores, "
+          f"Python {platform.python_version()}, grpcio {grpc.__version__}, "
+          f"{time.strftime('%Y-%m-%d')}")
+    print(f"yardstick: grpc.aio empty handler {floor_us:.0f} µs of server CPU per call")
     gens, controls, addrs = start_fleet(args.generators, env, others)
     scalers: list[Any] = []
     results = []
@@ -588,7 +591,7 @@ def main() -> None:
         if args.floor:  # before the scalers: nothing else on their core
             for n in args.objects:
                 floors[n] = run_floor(n, args.seconds, args.warmup, args.push, env,
-                                      "0" if pin else "", others)
+                                      ",".join(map(str, range(pin))), others)
         scalers = start_scalers(args.replicas, addrs, env, pin, args.stream_memory_mib,
                                 args.answer_process)
         c0, t0 = [proc_cpu_seconds(s[0].pid) for s in scalers], time.monotonic()
