@@ -413,3 +413,83 @@ def test_bursts_that_recur_within_the_window_are_not_hidden_in_their_level() -> 
     plan = p.current(1799.0)  # 150 s after the last burst began: quiet for 60 s
     absolute = p._bursts[0][1]
     assert plan.burst == pytest.approx(absolute)  # level + excess >= the burst's own rate
+
+
+def test_the_hold_keeps_the_load_not_its_forecast_growth() -> None:
+    """A step in the load makes the 5-minute slope positive for 5 minutes although the
+    load is flat after it: that growth is planned for while the slope shows it, but the
+    hold keeps only the load that is here, so once the slope is gone the plan is the
+    load's own count at once, not the forecast's for another start-up."""
+    p = Planner(CFG)  # start-up and hold 100 s, utilization 0.8
+    run(p, range(0, 300), busy(0.5, ready=5))
+    run(p, range(300, 451), busy(4.0, ready=5))
+    plan = p.current(450.0)
+    assert plan.growth > 0
+    assert plan.held == math.ceil(4.0 / 0.8) == 5  # the load, without its growth
+    assert plan.replicas == plan.unheld > plan.held  # the growth is planned for now
+    run(p, range(451, 600), busy(4.0, ready=5))
+    plan = p.current(599.0)  # the trend window (300 s) holds only the new level
+    assert plan.growth == 0
+    assert plan.replicas == plan.held == 5
+
+
+def test_the_hold_does_not_keep_the_replicas_that_drain_a_queue() -> None:
+    p = Planner(CFG)
+    p.observe(0.0, busy(0.4, waiting=2000.0, ready=1))  # a queue seen at start: backlog
+    plan = p.current(0.0)
+    assert plan.backlog == pytest.approx(2000 * REQUEST / 100.0)
+    assert (plan.held, plan.replicas) == (1, 2)
+    p.observe(1.0, busy(0.4, ready=1))  # drained
+    assert p.current(1.0).replicas == 1
+
+
+def _long(ready: int, fraction: float, *, running: float, finished: float) -> Observation:
+    return busy(fraction, ready=ready, running=running, finished=finished)
+
+
+def test_a_scale_down_cuts_at_most_the_cut_share_of_long_requests() -> None:
+    """Requests that run 200 s (100 running, 0.5 finishing a second) outlive a 30-s
+    grace: removing one of 5 pods would cut ~17 % of every recent minute's requests, so
+    the plan keeps the 5 Ready pods while they run, however far the load falls."""
+    p = Planner(CFG)  # memory 600 s, hold 100 s
+    run(p, range(0, 300), _long(5, 4.0, running=100.0, finished=0.5))
+    run(p, range(300, 1200), _long(5, 0.4, running=100.0, finished=0.5))
+    plan = p.current(1199.0)
+    assert plan.request_s == pytest.approx(200.0)
+    assert plan.unheld == 1
+    assert plan.drain_floor == 5
+    assert plan.replicas == 5
+    assert plan.terms()["drain_floor"] == 5.0
+    # Nothing running: nothing to cut.
+    run(p, range(1200, 1201), _long(5, 0.0, running=0.0, finished=0.5))
+    assert p.current(1200.0).drain_floor == 0
+    # Chat-length requests (2 s) end within the grace: the plan goes down freely.
+    short = Planner(CFG)
+    run(short, range(0, 300), _long(5, 4.0, running=10.0, finished=5.0))
+    run(short, range(300, 1200), _long(5, 0.4, running=10.0, finished=5.0))
+    assert (short.current(1199.0).replicas, short.current(1199.0).drain_floor) == (1, 0)
+    # A grace longer than the requests (drainSeconds with terminationGracePeriodSeconds).
+    graced = Planner(replace(CFG, drain_s=1800.0))
+    run(graced, range(0, 300), _long(5, 4.0, running=100.0, finished=0.5))
+    run(graced, range(300, 1200), _long(5, 0.4, running=100.0, finished=0.5))
+    assert graced.current(1199.0).replicas == 1
+
+
+def test_a_large_fleet_steps_down_by_the_cut_share_once_per_request() -> None:
+    """100 Ready pods, 200-s requests, 30-s grace: e^(-30/200) = 86 % of a removed pod's
+    requests are cut, so 2 % allows floor(0.02 x 100 / 0.86) = 2 pods; then none until
+    the requests that step cut would have ended (200 s)."""
+    p = Planner(CFG)
+    run(p, range(0, 300), _long(100, 80.0, running=4000.0, finished=20.0))  # 100 planned
+    t = 300
+    while p.observe(float(t), _long(100, 7.0, running=4000.0, finished=20.0)).replicas == 100:
+        t += 1
+    first = p.current(float(t)).replicas
+    assert 98 <= first < 100  # the first step down: at most 2 pods
+    # The HPA removes them; those left run on while the cut requests would have run.
+    run(p, range(t + 1, t + 200), _long(first, 7.0, running=4000.0, finished=20.0))
+    assert p.current(t + 199.0).replicas == first
+    assert p.current(t + 199.0).drain_floor == first
+    p.observe(t + 200.0, _long(first, 7.0, running=4000.0, finished=20.0))
+    allowed = math.floor(0.02 * first / math.exp(-30 / 200))
+    assert p.current(t + 200.0).replicas == first - allowed

@@ -187,11 +187,12 @@ def test_planner_profile_defaults_and_keys() -> None:
                           "startupSeconds": "240", "prefillTokensPerSecond": "20000",
                           "decodeTokensPerSecond": "8000", "maxBatch": "128",
                           "utilization": "0.7", "holdSeconds": "600", "memorySeconds": "3600",
-                          "targetValue": "10"})
+                          "drainSeconds": "600", "targetValue": "10"})
     p = cfg.planner
     assert p is not None
     assert (p.delay_s, p.startup_s, p.prefill_tps, p.decode_tps, p.max_batch, p.utilization,
-            p.hold_s, p.memory_s) == (0.5, 240.0, 20_000.0, 8_000.0, 128, 0.7, 600.0, 3600.0)
+            p.hold_s, p.memory_s, p.drain_s) == (0.5, 240.0, 20_000.0, 8_000.0, 128, 0.7,
+                                                 600.0, 3600.0, 600.0)
     assert p.ttft_s is None  # a queue-delay objective does not move with the prompts
     assert cfg.targets[0].target == 10.0
     none = parse_metadata({"profile": "vllm-planner", "holdSeconds": "0"}).planner
@@ -203,6 +204,10 @@ def test_planner_profile_defaults_and_keys() -> None:
     measured = parse_metadata({"profile": "vllm-planner"}).planner
     assert measured is not None
     assert measured.startup_s is None  # measured from the pods
+    assert measured.drain_s == 30.0  # Kubernetes' default terminationGracePeriodSeconds
+    for bad in ("-1", "86401", "soon"):
+        with pytest.raises(MetadataError, match="drainSeconds"):
+            parse_metadata({"profile": "vllm-planner", "drainSeconds": bad})
     assert (Planner(measured).startup, Planner(measured).startup_source) == (300.0, "default")
 
 

@@ -172,6 +172,21 @@ def test_the_planner_for_vllm_with_its_settings() -> None:
         generate(workload_from(deployment("ghcr.io/acme/trainer:1")), Options(planner=True))
 
 
+def test_the_planner_takes_the_pods_termination_grace() -> None:
+    doc = deployment(annotations={"gpuscale.io/engine": "vllm"})
+    assert "drainSeconds" not in generate(workload_from(doc), Options(
+        planner=True)).scaled_object["spec"]["triggers"][0]["metadata"]
+    doc["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = 900
+    out = generate(workload_from(doc), Options(planner=True))
+    md = out.scaled_object["spec"]["triggers"][0]["metadata"]
+    assert md["drainSeconds"] == "900"
+    assert parse_metadata(md).planner.drain_s == 900.0  # type: ignore[union-attr]
+    assert any("terminationGracePeriodSeconds" in n for n in out.notes)
+    for odd in ("900", True, -1, 1.5):  # not an integer count of seconds: not taken
+        doc["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = odd
+        assert workload_from(doc).grace_s is None
+
+
 @pytest.mark.parametrize(("doc", "words"), [
     ([], "expected a mapping"),
     ({"apiVersion": "v1", "kind": "Service"}, "Deployment or StatefulSet"),

@@ -389,12 +389,12 @@ def planner_metadata(params: ServingParams, slo_s: float = 2.0,
     """The trigger metadata a user who measured these replicas would write: start-up time
     (a high percentile of the cold starts, as docs/planner.md says to take; left out with
     ``measure_startup``: the planner then measures it from the pods), capacity, batch,
-    and the SLO."""
+    the pods' termination grace, and the SLO."""
     startup = max(params.cold_start_s, params.cold_start_spread[1])
     md = {"ttftSeconds": f"{slo_s:.10g}", "startupSeconds": f"{startup:.10g}",
           "prefillTokensPerSecond": f"{params.prefill_tps:.10g}",
           "decodeTokensPerSecond": f"{params.decode_tps_max:.10g}",
-          "maxBatch": str(params.max_batch)}
+          "maxBatch": str(params.max_batch), "drainSeconds": f"{params.drain_s:.10g}"}
     if measure_startup:
         del md["startupSeconds"]
     return md

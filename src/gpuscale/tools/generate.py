@@ -61,6 +61,7 @@ class Workload:
     gpus: bool
     gpu_count: int = 0  # the nvidia.com/gpu the containers request (0: none or not a count)
     argvs: tuple[tuple[str, ...], ...] = ()  # each container's command and args, in order
+    grace_s: int | None = None  # the pods' terminationGracePeriodSeconds (None: not given)
 
 
 #: Engine flags read, by engine: flag (and its short forms) -> the name it is kept under.
@@ -159,6 +160,7 @@ def workload_from(doc: Any) -> Workload:
     gpu_count = sum(int(n) for n in counts
                     if isinstance(n, int | str) and str(n).isascii() and str(n).isdigit())
     replicas = spec.get("replicas", 1)
+    grace = pod.get("terminationGracePeriodSeconds")
     return Workload(
         str(kind), str(meta.get("namespace") or ""), name,
         {str(k): str(v) for k, v in labels.items()},
@@ -170,7 +172,9 @@ def workload_from(doc: Any) -> Workload:
               "annotations").items()},
         replicas if isinstance(replicas, int) and replicas >= 0 else 1, gpus, gpu_count,
         tuple(tuple(str(a) for a in (*_list(c.get("command"), "command"),
-                                     *_list(c.get("args"), "args"))) for c in containers))
+                                     *_list(c.get("args"), "args"))) for c in containers),
+        grace if isinstance(grace, int) and not isinstance(grace, bool) and grace >= 0
+        else None)
 
 
 def detect_engine(w: Workload) -> tuple[str, str]:
@@ -316,6 +320,14 @@ def generate(w: Workload, opts: Options) -> Generated:
                          "three pods have shown theirs); --startup-seconds fixes it")
         if opts.ttft_s is not None:
             metadata["ttftSeconds"] = f"{opts.ttft_s:g}"
+        if w.grace_s is not None:
+            metadata["drainSeconds"] = str(w.grace_s)
+            notes.append(f"drainSeconds {w.grace_s}: the pods' terminationGracePeriodSeconds "
+                         "(a scale-down cuts the requests that outlive it)")
+        else:
+            notes.append("drainSeconds: not written - the pods take Kubernetes' default "
+                         "30 s grace; requests that run longer are cut by a scale-down "
+                         "(docs/planner.md: long generations)")
     fallback = max(1, opts.min_replicas)
     max_replicas = opts.max_replicas
     if w.replicas > max_replicas:

@@ -30,6 +30,7 @@ maxBatch                 sequences one replica batches (max_num_seqs)  256
 utilization              busy fraction to plan for, 0.1 to 1          0.85
 holdSeconds              scale-down hold                            the start-up
 memorySeconds            how long a burst is remembered, 1 to 86400    900
+drainSeconds             the pods' termination grace, 0 to 86400        30
 ======================== ========================================== ==================
 
 (*) Without ``startupSeconds`` the planner measures it: the 90th percentile of the
@@ -83,7 +84,8 @@ PASSTHROUGH = frozenset({"scalerAddress", "caCert", "tlsClientCert", "tlsClientK
                          "tlsCertFile", "unsafeSsl", "enableTLS", "cert", "key"})
 PLANNER_KEYS = frozenset({"ttftSeconds", "queueDelaySeconds", "startupSeconds",
                           "prefillTokensPerSecond", "decodeTokensPerSecond", "maxBatch",
-                          "utilization", "holdSeconds", "memorySeconds", "promptTokens"})
+                          "utilization", "holdSeconds", "memorySeconds", "promptTokens",
+                          "drainSeconds"})
 KNOWN = frozenset({"profile", "signal", "targetValue", "activationThreshold", "valueMode",
                    "metricType", "podSelector", "demandSource"}) | PLANNER_KEYS
 _URL_KEYS = ("endpoint", "url", "uri", "address", "host", "port")
@@ -266,7 +268,7 @@ def _planner(md: Mapping[str, str]) -> PlannerConfig:
         utilization=get("utilization", base.utilization, 0.1, 1.0),
         hold_s=get("holdSeconds", 0.0, 0.0, 86400.0) if "holdSeconds" in md else None,
         memory_s=get("memorySeconds", base.memory_s, 1.0, 86400.0),
-        prompt_tokens=prompt)
+        prompt_tokens=prompt, drain_s=get("drainSeconds", base.drain_s, 0.0, 86400.0))
 
 
 def _number(md: Mapping[str, str], key: str, positive: bool) -> float:

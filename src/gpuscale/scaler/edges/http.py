@@ -89,8 +89,11 @@ class PlanCollector(Collector):
             "excess over its level, inside burst; capacity: the fraction of the "
             "configured a Ready pod delivers), KV-cache percent points (kv_growth: the "
             "fill over a start-up, inside kv), seconds (startup: the start-up planned with, "
-            "configured or measured from the pods) or pods (ready, starting; startup_pods: "
-            "the pods it was measured over, 0 when configured or the default).",
+            "configured or measured from the pods; request_s: how long a request runs) "
+            "or pods (ready, starting; startup_pods: the pods it was measured over, 0 when "
+            "configured or the default; held: the load's own count, which the hold keeps; "
+            "drain_floor: the Ready pods kept so a scale-down cuts at most 2 % of the "
+            "requests in flight, 0 when it does not bind).",
             labels=[*labels, "term"])
         for (namespace, name), plan in self._plans.plans():
             replicas.add_metric([namespace, name], float(plan.replicas))
