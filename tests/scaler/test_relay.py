@@ -30,8 +30,11 @@ from gpuscale.scaler.edges.relay import (
     HEADER,
     MAX_FRAME,
     MSG,
+    PING,
+    PONG,
     REQ,
     Front,
+    FrontStats,
     RelayBackend,
     RelayFront,
     frame,
@@ -155,8 +158,8 @@ async def test_call_ids_wrap_around_and_skip_those_in_use() -> None:
     reader, writer = await asyncio.open_unix_connection(sock=ours)
     front = RelayFront(reader, writer)
     front._last_id = relay.ID_SPACE - 3
-    front._streams[relay.ID_SPACE - 1] = asyncio.Queue()  # a stream open since long ago
-    front._streams[1] = asyncio.Queue()
+    front._streams[relay.ID_SPACE - 1] = relay._Inbox()  # a stream open since long ago
+    front._streams[1] = relay._Inbox()
     got = [front._next_id() for _ in range(3)]
     assert got == [relay.ID_SPACE - 2, 2, 3]  # never 0, never an id in use
     writer.close()
@@ -324,3 +327,92 @@ async def test_a_taken_port_is_cannot_listen() -> None:
 def test_status_frames_never_raise() -> None:
     assert parse_status(b"")[0] is grpc.StatusCode.INTERNAL
     assert parse_status(struct.pack("!B", 250) + b"x") == (grpc.StatusCode.UNKNOWN, "x")
+
+
+async def test_a_wedged_front_is_killed_and_its_figures_were_on_metrics(
+        fleet: FleetView) -> None:
+    """The front answers the fleet process's pings with its CPU, memory and collections
+    (on the scaler's /metrics); stopped with SIGSTOP - alive, its loop stuck, KEDA's port
+    still open - it is killed once silent past ``wedged_s``, and the scaler then ends."""
+    import os
+    import signal
+
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from gpuscale.scaler.edges.http import FrontCollector
+
+    service = ScalerService(Answers(fleet))
+    front = Front(RelayBackend([lambda s: add_keda(service, s)]), heartbeat_s=0.1,
+                  wedged_s=1.5)
+    await front.start("127.0.0.1:0", None, [])
+    registry = CollectorRegistry()
+    registry.register(FrontCollector(front))
+    watch = asyncio.get_running_loop().create_task(front.watch())
+    try:
+        await until(lambda: front.backend.stats is not None, within=10, what="a PONG")
+        samples = {s.name + str(s.labels.get("generation", "")): s.value
+                   for f in text_string_to_metric_families(
+                       generate_latest(registry).decode()) for s in f.samples}
+        assert samples["gpuscale_front_cpu_seconds_total"] > 0
+        assert samples["gpuscale_front_resident_memory_bytes"] > 10 * 2**20
+        assert samples["gpuscale_front_gc_collections_total0"] >= 0
+        assert samples["gpuscale_front_silent_seconds"] < 1.5
+        assert front._proc is not None
+        os.kill(front._proc.pid, signal.SIGSTOP)
+        with pytest.raises(RuntimeError, match="did not answer for"):
+            await asyncio.wait_for(watch, 10)
+        assert front._proc.returncode == -signal.SIGKILL
+    finally:
+        watch.cancel()
+        await front.stop(service.stopping)
+
+
+async def test_a_pong_that_is_not_one_ends_the_connection(fleet: FleetView) -> None:
+    reader, writer, serving = await _backend_pair(fleet)
+    writer.write(frame(PONG, 1, FrontStats(1.5, 2**30, (3, 2, 1)).pack()))
+    writer.write(frame(PONG, 2, b"short"))
+    await asyncio.wait_for(serving, 5)
+    assert await reader.read() == b""
+    writer.close()
+
+
+@given(st.binary(max_size=64))
+def test_pong_payloads_parse_or_say_why(payload: bytes) -> None:
+    try:
+        stats = FrontStats.unpack(payload)
+    except ValueError:
+        return
+    assert stats.pack() == payload
+
+
+async def test_a_stream_holds_one_untaken_message_not_a_backlog() -> None:
+    """Stream messages are whole states: a client that stops reading holds the newest in
+    the front, however many the fleet process sends, then the end."""
+    inbox = relay._Inbox()
+    for i in range(10_000):
+        inbox.put(MSG, b"state %d" % i)
+    inbox.put(END, b"\x00")
+    inbox.put(MSG, b"after the end")  # never delivered
+    assert await inbox.get() == (MSG, b"state 9999")
+    assert await inbox.get() == (END, b"\x00")
+    waiting = relay._Inbox()
+    got = asyncio.get_running_loop().create_task(waiting.get())
+    await asyncio.sleep(0)
+    waiting.put(MSG, b"first")
+    assert await asyncio.wait_for(got, 1) == (MSG, b"first")
+
+
+async def test_the_front_answers_a_ping_from_its_own_loop() -> None:
+    ours, theirs = socket.socketpair()
+    reader, writer = await asyncio.open_unix_connection(sock=ours)
+    front = RelayFront(reader, writer)
+    pump = asyncio.get_running_loop().create_task(front.pump())
+    fleet_reader, fleet_writer = await asyncio.open_unix_connection(sock=theirs)
+    front._streams[7] = relay._Inbox()  # a call of the same number: a ping is not its
+    fleet_writer.write(frame(PING, 7))
+    kind, seq, payload = await asyncio.wait_for(read_frame(fleet_reader), 5)
+    assert (kind, seq) == (PONG, 7)
+    assert FrontStats.unpack(payload).rss_bytes > 0
+    fleet_writer.close()
+    await asyncio.wait_for(pump, 5)

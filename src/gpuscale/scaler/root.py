@@ -30,6 +30,7 @@ from gpuscale.scaler.config import ScalerConfig
 from gpuscale.scaler.edges.http import (
     AdvisoryCollector,
     AgentsCollector,
+    FrontCollector,
     PlanCollector,
     ScalerHttp,
     StreamsCollector,
@@ -205,6 +206,7 @@ class Scaler:
                     config.host if config.host.startswith("unix:")
                     else f"{config.host}:{config.port}",
                     config.tls, ScalerServer.options(self.service))
+                self.registry.register(FrontCollector(front))
             if self.http is not None:
                 await self.http.start()
                 http = self.http

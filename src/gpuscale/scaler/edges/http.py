@@ -11,6 +11,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from gpuscale.scaler.advisory import Advisor
+from gpuscale.scaler.edges.relay import Front
 from gpuscale.scaler.state.fleet import FleetView
 from gpuscale.scaler.state.plan_book import PlanBook
 from gpuscale.scaler.state.streams import KINDS, StreamBook
@@ -69,6 +70,36 @@ class StreamsCollector(Collector):
         ended.add_metric(["replaced"], float(book.replaced))
         ended.add_metric(["refused"], float(book.refused))
         return [open_, used, ended]
+
+
+class FrontCollector(Collector):
+    """The gRPC front's own figures (``--answer-process``: KEDA's port in a child
+    process), from its latest answer to the fleet process's pings."""
+
+    def __init__(self, front: Front) -> None:
+        self._front = front
+
+    def collect(self) -> Iterable[Metric]:
+        silent = GaugeMetricFamily(
+            "gpuscale_front_silent_seconds", "Seconds since the gRPC front last answered "
+            "the fleet process's ping (it is killed, and the scaler ends, past "
+            f"{self._front.wedged_s:g}).")
+        silent.add_metric([], self._front.silent_s())
+        out: list[Metric] = [silent]
+        stats = self._front.backend.stats
+        if stats is not None:
+            cpu = CounterMetricFamily("gpuscale_front_cpu_seconds",
+                                      "User and system CPU the gRPC front has used.")
+            cpu.add_metric([], stats.cpu_s)
+            rss = GaugeMetricFamily("gpuscale_front_resident_memory_bytes",
+                                    "The gRPC front's resident memory.")
+            rss.add_metric([], float(stats.rss_bytes))
+            runs = CounterMetricFamily("gpuscale_front_gc_collections", "The gRPC front's "
+                                       "cyclic garbage collections.", labels=["generation"])
+            for generation, count in enumerate(stats.collections):
+                runs.add_metric([str(generation)], float(count))
+            out += [cpu, rss, runs]
+        return out
 
 
 class PlanCollector(Collector):

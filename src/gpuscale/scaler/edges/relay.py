@@ -22,9 +22,22 @@ lives only with it. The fleet process, in turn, ends when its front ends.
 
 Frames on the socket: a 9-byte header (payload length, kind, call id) and the payload:
 REQ (front -> fleet: method, peer, request bytes), MSG (a reply message), END (status code
-and message: the call is over), CANCEL (front -> fleet). A request frame longer than
-``MAX_FRAME`` ends the connection; a reply past ``MAX_REPLY`` ends its call
-RESOURCE_EXHAUSTED and nothing else. Call ids wrap around, skipping those in use.
+and message: the call is over), CANCEL (front -> fleet), PING (fleet -> front, every
+``HEARTBEAT_S``) and PONG (front -> fleet: the front's CPU seconds, resident memory and
+collections, ``FrontStats``). A request frame longer than ``MAX_FRAME`` ends the
+connection; a reply past ``MAX_REPLY`` ends its call RESOURCE_EXHAUSTED and nothing else.
+Call ids wrap around, skipping those in use.
+
+**A wedged front** (alive, its event loop stuck) would hold KEDA's port and answer
+nothing, and the scaler's liveness probe (its own HTTP port) would not see it: the fleet
+process pings the front, and a front that has not answered for ``WEDGED_S`` is killed and
+the scaler ends (Kubernetes restarts the pod; KEDA holds its fallback meanwhile). Its PONGs
+put the front's CPU, memory and collections on the scaler's ``/metrics``
+(``gpuscale_front_*``), beside the fleet process's own.
+
+**A stream's messages are whole states** (KEDA's activity, its metric specs): one the
+client has not taken yet is replaced by a newer one (``_Inbox``), so a client that stops
+reading holds one message in the front, never a backlog.
 """
 
 from __future__ import annotations
@@ -34,9 +47,11 @@ import asyncio
 import contextlib
 import gc
 import logging
+import resource
 import socket
 import struct
 import sys
+import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import partial
@@ -54,7 +69,9 @@ from gpuscale.proto import externalscaler_pb2, inspect_pb2
 log = logging.getLogger(__name__)
 
 HEADER = struct.Struct("!IBI")  # payload length, kind, call id
-REQ, MSG, END, CANCEL = 1, 2, 3, 4
+REQ, MSG, END, CANCEL, PING, PONG = 1, 2, 3, 4, 5, 6
+HEARTBEAT_S = 5.0  # the fleet process pings its front this often
+WEDGED_S = 30.0  # a front silent this long is stuck: killed, and the scaler ends
 MAX_FRAME = 4 * 1024 * 1024  # a request (the scaler's own gRPC receive limit is 1 MiB)
 MAX_REPLY = 256 * 1024 * 1024  # a reply message (gpuscale's own clients accept this much)
 STOP_GRACE_S = 5.0  # calls in flight when the scaler stops (as the in-process server)
@@ -69,6 +86,41 @@ def methods() -> dict[str, bool]:
     """Full method path -> whether the server streams, for every relayed method."""
     return {f"/{s.full_name}/{m.name}": m.server_streaming
             for s in SERVICES for m in s.methods}
+
+
+@dataclass(frozen=True, slots=True)
+class FrontStats:
+    """What the front says of itself in each PONG."""
+
+    cpu_s: float  # user + system CPU seconds since it started
+    rss_bytes: int  # resident memory now
+    collections: tuple[int, int, int]  # the cyclic collector's runs, per generation
+
+    FORMAT = struct.Struct("!dQIII")
+
+    def pack(self) -> bytes:
+        return self.FORMAT.pack(self.cpu_s, self.rss_bytes, *self.collections)
+
+    @classmethod
+    def unpack(cls, payload: bytes) -> FrontStats:
+        """ValueError for a payload that is not one."""
+        if len(payload) != cls.FORMAT.size:
+            raise ValueError(f"a PONG of {len(payload)} bytes ({cls.FORMAT.size} expected)")
+        cpu, rss, g0, g1, g2 = cls.FORMAT.unpack(payload)
+        return cls(cpu, rss, (g0, g1, g2))
+
+    @classmethod
+    def now(cls) -> FrontStats:
+        """This process's own figures."""
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        try:  # resident pages now (Linux); the peak where /proc is not there
+            with open("/proc/self/statm", "rb") as statm:
+                rss = int(statm.read().split()[1]) * resource.getpagesize()
+        except (OSError, IndexError, ValueError):
+            rss = usage.ru_maxrss * 1024
+        runs = [g["collections"] for g in gc.get_stats()][:3]
+        return cls(usage.ru_utime + usage.ru_stime, rss,
+                   (runs[0], runs[1], runs[2]) if len(runs) == 3 else (0, 0, 0))
 
 
 def frame(kind: int, call: int, payload: bytes = b"") -> bytes:
@@ -179,10 +231,19 @@ class RelayBackend:
                          for path, handler in collector.found.items()
                          if handler.unary_unary is not None or handler.unary_stream is not None}
         self._writers: set[asyncio.StreamWriter] = set()
+        self.stats: FrontStats | None = None  # the front's, from its latest PONG
+        self.answered = time.monotonic()  # when the front last answered a PING
+        self.answered_seq = 0  # and which
 
     @property
     def connections(self) -> int:
         return len(self._writers)
+
+    def ping(self, seq: int) -> None:
+        """Ask every front connected for a PONG."""
+        for writer in self._writers:
+            if not writer.is_closing():
+                writer.write(frame(PING, seq))
 
     def disconnect(self) -> None:
         """Cut every front's connection (as when this process goes away)."""
@@ -206,6 +267,9 @@ class RelayBackend:
                     task.add_done_callback(partial(_forget, calls, call))
                 elif kind == CANCEL and (running := calls.get(call)) is not None:
                     running.cancel()
+                elif kind == PONG:
+                    self.stats = FrontStats.unpack(payload)  # ValueError: closed below
+                    self.answered, self.answered_seq = time.monotonic(), call
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
         except ValueError as exc:
@@ -292,7 +356,7 @@ class RelayFront:
         self._last_id = 0
         self._unary: dict[int, tuple[asyncio.Future[tuple[bytes | None, bytes]],
                                      list[bytes]]] = {}
-        self._streams: dict[int, asyncio.Queue[tuple[int, bytes]]] = {}
+        self._streams: dict[int, _Inbox] = {}
         self.closed = asyncio.Event()
 
     async def pump(self) -> None:
@@ -301,14 +365,16 @@ class RelayFront:
         try:
             while True:
                 kind, call, payload = await read_frame(self._reader, MAX_REPLY + HEADER.size)
-                if (waiting := self._unary.get(call)) is not None:
+                if kind == PING:  # (its number is the fleet process's, not a call id)
+                    self._writer.write(frame(PONG, call, FrontStats.now().pack()))
+                elif (waiting := self._unary.get(call)) is not None:
                     future, replies = waiting
                     if kind == MSG:
                         replies.append(payload)
                     elif kind == END and not future.done():
                         future.set_result((replies[-1] if replies else None, payload))
-                elif (queue := self._streams.get(call)) is not None:
-                    queue.put_nowait((kind, payload))
+                elif (inbox := self._streams.get(call)) is not None:
+                    inbox.put(kind, payload)
         except (asyncio.IncompleteReadError, ConnectionError, ValueError) as exc:
             log.error("relay: %s (%s)", _GONE, exc or type(exc).__name__)
         finally:
@@ -317,8 +383,8 @@ class RelayFront:
             for future, _ in self._unary.values():
                 if not future.done():
                     future.set_result((None, gone))
-            for queue in self._streams.values():
-                queue.put_nowait((END, gone))
+            for inbox in self._streams.values():
+                inbox.put(END, gone)
             self._writer.close()
 
     def _next_id(self) -> int:
@@ -369,13 +435,12 @@ class RelayFront:
         if self.closed.is_set():
             await context.abort(grpc.StatusCode.UNAVAILABLE, _GONE)
         call = self._next_id()
-        queue: asyncio.Queue[tuple[int, bytes]] = asyncio.Queue()
-        self._streams[call] = queue
+        inbox = self._streams[call] = _Inbox()
         done = False
         try:
             self._send(method, call, body, context)
             while True:
-                kind, payload = await queue.get()
+                kind, payload = await inbox.get()
                 if kind == MSG:
                     yield payload
                 elif kind == END:
@@ -415,6 +480,34 @@ class RelayFront:
                 return handlers.get(details.method)
 
         return _Relay()
+
+
+class _Inbox:
+    """A relayed stream's frames not yet taken: the newest message only (each is a whole
+    state, so an older one untaken is of no use), then the end."""
+
+    def __init__(self) -> None:
+        self._message: bytes | None = None
+        self._end: bytes | None = None
+        self._ready = asyncio.Event()
+
+    def put(self, kind: int, payload: bytes) -> None:
+        if kind == MSG and self._end is None:
+            self._message = payload  # replaces one not taken yet
+        elif kind == END and self._end is None:
+            self._end = payload
+        self._ready.set()
+
+    async def get(self) -> tuple[int, bytes]:
+        """(MSG, message) while one waits, then (END, status)."""
+        while True:
+            if self._message is not None:
+                message, self._message = self._message, None
+                return MSG, message
+            if self._end is not None:
+                return END, self._end
+            self._ready.clear()
+            await self._ready.wait()
 
 
 async def run_front(fd: int, address: str,
@@ -493,8 +586,10 @@ class Front:
     """The front as the fleet process runs it: a child process on KEDA's port, connected to
     ``backend`` by a socket pair (nothing on the file system, nothing else can connect)."""
 
-    def __init__(self, backend: RelayBackend) -> None:
+    def __init__(self, backend: RelayBackend, heartbeat_s: float = HEARTBEAT_S,
+                 wedged_s: float = WEDGED_S) -> None:
         self.backend = backend
+        self.heartbeat_s, self.wedged_s = heartbeat_s, wedged_s
         self.port = 0
         self._proc: asyncio.subprocess.Process | None = None
         self._serving: asyncio.Task[None] | None = None
@@ -532,11 +627,40 @@ class Front:
         return self.port
 
     async def watch(self) -> None:
-        """Until the child ends: then RuntimeError (the scaler cannot answer KEDA)."""
-        assert self._proc is not None
-        code = await self._proc.wait()
+        """Until the child ends, or answers no ping for ``wedged_s`` of rounds in a row
+        (then it is killed): then RuntimeError (the scaler cannot answer KEDA). Counted in
+        rounds - a ping, then ``heartbeat_s`` for its answer - so a pause of this process
+        (a stopped VM) costs a round or two, not a kill."""
+        proc = self._proc
+        assert proc is not None
+        backend = self.backend
+        backend.answered = time.monotonic()
+        ended = asyncio.get_running_loop().create_task(proc.wait())
+        seq, missed = 0, 0
+        try:
+            while not ended.done():
+                seq, before = seq % (ID_SPACE - 1) + 1, backend.answered_seq
+                backend.ping(seq)
+                await asyncio.wait((ended,), timeout=self.heartbeat_s)
+                # any answer in the round counts: a busy front may answer an earlier ping
+                missed = 0 if backend.answered_seq != before else missed + 1
+                if not ended.done() and missed * self.heartbeat_s >= self.wedged_s:
+                    silent = self.silent_s()
+                    log.error("the scaler's gRPC front has not answered for %.0f s; killing "
+                              "it and stopping", silent)
+                    proc.kill()
+                    await ended
+                    raise RuntimeError(f"the scaler's gRPC front did not answer for "
+                                       f"{silent:.0f} s (killed)")
+        finally:
+            ended.cancel()
+        code = proc.returncode
         log.error("the scaler's gRPC front exited with %s; stopping", code)
         raise RuntimeError(f"the scaler's gRPC front exited with {code}")
+
+    def silent_s(self) -> float:
+        """Seconds since the front last answered a ping."""
+        return time.monotonic() - self.backend.answered
 
     async def stop(self, stopping: asyncio.Event | None = None) -> None:
         """Graceful, as the in-process server stops: the child refuses new calls
