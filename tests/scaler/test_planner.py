@@ -295,7 +295,7 @@ def test_windows_stay_exact_for_the_life_of_a_process() -> None:
     slope and sums of the last values are what they are for a fresh window."""
     from gpuscale.scaler.core.planner import REBASE_AFTER, _Window
 
-    old, fresh = _Window(300), _Window(300)
+    old, fresh = _Window(300, slopes=True), _Window(300, slopes=True)
     for k in range(3 * REBASE_AFTER + 123):
         old.push(1000.0 + (k % 7))
     for k in range(3 * REBASE_AFTER + 123 - 300, 3 * REBASE_AFTER + 123):

@@ -228,10 +228,11 @@ class Plan:
 
 @dataclass(slots=True)
 class _Window:
-    """Per-second values over a bounded span, with prefix sums for interval sums and
-    least-squares slopes."""
+    """Per-second values over a bounded span, with prefix sums for interval sums and, with
+    ``slopes``, least-squares slopes (a third deque: only the windows that need them)."""
 
     span: int
+    slopes: bool = False
     values: deque[float] = field(default_factory=deque)
     prefix: deque[float] = field(default_factory=lambda: deque([0.0]))
     moments: deque[float] = field(default_factory=lambda: deque([0.0]))  # of k x value
@@ -240,14 +241,19 @@ class _Window:
     def push(self, value: float) -> None:
         if self.count >= REBASE_AFTER:  # keep the sums small: float64 stays exact enough
             self._rebase()
-        self.values.append(value)
-        self.prefix.append(self.prefix[-1] + value)
-        self.moments.append(self.moments[-1] + self.count * value)
-        self.count += 1
+        self._append(value)
         while len(self.values) > self.span:
             self.values.popleft()
             self.prefix.popleft()
-            self.moments.popleft()
+            if self.slopes:
+                self.moments.popleft()
+
+    def _append(self, value: float) -> None:
+        self.values.append(value)
+        self.prefix.append(self.prefix[-1] + value)
+        if self.slopes:
+            self.moments.append(self.moments[-1] + self.count * value)
+        self.count += 1
 
     def _rebase(self) -> None:
         """Recompute the running sums from the values held, indexed from 0: the sums
@@ -256,10 +262,7 @@ class _Window:
         values = list(self.values)
         self.clear()
         for value in values:
-            self.values.append(value)
-            self.prefix.append(self.prefix[-1] + value)
-            self.moments.append(self.moments[-1] + self.count * value)
-            self.count += 1
+            self._append(value)
 
     def last(self, n: int) -> float:
         """The sum of the last ``n`` values (fewer if fewer are held)."""
@@ -268,6 +271,7 @@ class _Window:
 
     def slope(self, n: int) -> float:
         """Least-squares slope of the last ``n`` values per step (0 with fewer than 2)."""
+        assert self.slopes, "a window kept without slopes"
         n = min(n, len(self.values))
         if n < 2:
             return 0.0
@@ -308,7 +312,7 @@ class Planner:
         self._second: int | None = None  # the last second observed
         self._waiting = 0.0
         bins = config.bins
-        self._arrived = _Window(bins(max(BURST_SPANS[-1], STEADY_S, TREND_S)))
+        self._arrived = _Window(bins(max(BURST_SPANS[-1], STEADY_S, TREND_S)), slopes=True)
         # Arrived work per whole minute (BASE_BLOCK_S), the newest last, and the minute
         # being filled: the levels bursts stand on, kept small (a number a minute).
         self._blocks: deque[float] = deque(maxlen=math.ceil(
@@ -318,7 +322,8 @@ class Planner:
         self._finished = _Window(bins(REQUEST_MEMORY_S))
         self._running = _Window(bins(REQUEST_MEMORY_S))  # requests in the pods' batches
         self._prompts = _Window(bins(REQUEST_MEMORY_S))  # prompt tokens/s
-        self._kv = _Window(bins(TREND_S))  # KV-cache use, percent summed over Ready pods
+        # KV-cache use, percent summed over Ready pods
+        self._kv = _Window(bins(TREND_S), slopes=True)
         self._bursts: deque[tuple[int, float]] = deque()  # (second, rate), decreasing
         self._excess: deque[tuple[int, float]] = deque()  # (second, excess), decreasing
         self._held: deque[tuple[int, int]] = deque()  # (second, count), decreasing
