@@ -118,10 +118,15 @@ def test_scale_down_waits_for_the_hold() -> None:
     run(p, range(0, 300), busy(4.0, ready=5))
     assert p.current(299.0).replicas == 5
     run(p, range(300, 399), busy(0.4, ready=5))
-    assert p.current(398.0).replicas == 5  # inside the hold (and the burst memory)
-    # Once the steady term has fallen, the remembered rate (4/s over 120 s, within the
-    # 2-s delay: 480 / 122) still asks for 4, for the memory's 600 s.
-    assert p.current(398.0).unheld == 4
+    assert p.current(398.0).replicas == 5  # inside the hold
+    # The load fell: 4/s for 5 whole minutes was its level, not a burst to remember, so
+    # nothing but the hold keeps the 5.
+    assert p.current(398.0).unheld == 1
+    # The steady term's minute falls to 0.4 by t=360; the hold keeps each count 100 s.
+    run(p, range(399, 441), busy(0.4, ready=5))
+    assert p.current(440.0).replicas > 1
+    run(p, range(441, 461), busy(0.4, ready=5))
+    assert p.current(460.0).replicas == 1
 
 
 def test_no_observation_is_unavailable_with_the_reason() -> None:
@@ -493,3 +498,24 @@ def test_a_large_fleet_steps_down_by_the_cut_share_once_per_request() -> None:
     p.observe(t + 200.0, _long(first, 7.0, running=4000.0, finished=20.0))
     allowed = math.floor(0.02 * first / math.exp(-30 / 200))
     assert p.current(t + 200.0).replicas == first - allowed
+
+
+def test_a_step_the_load_keeps_is_its_level_not_a_burst_to_remember() -> None:
+    """A step up that lasts 12 minutes is a new level: once the load has kept it for 5
+    whole minutes it is no burst, and after the step back down the plan is the old
+    level's, not the step's height held as headroom for the memory's span. A 2-minute
+    burst on the same level is still remembered."""
+    p = Planner(CFG)  # memory 600 s, hold 100 s, utilization 0.8
+    run(p, range(0, 700), busy(1.0, ready=5))
+    run(p, range(700, 1420), busy(4.0, ready=5))
+    run(p, range(1420, 1800), busy(1.0, ready=5))
+    plan = p.current(1799.0)
+    assert plan.burst_excess == pytest.approx(0.0, abs=0.05)
+    assert plan.replicas == math.ceil(1.0 / 0.8) == 2
+    short = Planner(CFG)
+    run(short, range(0, 700), busy(1.0, ready=5))
+    run(short, range(700, 820), busy(4.0, ready=5))
+    run(short, range(820, 1200), busy(1.0, ready=5))
+    plan = short.current(1199.0)
+    assert plan.burst_excess > 2.5  # 4/s over 120 s within the 2-s delay, over 1/s
+    assert plan.replicas == math.ceil(plan.burst) >= 4
