@@ -368,22 +368,63 @@ async def test_a_wedged_front_is_killed_and_its_figures_were_on_metrics(
         await front.stop(service.stopping)
 
 
-async def test_a_pong_that_is_not_one_ends_the_connection(fleet: FleetView) -> None:
-    reader, writer, serving = await _backend_pair(fleet)
-    writer.write(frame(PONG, 1, FrontStats(1.5, 2**30, (3, 2, 1)).pack()))
-    writer.write(frame(PONG, 2, b"short"))
+async def test_a_pong_is_recorded_and_one_that_is_not_ends_the_connection(
+        fleet: FleetView) -> None:
+    backend = RelayBackend([lambda s: add_keda(ScalerService(Answers(fleet)), s)])
+    ours, theirs = socket.socketpair()
+    reader, writer = await asyncio.open_unix_connection(sock=ours)
+    r2, w2 = await asyncio.open_unix_connection(sock=theirs)
+    serving = asyncio.get_running_loop().create_task(backend.serve(r2, w2))
+    writer.write(frame(PONG, 41, FrontStats(1.5, 2**30, (3, 2, 1)).pack()))
+    await until(lambda: backend.answered_seq == 41, within=5, what="the PONG")
+    assert backend.stats == FrontStats(1.5, 2**30, (3, 2, 1))
+    writer.write(frame(PONG, 42, FrontStats(float("nan"), 1, (0, 0, 0)).pack()))
     await asyncio.wait_for(serving, 5)
     assert await reader.read() == b""
+    assert backend.answered_seq == 41
     writer.close()
 
 
-@given(st.binary(max_size=64))
+@given(st.one_of(st.binary(max_size=64), st.binary(min_size=32, max_size=32)))
 def test_pong_payloads_parse_or_say_why(payload: bytes) -> None:
     try:
         stats = FrontStats.unpack(payload)
     except ValueError:
         return
     assert stats.pack() == payload
+    assert stats.cpu_s >= 0
+
+
+async def test_a_front_that_answers_late_is_not_killed() -> None:
+    """A busy front may answer a ping rounds late: any answer in a round counts. Here a
+    front stopped (SIGSTOP) for 3 rounds of 0.2 s, under a 1.5 s limit, then resumed."""
+    import os
+    import signal
+
+    service = ScalerService(Answers(FleetView()))
+    front = Front(RelayBackend([lambda s: add_keda(service, s)]), heartbeat_s=0.2,
+                  wedged_s=1.5)
+    await front.start("127.0.0.1:0", None, [])
+    watch = asyncio.get_running_loop().create_task(front.watch())
+    try:
+        await until(lambda: front.backend.stats is not None, within=10, what="a PONG")
+        assert front._proc is not None
+        os.kill(front._proc.pid, signal.SIGSTOP)
+        await asyncio.sleep(0.6)
+        os.kill(front._proc.pid, signal.SIGCONT)
+        seen = front.backend.answered_seq
+        await until(lambda: front.backend.answered_seq != seen, within=5, what="answers")
+        await asyncio.sleep(1.0)
+        assert not watch.done()
+        assert front.silent_s() < 1.0
+    finally:
+        watch.cancel()
+        await front.stop(service.stopping)
+
+
+def test_every_relayed_stream_is_a_whole_state_stream() -> None:
+    streams = {name for name, streaming in relay.methods().items() if streaming}
+    assert streams == relay.WHOLE_STATE_STREAMS
 
 
 async def test_a_stream_holds_one_untaken_message_not_a_backlog() -> None:

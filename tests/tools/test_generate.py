@@ -182,6 +182,11 @@ def test_the_planner_takes_the_pods_termination_grace() -> None:
     assert md["drainSeconds"] == "900"
     assert parse_metadata(md).planner.drain_s == 900.0  # type: ignore[union-attr]
     assert any("terminationGracePeriodSeconds" in n for n in out.notes)
+    doc["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = 100_000
+    out = generate(workload_from(doc), Options(planner=True))  # beyond the trigger's bound
+    md = out.scaled_object["spec"]["triggers"][0]["metadata"]
+    assert md["drainSeconds"] == "86400"
+    assert parse_metadata(md).planner.drain_s == 86_400.0  # type: ignore[union-attr]
     for odd in ("900", True, -1, 1.5):  # not an integer count of seconds: not taken
         doc["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = odd
         assert workload_from(doc).grace_s is None

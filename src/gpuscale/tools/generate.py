@@ -90,6 +90,9 @@ def engine_flags(engine: str, argv: Sequence[str]) -> dict[str, int]:
     return out
 
 
+MAX_DRAIN_S = 86_400  # the trigger's bound on drainSeconds (scaler.core.trigger)
+
+
 @dataclass(frozen=True, slots=True)
 class Options:
     scaler_address: str = "gpuscale-scaler.gpuscale.svc:6000"
@@ -321,9 +324,13 @@ def generate(w: Workload, opts: Options) -> Generated:
         if opts.ttft_s is not None:
             metadata["ttftSeconds"] = f"{opts.ttft_s:g}"
         if w.grace_s is not None:
-            metadata["drainSeconds"] = str(w.grace_s)
-            notes.append(f"drainSeconds {w.grace_s}: the pods' terminationGracePeriodSeconds "
-                         "(a scale-down cuts the requests that outlive it)")
+            grace = min(w.grace_s, MAX_DRAIN_S)
+            metadata["drainSeconds"] = str(grace)
+            notes.append(f"drainSeconds {grace}: the pods' terminationGracePeriodSeconds"
+                         + (f" ({w.grace_s}; the trigger takes at most {MAX_DRAIN_S})"
+                            if grace != w.grace_s else "")
+                         + " (a scale-down cuts the requests that outlive it; the engine "
+                         "must drain on SIGTERM for the grace to help)")
         else:
             notes.append("drainSeconds: not written - the pods take Kubernetes' default "
                          "30 s grace; requests that run longer are cut by a scale-down "

@@ -72,15 +72,19 @@ that exist (it has not seen enough to know they are not needed).
 **Draining** (``drain_s``, the pods' termination grace): a removed pod finishes what it
 runs for ``drain_s``, then the rest is cut and starts over (its time to first token counts
 from its arrival). A request runs ``request_s`` on average (Little's law: running over
-finished, the last ``REQUEST_MEMORY_S``); taken as exponential, e^(-drain_s / request_s) of
-a pod's requests outlive the grace, so removing m of N Ready pods cuts about
-m / N x e^(-drain_s / request_s) of the requests in flight - of every minute whose arrivals
-still run. The plan goes below the Ready pods by at most as many as keep that within
-``CUT_SHARE``, and not again for ``request_s`` (those minutes' requests still run). With
-chat requests (seconds) nothing is held; with reasoning-length outputs (minutes) and a
-30-s grace a small fleet keeps its pods while requests run (measured: 9-12 missed minutes
-an hour become 1-2, for the GPU-hours the hindsight reference spends too). A grace longer
-than the requests (``terminationGracePeriodSeconds`` and ``drainSeconds``) frees it.
+finished, the last ``REQUEST_MEMORY_S``). Taking run times as exponential, removing m of N
+Ready pods cuts m / N x ``_cut_share`` of a minute's requests - e^(-drain_s / request_s) of
+those in flight, and requests that arrived more than a run time before the removal have
+mostly ended. The plan goes below the Ready pods by at most as many as keep that within
+``CUT_SHARE``, and after a step that cuts, not again until the minutes it cut are over
+(the longer of a minute and ``request_s``; sooner if pods are added). Until a minute has
+been seen, a planner with requests running keeps the Ready pods. With chat requests (a few
+seconds) nothing is held; reasoning-length outputs (minutes) on a handful of pods keep
+their pods while requests run (measured: 9-12 missed minutes an hour become 1-2, at the
+GPU-hours the hindsight reference spends), and so do requests of 20 s or more on 3 pods or
+fewer (a 30-s grace). A grace longer than the requests (``terminationGracePeriodSeconds``
+and ``drainSeconds``, with an engine that drains on SIGTERM) frees the plan. A restarted
+scaler forgets the last step's wait (it keeps the pods that exist for a hold first).
 
 The plan is a total, not an increment: pods that are starting are part of it (they are on
 their way; the HPA counts them in its current replicas) and are never asked for twice. KEDA's
@@ -218,7 +222,7 @@ class Plan:
     startup_source: str = "default"  # "configured", "measured" or "default"
     startup_pods: int = 0  # pods whose start-up was measured (0: configured or default)
     held: int = 0  # the count the hold keeps: the load that is here, without growth or backlog
-    request_s: float = 0.0  # mean seconds a request runs (0 until requests have finished)
+    request_s: float = math.nan  # mean seconds a request runs (NaN: not a minute seen)
     drain_floor: int = 0  # pods kept so a scale-down cuts at most CUT_SHARE (0: not binding)
 
     def terms(self) -> dict[str, float]:
@@ -296,18 +300,35 @@ class _Window:
         self.count = 0
 
 
-def _remember(memory: deque[tuple[int, float, float]], second: int, value: float,
-              rate: float, bucket: int, span: int) -> None:
-    """Keep ``value`` (with the burst ``rate`` it came from) in ``memory`` (decreasing;
-    the largest of the last ``span`` seconds first): a smaller value just after a larger
-    one keeps the larger one a few seconds longer instead (never less, and at most
-    ``span / bucket`` entries)."""
+def _remember(memory: deque[tuple[int, float]], second: int, value: float, bucket: int,
+              span: int) -> None:
+    """Keep ``value`` in ``memory`` (decreasing; the largest of the last ``span`` seconds
+    first): a smaller value just after a larger one keeps the larger one a few seconds
+    longer instead (never less, and at most ``span / bucket`` entries)."""
     while memory and memory[-1][1] <= value:
         memory.pop()
     if memory and memory[-1][0] // bucket == second // bucket:
-        memory[-1] = (second, memory[-1][1], memory[-1][2])
+        memory[-1] = (second, memory[-1][1])
     else:
-        memory.append((second, value, rate))
+        memory.append((second, value))
+    while memory[0][0] <= second - span:
+        memory.popleft()
+
+
+def _remember_excess(memory: deque[tuple[int, float, float]], second: int, excess: float,
+                     rate: float, bucket: int, span: int) -> None:
+    """Keep (``second``, ``excess``, the burst ``rate`` it came from) in ``memory`` for
+    ``span`` seconds, one entry a ``bucket`` (its largest excess). An entry goes early
+    only when a newer one has as much excess *and* as high a rate: one with a higher rate
+    stays, since a level that reaches the newer rate (and forgets it as a level, see
+    ``LEVEL_S``) may still lie below the older burst's."""
+    while memory and memory[-1][1] <= excess and memory[-1][2] <= rate:
+        memory.pop()
+    if memory and memory[-1][0] // bucket == second // bucket:
+        last = memory[-1]
+        memory[-1] = (second, excess, rate) if excess > last[1] else (second, last[1], last[2])
+    else:
+        memory.append((second, excess, rate))
     while memory[0][0] <= second - span:
         memory.popleft()
 
@@ -332,13 +353,14 @@ class Planner:
         self._prompts = _Window(bins(REQUEST_MEMORY_S))  # prompt tokens/s
         # KV-cache use, percent summed over Ready pods
         self._kv = _Window(bins(TREND_S), slopes=True)
-        # (second, rate, rate) and (second, excess, its rate), each decreasing
-        self._bursts: deque[tuple[int, float, float]] = deque()
+        self._bursts: deque[tuple[int, float]] = deque()  # (second, rate), decreasing
+        # (second, excess, the rate it came from): see _remember_excess
         self._excess: deque[tuple[int, float, float]] = deque()
         self._minutes = 0  # whole minutes of arrivals seen (blocks made)
         self._pruned = 0  # ... when the excess was last pruned of levels
         self._held: deque[tuple[int, int]] = deque()  # (second, count), decreasing
-        self._cut: tuple[int, int] | None = None  # (until, floor): the last allowed cut
+        # (until, floor, Ready pods then): the last step down that cut requests
+        self._cut: tuple[int, int, int] | None = None
         self._since: int | None = None  # first second of the current history
         self._queued = 0  # bins in a row with requests waiting
         self._queued_pods: dict[str, int] = {}  # the same, per Ready pod
@@ -494,47 +516,75 @@ class Planner:
             return c.delay_s
         n = len(self._finished.values)
         finished = self._finished.last(n)
-        prompt = (self._prompts.last(n) / finished if finished * c.resolution_s >= 10
+        prompt = (self._prompts.last(n) / finished if self._enough_finished()
                   else c.prompt_tokens)
         return max(0.05 * c.ttft_s, c.ttft_s - prompt / c.prefill_tps)
+
+    def _enough_finished(self) -> bool:
+        """Enough requests have finished in the recent window for a mean of one (10)."""
+        return self._finished.last(len(self._finished.values)) * self.config.resolution_s >= 10
 
     def _request_work(self) -> float:
         """Mean replica-seconds of one request: served work over finished requests in the
         recent window, the configured request until requests have finished."""
         n = len(self._served.values)
-        finished = self._finished.last(n)
-        if finished * self.config.resolution_s >= 10:  # enough requests for a mean
-            return self._served.last(n) / finished
+        if self._enough_finished():
+            return self._served.last(n) / self._finished.last(n)
         c = self.config
         return c.work(c.prompt_tokens, c.output_tokens)
 
     def _request_seconds(self) -> float | None:
         """Mean seconds a request runs (Little's law: requests running over requests
-        finishing, over the recent window), None until enough requests have finished."""
-        n = len(self._finished.values)
-        finished = self._finished.last(n)
-        if finished * self.config.resolution_s < 10:
+        finishing a second, over the recent window); with less than one request finished
+        in the window, the window's length times the requests running (at least that: a
+        run as long as the window). None until a minute has been seen."""
+        c = self.config
+        n = len(self._running.values)
+        if n < c.bins(BASE_BLOCK_S):
             return None
-        return self._running.last(n) / finished * self.config.resolution_s
+        return self._running.last(n) / max(self._finished.last(n), 1.0 / c.resolution_s)
 
-    def _drain_floor(self, second: int, obs: Observation, replicas: int,
-                     request_s: float | None) -> int:
-        """The fewest pods a scale-down may leave so that it cuts at most ``CUT_SHARE``
-        of the requests in flight (see the module's "Draining"); 0 when it cuts none."""
+    def _cut_share(self, request_s: float) -> float:
+        """Of a minute's requests, the share that removing every Ready pod would cut (one
+        pod of N: this over N). A request that arrived x seconds before the removal is
+        cut when it runs longer than x + ``drain_s``: with run times exponential of mean
+        T, e^(-(x + drain_s) / T); averaged over the minute's arrivals,
+        e^(-drain_s / T) x (T / 60)(1 - e^(-60 / T))."""
+        if request_s <= 0:
+            return 0.0
+        t, w = request_s, float(BASE_BLOCK_S)
+        return math.exp(-self.config.drain_s / t) * (t / w) * -math.expm1(-w / t)
+
+    def _drain_floor(self, second: int, obs: Observation, request_s: float | None) -> int:
+        """The fewest Ready pods a scale-down may leave now (see the module's
+        "Draining"); 0 when nothing running would be cut."""
         if obs.running < 1:
             self._cut = None
             return 0
-        if self._cut is not None and second < self._cut[0]:
-            return self._cut[1]  # a step down was allowed: none again while it cuts
-        if request_s is None or replicas >= obs.ready:
+        if request_s is None:
+            return obs.ready  # not a minute seen yet: keep the pods that run requests
+        if self._cut is not None:
+            until, floor, ready = self._cut
+            if second < until and obs.ready <= ready:
+                return floor  # a step down was taken: none again while it cuts
+            self._cut = None
+        share = self._cut_share(request_s)
+        if share <= 0:
             return 0
-        tail = math.exp(-self.config.drain_s / request_s) if request_s > 0 else 0.0
-        if tail <= 0:
-            return 0  # every request ends within the grace
-        floor = max(0, obs.ready - math.floor(CUT_SHARE * obs.ready / tail))
-        # This step cuts some: the next waits until the requests it cut would have run.
-        self._cut = (second + self.config.bins(request_s), max(floor, replicas))
-        return floor
+        return max(0, obs.ready - math.floor(CUT_SHARE * obs.ready / share))
+
+    def _took_step(self, second: int, obs: Observation, replicas: int,
+                   request_s: float | None) -> None:
+        """A plan below the Ready pods that cuts a measurable share (a tenth of
+        ``CUT_SHARE``) starts the wait before the next: until the minutes whose requests
+        it cut are over (the longer of a minute and ``request_s``)."""
+        if (self._cut is not None or request_s is None or replicas >= obs.ready
+                or obs.running < 1):
+            return
+        cut = (obs.ready - replicas) / obs.ready * self._cut_share(request_s)
+        if cut >= CUT_SHARE / 10:
+            wait = self.config.bins(max(request_s, float(BASE_BLOCK_S)))
+            self._cut = (second + wait, replicas, obs.ready)
 
     def _remember_burst(self, second: int, delay: float) -> None:
         c = self.config
@@ -562,8 +612,8 @@ class Planner:
             self._pruned = self._minutes
             self._excess = deque(e for e in self._excess if level < LEVEL_SHARE * e[2])
         bucket, memory = c.bins(BURST_BUCKET_S), c.bins(c.memory_s)
-        _remember(self._bursts, second, rate, rate, bucket, memory)
-        _remember(self._excess, second, excess, rate, bucket, memory)
+        _remember(self._bursts, second, rate, bucket, memory)
+        _remember_excess(self._excess, second, excess, rate, bucket, memory)
 
     def _make(self, now: float, obs: Observation, served: float,
               arrived: float | None = None) -> Plan:
@@ -571,18 +621,18 @@ class Planner:
         startup = self.startup
         second = self._second if self._second is not None else math.floor(now)
         request = self._request_work()
-        held = len(self._arrived.values)
-        n = min(c.bins(STEADY_S), held)
+        seen = len(self._arrived.values)
+        n = min(c.bins(STEADY_S), seen)
         now_rate = self._arrived.last(n) / n if n else served
         growth = 0.0
-        if c.trend and held >= c.bins(TREND_S):
+        if c.trend and seen >= c.bins(TREND_S):
             slope = self._arrived.slope(c.bins(TREND_S)) / c.resolution_s  # per second
             growth = min(max(0.0, slope) * startup,
                          TREND_CAP * now_rate)
         k = self.capacity
         load = now_rate / c.utilization / k
         steady = load + growth / c.utilization / k
-        excess = self._excess[0][1] if self._excess else 0.0
+        excess = max((e[1] for e in self._excess), default=0.0)
         burst = min(self._bursts[0][1] if self._bursts else 0.0, now_rate + excess) / k
         concurrency = obs.running / (c.max_batch * c.utilization)
         kv_growth = 0.0
@@ -610,19 +660,20 @@ class Planner:
         while self._held[0][0] <= second - hold:
             self._held.popleft()
         replicas = max(self._held[0][1], unheld)
-        request_s = self._request_seconds()
-        drain_floor = self._drain_floor(second, obs, replicas, request_s)
-        if drain_floor <= replicas:
-            drain_floor = 0  # (reported only where it holds the plan up)
-        replicas = max(replicas, drain_floor)
         warming = self._since is None or second - self._since < hold
         if warming:
             replicas = max(replicas, obs.ready + obs.starting)
+        request_s = self._request_seconds()
+        drain_floor = self._drain_floor(second, obs, request_s)
+        if drain_floor <= replicas:
+            drain_floor = 0  # (reported only where it holds the plan up)
+        replicas = max(replicas, drain_floor)
+        self._took_step(second, obs, replicas, request_s)
         self.plan = Plan(replicas, now, steady, burst, concurrency, kv, backlog, required,
                          unheld, arrived if arrived is not None else
                          (self.plan.arrived if self.plan else served),
                          request, k, obs.ready, obs.starting, warming, growth, kv_growth,
                          excess, startup, self.startup_source,
                          len(self._startups) if self.startup_source == "measured" else 0,
-                         held, request_s or 0.0, drain_floor)
+                         held, math.nan if request_s is None else request_s, drain_floor)
         return self.plan

@@ -11,6 +11,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from gpuscale.scaler.advisory import Advisor
+from gpuscale.scaler.core.planner import CUT_SHARE
 from gpuscale.scaler.edges.relay import Front
 from gpuscale.scaler.state.fleet import FleetView
 from gpuscale.scaler.state.plan_book import PlanBook
@@ -120,11 +121,12 @@ class PlanCollector(Collector):
             "excess over its level, inside burst; capacity: the fraction of the "
             "configured a Ready pod delivers), KV-cache percent points (kv_growth: the "
             "fill over a start-up, inside kv), seconds (startup: the start-up planned with, "
-            "configured or measured from the pods; request_s: how long a request runs) "
+            "configured or measured from the pods; request_s: how long a request runs, "
+            "NaN before a minute is seen) "
             "or pods (ready, starting; startup_pods: the pods it was measured over, 0 when "
             "configured or the default; held: the load's own count, which the hold keeps; "
-            "drain_floor: the Ready pods kept so a scale-down cuts at most 2 % of the "
-            "requests in flight, 0 when it does not bind).",
+            f"drain_floor: the Ready pods kept so a scale-down cuts at most "
+            f"{CUT_SHARE:.0%} of a minute's requests, 0 when it does not bind).",
             labels=[*labels, "term"])
         for (namespace, name), plan in self._plans.plans():
             replicas.add_metric([namespace, name], float(plan.replicas))

@@ -47,6 +47,7 @@ import asyncio
 import contextlib
 import gc
 import logging
+import math
 import resource
 import socket
 import struct
@@ -82,10 +83,22 @@ _CODES = {code.value[0]: code for code in grpc.StatusCode}
 _GONE = "gpuscale scaler: the fleet process is not reachable from its gRPC front"
 
 
+#: The server streams relayed; each message is a whole state (an activity, the metric
+#: specs), so the front keeps only the newest one a client has not taken (``_Inbox``). A
+#: stream of changes would lose them that way: it must not be added here unchanged.
+WHOLE_STATE_STREAMS = frozenset({"/externalscaler.ExternalScaler/StreamIsActive",
+                                 "/externalscaler.ExternalScaler/StreamMetricSpec"})
+
+
 def methods() -> dict[str, bool]:
     """Full method path -> whether the server streams, for every relayed method."""
-    return {f"/{s.full_name}/{m.name}": m.server_streaming
-            for s in SERVICES for m in s.methods}
+    found = {f"/{s.full_name}/{m.name}": m.server_streaming
+             for s in SERVICES for m in s.methods}
+    streams = {name for name, streaming in found.items() if streaming}
+    if streams != WHOLE_STATE_STREAMS:
+        raise AssertionError(f"relayed streams {sorted(streams)}: the front keeps only the "
+                             "newest message of a whole-state stream (WHOLE_STATE_STREAMS)")
+    return found
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +120,8 @@ class FrontStats:
         if len(payload) != cls.FORMAT.size:
             raise ValueError(f"a PONG of {len(payload)} bytes ({cls.FORMAT.size} expected)")
         cpu, rss, g0, g1, g2 = cls.FORMAT.unpack(payload)
+        if not (math.isfinite(cpu) and cpu >= 0):
+            raise ValueError(f"a PONG with {cpu!r} CPU seconds")
         return cls(cpu, rss, (g0, g1, g2))
 
     @classmethod

@@ -1,0 +1,87 @@
+"""The planner alone on every load of ``bench_simulate.py``, and on loads kept fresh:
+GPU-hours and SLO-violating minutes per load, in about a minute (no other policy, no
+reference search) - what a change to the planner is judged by before the full benchmark.
+
+Loads: the 24 of ``bench_simulate.py`` (the shipped trace x1-x8, every generated shape
+with seeds 1 and 2), and, with ``--fresh`` (the default), 12 more that no planner default
+was chosen on: the trace at x3 and x6, and seed 3 of every shape. Totals are printed for
+each set apart: a change that only helps the benchmark's loads shows there.
+
+The planner runs as ``bench_simulate.py`` runs it (``sim.scaler_adapter.planner_policy``:
+the trigger metadata docs/planner.md writes, the HPA without a scale-down window);
+``--metadata KEY=VALUE`` (repeatable) overrides trigger keys, e.g. ``utilization=0.92``.
+Compare two versions of the planner by running this at each commit.
+
+Usage: .venv/bin/python bench/bench_planner_alone.py [--jobs N] [--no-fresh]
+       [--metadata KEY=VALUE ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.bench_simulate import SHAPES, Case, cases
+from gpuscale.models.serving import ServingParams
+from gpuscale.sim.compare import opening
+from gpuscale.sim.scaler_adapter import planner_policy
+from gpuscale.sim.simulate import run_policy
+
+FRESH_SEED = 3
+FRESH_TRACE = (3.0, 6.0)
+
+
+def fresh() -> list[Case]:
+    """Loads no default was chosen on: other trace multiples, another seed."""
+    return ([Case(f"trace x{n:g}", "trace", scale=n) for n in FRESH_TRACE] +
+            [Case(f"{p} s{FRESH_SEED}", "pattern", pattern=p, seed=FRESH_SEED)
+             for p in SHAPES])
+
+
+def run(job: tuple[Case, tuple[tuple[str, str], ...]]) -> tuple[str, float, int, int]:
+    """(load, GPU-hours, SLO-violating minutes, requests cut by scale-downs)."""
+    case, metadata = job
+    requests = case.requests()
+    duration = (requests[-1].arrival_s if requests else 0.0) + 300.0
+    params = ServingParams()
+    result = run_policy("planner", requests, duration, params, min_replicas=1,
+                        start=opening(requests, duration, params),
+                        **planner_policy(params, 2.0, False, **dict(metadata)))
+    return case.name, result.gpu_hours, result.slo_violation_minutes, result.cut_requests
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--no-fresh", dest="fresh", action="store_false")
+    ap.add_argument("--metadata", action="append", default=[], metavar="KEY=VALUE")
+    args = ap.parse_args()
+    metadata = tuple(tuple(kv.split("=", 1)) for kv in args.metadata)
+    if any(len(kv) != 2 for kv in metadata):
+        ap.error("--metadata takes KEY=VALUE")
+    sets = [("benchmark", cases(False))] + ([("fresh", fresh())] if args.fresh else [])
+    began = time.perf_counter()
+    with ProcessPoolExecutor(max(1, args.jobs)) as pool:
+        got = {name: list(pool.map(run, [(c, metadata) for c in loads]))
+               for name, loads in sets}
+    print(f"# {platform.machine()} {os.cpu_count()} CPUs, Python "
+          f"{sys.version.split()[0]}, {args.jobs} jobs, {time.perf_counter() - began:.0f} s"
+          + (f"; metadata {dict(metadata)}" if metadata else ""))
+    head = f"{'load':<24}{'GPU-h':>8}{'SLO min':>9}{'cut':>6}"
+    for name, rows in got.items():
+        print(f"\n{head}\n{'-' * len(head)}")
+        for load, hours, minutes, cut in rows:
+            print(f"{load:<24}{hours:>8.2f}{minutes:>9d}{cut:>6d}")
+        print(f"{name + ' loads':<24}{sum(r[1] for r in rows):>8.2f}"
+              f"{sum(r[2] for r in rows):>9d}{sum(r[3] for r in rows):>6d}")
+
+
+if __name__ == "__main__":
+    main()
