@@ -226,3 +226,25 @@ def test_planner_profile_defaults_and_keys() -> None:
 def test_planner_keys_refused(md: dict[str, str], message: str) -> None:
     with pytest.raises(MetadataError, match=message):
         parse_metadata(md)
+
+
+def test_the_planners_keys_in_its_docs_are_the_keys_it_takes_with_their_defaults() -> None:
+    """docs/planner.md's table of keys: every key the trigger takes, none it does not, and
+    each numeric default as parsed."""
+    from pathlib import Path
+
+    from gpuscale.scaler.core.trigger import PLANNER_KEYS
+
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "planner.md").read_text()
+    table = docs[docs.index("| key | what | default |"):]
+    rows = [line.split("|") for line in table.splitlines()[2:] if line.startswith("| `")]
+    documented = {row[1].strip().strip("`"): row[3].strip() for row in rows}
+    assert set(documented) == PLANNER_KEYS
+    parsed = parse_metadata({"profile": "vllm-planner"}).planner
+    assert parsed is not None
+    attributes = {"ttftSeconds": parsed.ttft_s, "prefillTokensPerSecond": parsed.prefill_tps,
+                  "decodeTokensPerSecond": parsed.decode_tps, "maxBatch": parsed.max_batch,
+                  "utilization": parsed.utilization, "memorySeconds": parsed.memory_s,
+                  "drainSeconds": parsed.drain_s, "promptTokens": parsed.prompt_tokens}
+    for key, value in attributes.items():
+        assert float(documented[key]) == value, key

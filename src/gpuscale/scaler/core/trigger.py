@@ -31,6 +31,7 @@ utilization              busy fraction to plan for, 0.1 to 1          0.85
 holdSeconds              scale-down hold                            the start-up
 memorySeconds            how long a burst is remembered, 1 to 86400    900
 drainSeconds             the pods' termination grace, 0 to 86400        30
+promptTokens             a request's prompt until engines show theirs   1000
 ======================== ========================================== ==================
 
 (*) Without ``startupSeconds`` the planner measures it: the 90th percentile of the
