@@ -4,6 +4,7 @@ agent and scaler processes (the scaler down, data missing, a past moment)."""
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 import time
@@ -238,3 +239,29 @@ def test_missing_data_and_a_scaler_that_is_not_there(scaler: int) -> None:
     bad = explain("llm/embed", "--scaler", f"127.0.0.1:{scaler}", "--at", "whenever")
     assert bad.returncode == 2
     assert "--at" in bad.stderr
+
+
+def _planned(replicas: int, **terms: float) -> pb.ExplainReply:
+    r = reply(160.0)
+    r.planned_replicas = replicas
+    r.plan_terms.update({"steady": 1.2, "burst": 0.9, "concurrency": 0.1, "kv": 0.3,
+                         "backlog": 0.0, "required": 1.2, "held": 2.0, "drain_floor": 0.0,
+                         "request_s": 5.0, "startup": 300.0, **terms})
+    return r
+
+
+def test_why_the_planner_has_its_count() -> None:
+    """The planner line says which term sets the count: the one that binds, the hold, or
+    the drain floor (a scale-down that would cut long requests)."""
+    binding = render(_planned(2), decide(reply(160.0)))
+    assert "why       ceil(steady 1.2): the last minute's work" in binding
+    queued = render(_planned(2, backlog=0.7, required=1.9), decide(reply(160.0)))
+    assert "ceil(steady 1.2 + backlog 0.7 (the queue spread over a start-up))" in queued
+    held = render(_planned(5), decide(reply(160.0)))
+    assert "held: 5 was needed within the last start-up (300 s; the load alone needs 2)" \
+        in held
+    kept = render(_planned(5, drain_floor=5.0, request_s=200.0), decide(reply(160.0)))
+    assert ("kept at the 5 Ready pods: a scale-down would cut more than 2% of a minute's "
+            "requests (they run ~200 s") in kept
+    before = render(_planned(5, drain_floor=5.0, request_s=math.nan), decide(reply(160.0)))
+    assert "they run ~nan s" in before

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +35,7 @@ from gpuscale.models.hpa import (
     TargetType,
 )
 from gpuscale.proto import inspect_pb2 as pb
+from gpuscale.scaler.core.planner import CUT_SHARE
 
 KEDA_DEFAULTS = "KEDA's defaults: the scaler does not watch ScaledObjects (no API access)"
 
@@ -286,12 +288,43 @@ def render(reply: pb.ExplainReply, decision: Decision, width: int = 100) -> str:
     if reply.planned_replicas >= 0:
         terms = ", ".join(f"{k} {v:.3g}" for k, v in sorted(reply.plan_terms.items()))
         out.append(f"planner   {reply.planned_replicas} replicas ({terms})"[:width * 2])
+        out.append(f"why       {plan_reason(reply.planned_replicas, reply.plan_terms)}"
+                   [:width * 2])
     out.append(f"replicas  now {decision.current} ({decision.current_from})")
     out.extend(f"decision  {line}" for line in decision.lines)
     verdict = (f"-> {decision.desired} replicas" if decision.desired != decision.current
                else f"-> stays at {decision.current}")
     out.append(f"result    {verdict}")
     return "\n".join(out)
+
+
+_TERMS = {"steady": "the last minute's work at the utilization target, with its growth "
+                     "over a start-up",
+          "burst": "the delay bound of the bursts remembered",
+          "concurrency": "running sequences over the batch",
+          "kv": "the KV cache's use, with its fill over a start-up"}
+
+
+def plan_reason(planned: int, terms: Mapping[str, float]) -> str:
+    """Which of the planner's terms (scaler.core.planner, as the scaler exports them)
+    sets its count, in a sentence."""
+    floor = int(terms.get("drain_floor", 0.0))
+    if floor and floor >= planned:
+        run = terms.get("request_s", math.nan)
+        return (f"kept at the {floor} Ready pods: a scale-down would cut more than "
+                f"{CUT_SHARE:.0%} of a minute's requests (they run ~{run:.0f} s, longer "
+                f"than the pods' grace lets them finish; see drainSeconds)")
+    required = terms.get("required", 0.0)
+    unheld = math.ceil(required - 1e-9) if required > 0 else 0
+    if planned > unheld:
+        return (f"held: {planned} was needed within the last start-up "
+                f"({terms.get('startup', math.nan):.0f} s; the load alone needs {unheld}), "
+                "or the planner has not seen a whole hold window yet and keeps the pods "
+                "that exist")
+    name = max(_TERMS, key=lambda k: terms.get(k, 0.0))
+    backlog = terms.get("backlog", 0.0)
+    queue = f" + backlog {backlog:.3g} (the queue spread over a start-up)" if backlog else ""
+    return f"ceil({name} {terms.get(name, 0.0):.3g}{queue}): {_TERMS[name]}"
 
 
 def as_json(reply: pb.ExplainReply, decision: Decision) -> dict[str, Any]:
