@@ -181,6 +181,9 @@ def test_the_planner_takes_the_pods_termination_grace() -> None:
     md = out.scaled_object["spec"]["triggers"][0]["metadata"]
     assert md["drainSeconds"] == "900"
     assert parse_metadata(md).planner.drain_s == 900.0  # type: ignore[union-attr]
+    (metric,) = out.hpa["spec"]["metrics"]  # the plain HPA's planner gets it too
+    assert metric["object"]["metric"]["selector"]["matchLabels"]["drainSeconds"] == "900"
+    validate(out.hpa)
     assert any("terminationGracePeriodSeconds" in n for n in out.notes)
     doc["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = 100_000
     out = generate(workload_from(doc), Options(planner=True))  # beyond the trigger's bound

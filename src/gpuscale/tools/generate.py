@@ -387,7 +387,7 @@ def _hpa(w: Workload, profile: str, opts: Options, startup: float,
         metric: dict[str, Any] = {"name": f"gpuscale_{t.signal.replace('-', '_')}"}
         if t.signal == PLANNED:  # the trigger's planner settings, as the selector
             settings = {k: v for k, v in planner.items()
-                        if k in ("startupSeconds", "ttftSeconds", "maxBatch")}
+                        if k in ("startupSeconds", "ttftSeconds", "maxBatch", "drainSeconds")}
             if settings:
                 metric["selector"] = {"matchLabels": settings}
         metrics.append({"type": "Object", "object": {
