@@ -31,8 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.bench_simulate import SHAPES, Case, cases
 from gpuscale.models.serving import ServingParams
 from gpuscale.sim.compare import opening
-from gpuscale.sim.scaler_adapter import planner_policy
-from gpuscale.sim.simulate import run_policy
+from gpuscale.sim.scaler_adapter import PlannerPolicy, planner_policy
+from gpuscale.sim.simulate import Result, run_policy
 
 FRESH_SEED = 3
 FRESH_TRACE = (3.0, 6.0)
@@ -45,15 +45,23 @@ def fresh() -> list[Case]:
              for p in SHAPES])
 
 
-def run(job: tuple[Case, tuple[tuple[str, str], ...]]) -> tuple[str, float, int, int]:
-    """(load, GPU-hours, SLO-violating minutes, requests cut by scale-downs)."""
-    case, metadata = job
+def run_planner(case: Case, metadata: dict[str, str] | None = None,
+                measure_startup: bool = False) -> tuple[Result, PlannerPolicy, float]:
+    """The planner on ``case`` as ``bench_simulate.py`` runs it: (its result, the policy
+    that ran, the duration simulated)."""
     requests = case.requests()
     duration = (requests[-1].arrival_s if requests else 0.0) + 300.0
     params = ServingParams()
+    kwargs = planner_policy(params, 2.0, measure_startup, **(metadata or {}))
     result = run_policy("planner", requests, duration, params, min_replicas=1,
-                        start=opening(requests, duration, params),
-                        **planner_policy(params, 2.0, False, **dict(metadata)))
+                        start=opening(requests, duration, params), **kwargs)
+    return result, kwargs["signal"], duration
+
+
+def run(job: tuple[Case, tuple[tuple[str, str], ...]]) -> tuple[str, float, int, int]:
+    """(load, GPU-hours, SLO-violating minutes, requests cut by scale-downs)."""
+    case, metadata = job
+    result, _, _ = run_planner(case, dict(metadata))
     return case.name, result.gpu_hours, result.slo_violation_minutes, result.cut_requests
 
 

@@ -21,24 +21,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.bench_planner_alone import run_planner
 from bench.bench_simulate import Case, cases
 from gpuscale.common.errors import Unavailable
-from gpuscale.models.serving import ServingParams
-from gpuscale.sim.compare import opening
-from gpuscale.sim.scaler_adapter import planner_policy
-from gpuscale.sim.simulate import run_policy
 
 
 def run(job: tuple[Case, bool]) -> tuple[str, bool, float, int, float]:
     """(load, measured?, GPU-hours, SLO minutes, the start-up planned with at the end)."""
     case, measured = job
-    requests = case.requests()
-    duration = (requests[-1].arrival_s if requests else 0.0) + 300.0
-    params = ServingParams()
-    kwargs = planner_policy(params, measure_startup=measured)
-    result = run_policy("planner", requests, duration, params, min_replicas=1,
-                        start=opening(requests, duration, params), **kwargs)
-    plan = kwargs["signal"].plan(duration)
+    result, policy, duration = run_planner(case, measure_startup=measured)
+    plan = policy.plan(duration)
     return (case.name, measured, result.gpu_hours, result.slo_violation_minutes,
             float("nan") if isinstance(plan, Unavailable) else plan.startup)
 

@@ -604,15 +604,15 @@ def test_an_older_burst_with_a_higher_rate_outlives_a_newer_excess() -> None:
     """A newer excess as large but from a lower rate (its level had fallen) does not push
     out an older burst of a higher rate: when a level reaches the newer rate and forgets
     it, the older burst's excess still counts."""
-    from gpuscale.scaler.core.planner import _remember_excess
+    from gpuscale.scaler.core.planner import _remember
 
     memory: deque[tuple[int, float, float]] = deque()
-    _remember_excess(memory, 0, 10.0, 20.0, 10, 900)  # a burst to 20 over a level of 10
-    _remember_excess(memory, 100, 11.0, 12.0, 10, 900)  # to 12 over a level of 1
+    _remember(memory, 0, 10.0, 20.0, 10, 900)  # a burst to 20 over a level of 10
+    _remember(memory, 100, 11.0, 12.0, 10, 900)  # to 12 over a level of 1
     assert [e[1] for e in memory] == [10.0, 11.0]
-    _remember_excess(memory, 200, 12.0, 25.0, 10, 900)  # higher in both: the others go
+    _remember(memory, 200, 12.0, 25.0, 10, 900)  # higher in both: the others go
     assert memory == deque([(200, 12.0, 25.0)])
-    _remember_excess(memory, 205, 1.0, 2.0, 10, 900)  # same bucket, smaller: kept longer
+    _remember(memory, 205, 1.0, 2.0, 10, 900)  # same bucket, smaller: kept longer
     assert memory == deque([(205, 12.0, 25.0)])
-    _remember_excess(memory, 1106, 0.5, 1.0, 10, 900)  # past the span
+    _remember(memory, 1106, 0.5, 1.0, 10, 900)  # past the span
     assert memory == deque([(1106, 0.5, 1.0)])

@@ -7,9 +7,12 @@ going away, hostile frames on the socket, and the scaler's own start-up and stop
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import socket
 import struct
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import grpc
 import pytest
@@ -329,28 +332,37 @@ def test_status_frames_never_raise() -> None:
     assert parse_status(struct.pack("!B", 250) + b"x") == (grpc.StatusCode.UNKNOWN, "x")
 
 
-async def test_a_wedged_front_is_killed_and_its_figures_were_on_metrics(
-        fleet: FleetView) -> None:
+@asynccontextmanager
+async def _watched(heartbeat_s: float) -> AsyncIterator[tuple[Front, asyncio.Task[None]]]:
+    """A real front (a child process) whose fleet process watches it as the scaler does,
+    pinging every ``heartbeat_s`` with a 1.5 s limit, once its first PONG has come back;
+    stopped on the way out."""
+    service = ScalerService(Answers(FleetView()))
+    front = Front(RelayBackend([lambda s: add_keda(service, s)]), heartbeat_s=heartbeat_s,
+                  wedged_s=1.5)
+    await front.start("127.0.0.1:0", None, [])
+    watch = asyncio.get_running_loop().create_task(front.watch())
+    try:
+        await until(lambda: front.backend.stats is not None, within=10, what="a PONG")
+        assert front._proc is not None
+        yield front, watch
+    finally:
+        watch.cancel()
+        await front.stop(service.stopping)
+
+
+async def test_a_wedged_front_is_killed_and_its_figures_were_on_metrics() -> None:
     """The front answers the fleet process's pings with its CPU, memory and collections
     (on the scaler's /metrics); stopped with SIGSTOP - alive, its loop stuck, KEDA's port
     still open - it is killed once silent past ``wedged_s``, and the scaler then ends."""
-    import os
-    import signal
-
     from prometheus_client import CollectorRegistry, generate_latest
     from prometheus_client.parser import text_string_to_metric_families
 
     from gpuscale.scaler.edges.http import FrontCollector
 
-    service = ScalerService(Answers(fleet))
-    front = Front(RelayBackend([lambda s: add_keda(service, s)]), heartbeat_s=0.1,
-                  wedged_s=1.5)
-    await front.start("127.0.0.1:0", None, [])
-    registry = CollectorRegistry()
-    registry.register(FrontCollector(front))
-    watch = asyncio.get_running_loop().create_task(front.watch())
-    try:
-        await until(lambda: front.backend.stats is not None, within=10, what="a PONG")
+    async with _watched(0.1) as (front, watch):
+        registry = CollectorRegistry()
+        registry.register(FrontCollector(front))
         samples = {s.name + str(s.labels.get("generation", "")): s.value
                    for f in text_string_to_metric_families(
                        generate_latest(registry).decode()) for s in f.samples}
@@ -363,9 +375,6 @@ async def test_a_wedged_front_is_killed_and_its_figures_were_on_metrics(
         with pytest.raises(RuntimeError, match="did not answer for"):
             await asyncio.wait_for(watch, 10)
         assert front._proc.returncode == -signal.SIGKILL
-    finally:
-        watch.cancel()
-        await front.stop(service.stopping)
 
 
 async def test_a_pong_is_recorded_and_one_that_is_not_ends_the_connection(
@@ -398,16 +407,7 @@ def test_pong_payloads_parse_or_say_why(payload: bytes) -> None:
 async def test_a_front_that_answers_late_is_not_killed() -> None:
     """A busy front may answer a ping rounds late: any answer in a round counts. Here a
     front stopped (SIGSTOP) for 3 rounds of 0.2 s, under a 1.5 s limit, then resumed."""
-    import os
-    import signal
-
-    service = ScalerService(Answers(FleetView()))
-    front = Front(RelayBackend([lambda s: add_keda(service, s)]), heartbeat_s=0.2,
-                  wedged_s=1.5)
-    await front.start("127.0.0.1:0", None, [])
-    watch = asyncio.get_running_loop().create_task(front.watch())
-    try:
-        await until(lambda: front.backend.stats is not None, within=10, what="a PONG")
+    async with _watched(0.2) as (front, watch):
         assert front._proc is not None
         os.kill(front._proc.pid, signal.SIGSTOP)
         await asyncio.sleep(0.6)
@@ -417,9 +417,6 @@ async def test_a_front_that_answers_late_is_not_killed() -> None:
         await asyncio.sleep(1.0)
         assert not watch.done()
         assert front.silent_s() < 1.0
-    finally:
-        watch.cancel()
-        await front.stop(service.stopping)
 
 
 def test_every_relayed_stream_is_a_whole_state_stream() -> None:

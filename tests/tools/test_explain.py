@@ -245,7 +245,8 @@ def _planned(replicas: int, **terms: float) -> pb.ExplainReply:
     r = reply(160.0)
     r.planned_replicas = replicas
     r.plan_terms.update({"steady": 1.2, "burst": 0.9, "concurrency": 0.1, "kv": 0.3,
-                         "backlog": 0.0, "required": 1.2, "held": 2.0, "drain_floor": 0.0,
+                         "backlog": 0.0, "required": 1.2, "unheld": 2.0, "held": 2.0,
+                         "drain_floor": 0.0,
                          "request_s": 5.0, "startup": 300.0, **terms})
     return r
 
@@ -264,4 +265,6 @@ def test_why_the_planner_has_its_count() -> None:
     assert ("kept at the 5 Ready pods: a scale-down would cut more than 2% of a minute's "
             "requests (they run ~200 s") in kept
     before = render(_planned(5, drain_floor=5.0, request_s=math.nan), decide(reply(160.0)))
-    assert "they run ~nan s" in before
+    why = next(line for line in before.splitlines() if line.startswith("why"))
+    assert "has not seen a minute of them yet" in why
+    assert "nan" not in why

@@ -311,11 +311,13 @@ def plan_reason(planned: int, terms: Mapping[str, float]) -> str:
     floor = int(terms.get("drain_floor", 0.0))
     if floor and floor >= planned:
         run = terms.get("request_s", math.nan)
+        if math.isnan(run):
+            return (f"kept at the {floor} Ready pods: requests are running and the planner "
+                    "has not seen a minute of them yet (a scale-down could cut them)")
         return (f"kept at the {floor} Ready pods: a scale-down would cut more than "
                 f"{CUT_SHARE:.0%} of a minute's requests (they run ~{run:.0f} s, longer "
                 f"than the pods' grace lets them finish; see drainSeconds)")
-    required = terms.get("required", 0.0)
-    unheld = math.ceil(required - 1e-9) if required > 0 else 0
+    unheld = int(terms.get("unheld", 0.0))
     if planned > unheld:
         return (f"held: {planned} was needed within the last start-up "
                 f"({terms.get('startup', math.nan):.0f} s; the load alone needs {unheld}), "

@@ -228,6 +228,7 @@ class Plan:
     def terms(self) -> dict[str, float]:
         return {"steady": self.steady, "burst": self.burst, "concurrency": self.concurrency,
                 "kv": self.kv, "backlog": self.backlog, "required": self.required,
+                "unheld": float(self.unheld),
                 "arrived": self.arrived, "request_work": self.request_work,
                 "capacity": self.capacity, "growth": self.growth,
                 "kv_growth": self.kv_growth, "burst_excess": self.burst_excess,
@@ -300,35 +301,22 @@ class _Window:
         self.count = 0
 
 
-def _remember(memory: deque[tuple[int, float]], second: int, value: float, bucket: int,
-              span: int) -> None:
-    """Keep ``value`` in ``memory`` (decreasing; the largest of the last ``span`` seconds
-    first): a smaller value just after a larger one keeps the larger one a few seconds
-    longer instead (never less, and at most ``span / bucket`` entries)."""
-    while memory and memory[-1][1] <= value:
-        memory.pop()
-    if memory and memory[-1][0] // bucket == second // bucket:
-        memory[-1] = (second, memory[-1][1])
-    else:
-        memory.append((second, value))
-    while memory[0][0] <= second - span:
-        memory.popleft()
-
-
-def _remember_excess(memory: deque[tuple[int, float, float]], second: int, excess: float,
-                     rate: float, bucket: int, span: int) -> None:
-    """Keep (``second``, ``excess``, the burst ``rate`` it came from) in ``memory`` for
-    ``span`` seconds, one entry a ``bucket`` (its largest excess). An entry goes early
-    only when a newer one has as much excess *and* as high a rate: one with a higher rate
-    stays, since a level that reaches the newer rate (and forgets it as a level, see
-    ``LEVEL_S``) may still lie below the older burst's."""
-    while memory and memory[-1][1] <= excess and memory[-1][2] <= rate:
+def _remember(memory: deque[tuple[int, float, float]], second: int, value: float,
+              rate: float, bucket: int, span: int) -> None:
+    """Keep (``second``, ``value``, the burst ``rate`` it came from) in ``memory`` for
+    ``span`` seconds, one entry a ``bucket`` (its largest value; a smaller value just after
+    keeps it a few seconds longer instead). An entry goes early only when a newer one has
+    as large a value *and* as high a rate: for an excess, one with a higher rate stays,
+    since a level that reaches the newer rate (and forgets it as a level, see ``LEVEL_S``)
+    may still lie below the older burst's. With ``value`` the rate itself (the remembered
+    rates) the entries decrease: the first is the largest."""
+    while memory and memory[-1][1] <= value and memory[-1][2] <= rate:
         memory.pop()
     if memory and memory[-1][0] // bucket == second // bucket:
         last = memory[-1]
-        memory[-1] = (second, excess, rate) if excess > last[1] else (second, last[1], last[2])
+        memory[-1] = (second, value, rate) if value > last[1] else (second, last[1], last[2])
     else:
-        memory.append((second, excess, rate))
+        memory.append((second, value, rate))
     while memory[0][0] <= second - span:
         memory.popleft()
 
@@ -353,8 +341,8 @@ class Planner:
         self._prompts = _Window(bins(REQUEST_MEMORY_S))  # prompt tokens/s
         # KV-cache use, percent summed over Ready pods
         self._kv = _Window(bins(TREND_S), slopes=True)
-        self._bursts: deque[tuple[int, float]] = deque()  # (second, rate), decreasing
-        # (second, excess, the rate it came from): see _remember_excess
+        # (second, rate, rate), decreasing, and (second, excess, its rate): see _remember
+        self._bursts: deque[tuple[int, float, float]] = deque()
         self._excess: deque[tuple[int, float, float]] = deque()
         self._minutes = 0  # whole minutes of arrivals seen (blocks made)
         self._pruned = 0  # ... when the excess was last pruned of levels
@@ -597,14 +585,15 @@ class Planner:
         # before the longest span (a minute, not the window's mean: bursts that recur
         # within the window would raise a mean and hide their own excess).
         recent = math.ceil(spans[-1] / BASE_BLOCK_S)  # minutes the spans may cover
-        blocks = list(self._blocks)[:-recent or None][-(BURST_BASE_S // BASE_BLOCK_S):]
+        minutes = list(self._blocks)
+        blocks = minutes[:-recent or None][-(BURST_BASE_S // BASE_BLOCK_S):]
         # (Until a minute before the longest span is known, the level is taken as 0: the
         # whole rate is excess, as the burst term was before it had a level.)
         excess = max(0.0, rate - (min(blocks) if blocks else 0.0))
         # A rate the load has kept for LEVEL_S (every whole minute of it at least
         # LEVEL_SHARE of the rate) is a level - a step, a day's peak - not a burst: it is
         # no excess, and what was remembered as one on the way up is forgotten.
-        kept = list(self._blocks)[-(LEVEL_S // BASE_BLOCK_S):]
+        kept = minutes[-(LEVEL_S // BASE_BLOCK_S):]
         level = min(kept) if len(kept) == LEVEL_S // BASE_BLOCK_S else None
         if level is not None and level >= LEVEL_SHARE * rate:
             excess = 0.0
@@ -612,8 +601,8 @@ class Planner:
             self._pruned = self._minutes
             self._excess = deque(e for e in self._excess if level < LEVEL_SHARE * e[2])
         bucket, memory = c.bins(BURST_BUCKET_S), c.bins(c.memory_s)
-        _remember(self._bursts, second, rate, bucket, memory)
-        _remember_excess(self._excess, second, excess, rate, bucket, memory)
+        _remember(self._bursts, second, rate, rate, bucket, memory)
+        _remember(self._excess, second, excess, rate, bucket, memory)
 
     def _make(self, now: float, obs: Observation, served: float,
               arrived: float | None = None) -> Plan:

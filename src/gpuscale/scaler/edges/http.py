@@ -114,19 +114,19 @@ class PlanCollector(Collector):
         replicas = GaugeMetricFamily("gpuscale_plan_replicas", "The planner's replica count "
                                      "(what KEDA's HPA is asked for).", labels=labels)
         terms = GaugeMetricFamily(
-            "gpuscale_plan_term", "The planner's terms, in replicas (steady, burst, "
-            "concurrency, kv, backlog, required), replica-seconds (arrived: work that "
-            "arrived in the last second; request_work: of one request; growth: the "
-            "load's growth over a start-up, inside steady; burst_excess: the remembered burst's "
-            "excess over its level, inside burst; capacity: the fraction of the "
-            "configured a Ready pod delivers), KV-cache percent points (kv_growth: the "
-            "fill over a start-up, inside kv), seconds (startup: the start-up planned with, "
-            "configured or measured from the pods; request_s: how long a request runs, "
-            "NaN before a minute is seen) "
-            "or pods (ready, starting; startup_pods: the pods it was measured over, 0 when "
-            "configured or the default; held: the load's own count, which the hold keeps; "
-            f"drain_floor: the Ready pods kept so a scale-down cuts at most "
-            f"{CUT_SHARE:.0%} of a minute's requests, 0 when it does not bind).",
+            "gpuscale_plan_term",
+            "The planner's terms, in replicas (steady, burst, concurrency, kv, backlog, required,"
+            " unheld: ceil(required)), replica-seconds (arrived: work that arrived in the last "
+            "second; request_work: of one request; growth: the load's growth over a start-up, "
+            "inside steady; burst_excess: the remembered burst's excess over its level, inside "
+            "burst; capacity: the fraction of the configured a Ready pod delivers), KV-cache "
+            "percent points (kv_growth: the fill over a start-up, inside kv), seconds (startup: "
+            "the start-up planned with, configured or measured from the pods; request_s: how long"
+            " a request runs, NaN before a minute is seen) or pods (ready, starting; "
+            "startup_pods: the pods it was measured over, 0 when configured or the default; held:"
+            " the load's own count, which the hold keeps; "
+            f"drain_floor: the Ready pods kept so a scale-down cuts at most {CUT_SHARE:.0%} of a"
+            f" minute's requests, 0 when it does not bind).",
             labels=[*labels, "term"])
         for (namespace, name), plan in self._plans.plans():
             replicas.add_metric([namespace, name], float(plan.replicas))
