@@ -44,6 +44,7 @@ from gpuscale.stream.records import DeviceRecord, NodeReport, PodRecord  # noqa:
 
 PODS = 8
 WORKLOADS = 1000
+BOOST = 300.0  # a flipped node's pods' utilization on top of their own (<= the 1,000 % bound)
 WITH_DEVICES = os.environ.get("BENCH_FLEET_DEVICES", "1") == "1"  # set by --no-devices
 INDEPENDENT = os.environ.get("BENCH_FLEET_PHASES", "grouped") == "independent"
 
@@ -84,8 +85,14 @@ async def generate(first: int, count: int, port_base: int, control: int) -> None
     boosts: dict[int, float] = {}
 
     async def on_control(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        node, value = map(float, (await reader.readline()).split())
-        boosts[int(node)] = value
+        """A line with a node's number flips its boost (0 <-> BOOST); the reply is the new
+        boost. The generator keeps the state: a probe that set it itself from what it had
+        sent would flip nothing for a node an earlier client left boosted (bench_keda's
+        10,000 run follows its 1,000 run on the same generators)."""
+        node = int((await reader.readline()).split()[0])
+        boosts[node] = 0.0 if boosts.get(node) else BOOST
+        writer.write(f"{boosts[node]:g}\n".encode())
+        await writer.drain()
         writer.close()
 
     await asyncio.start_server(on_control, "127.0.0.1", control)
@@ -149,6 +156,16 @@ def histogram_quantiles(text: str, name: str, before: str) -> tuple[float, float
     return q(0.5), q(0.99), int(total)
 
 
+async def flip(port: int, node: int) -> float:
+    """Flip ``node``'s boost through its generator's control ``port``: the new boost."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(f"{node}\n".encode())
+    await writer.drain()
+    got = float(await reader.readline())
+    writer.close()
+    return got
+
+
 async def probe(scaler_port: int, controls: list[tuple[int, int, int]], n: int,
                 latencies: list[float]) -> list[float]:
     """Flip one agent's load up and measure until GetMetrics shows it."""
@@ -166,17 +183,12 @@ async def probe(scaler_port: int, controls: list[tuple[int, int, int]], n: int,
             latencies.append(time.perf_counter() - t0)
             return float(got.metricValues[0].metricValueFloat)
 
-        boosted: dict[int, float] = {}
         for _ in range(n):
             node = random.randrange(controls[-1][1])
             _, _, port = next(c for c in controls if c[0] <= node < c[1])
             w = (node * PODS) % WORKLOADS
             before = await value(w)
-            boost = boosted[node] = 0.0 if boosted.get(node) else 300.0  # <= the 1,000 % bound
-            _, writer = await asyncio.open_connection("127.0.0.1", port)
-            writer.write(f"{node} {boost}\n".encode())
-            await writer.drain()
-            writer.close()
+            await flip(port, node)
             t0 = time.monotonic()
             while abs(await value(w) - before) < 150:
                 await asyncio.sleep(0.005)

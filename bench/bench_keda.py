@@ -34,8 +34,14 @@ The scaler is the real ``gpuscale scaler`` (CPU and RSS from /proc); the generat
 bench_fleet.py's (the real TelemetryPublisher, one gRPC server per agent). The yardstick
 (grpc.aio's empty-handler CPU per call, bench/grpc_floor.py) is measured in the same run.
 
+The KEDA model is this file's (Python, grpc.aio: each call costs it ~0.3 ms of CPU, a
+floor of its own under every latency it reads) or, with ``--client go``, bench/keda_go's:
+the same pattern, arguments and JSON in Go with grpc-go, built against Debian's packages
+(Go 1.19, grpc-go 1.33; KEDA builds with newer ones of both), so what a call costs the
+client is about what it costs KEDA.
+
 Usage: .venv/bin/python bench/bench_keda.py [--objects 1000 10000] [--seconds 60]
-       [--push] [--replicas 1] [--pin] [--lag-probe] [--floor]
+       [--push] [--replicas 1] [--pin] [--lag-probe] [--floor] [--client python|go]
        [--agent-phases independent|grouped] [--answer-process] [--scaler-cores 2]
 """
 
@@ -43,11 +49,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import heapq
 import json
 import os
 import platform
 import random
+import shutil
 import subprocess
 import sys
 import time
@@ -63,13 +71,20 @@ import grpc  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
 from bench import grpc_floor  # noqa: E402
-from bench.bench_fleet import free_port, histogram_quantiles  # noqa: E402
+from bench.bench_fleet import flip, free_port, histogram_quantiles  # noqa: E402
 from bench.bench_scaler import pct  # noqa: E402
 from bench.proc import child_env, children, proc_cpu_seconds, proc_mem_mib  # noqa: E402
 from gpuscale.proto import externalscaler_pb2 as pb  # noqa: E402
 from gpuscale.proto import externalscaler_pb2_grpc as pb_grpc  # noqa: E402
 
 AGENTS, PODS, WORKLOADS = 1000, 8, 1000
+GO_SOURCE, GO_BUILD = REPO / "bench" / "keda_go", REPO / "build" / "keda_go"
+GO_PATH = Path("/usr/share/gocode")  # where Debian's Go library packages put their source
+# (protobuf 1.5's APIv1 shim, not 1.3's, which grpc-go's package would pull in: grpc-go's
+# codec decodes through it, and 1.3 cannot read messages protoc-gen-go's APIv2 makes)
+GO_PACKAGES = ("golang-go", "golang-google-grpc-dev", "golang-google-protobuf-dev",
+               "golang-github-golang-protobuf-1-5-dev", "protobuf-compiler", "protoc-gen-go",
+               "protoc-gen-go-grpc")
 POLL_S, HPA_S, HPA_WORKERS, HPA_DEADLINE_S = 30.0, 15.0, 5, 3.0
 SERVICE_CONFIG = json.dumps({"loadBalancingConfig": [{"round_robin": {}}]})
 METHODS = ("GetMetricSpec", "GetMetrics", "IsActive")
@@ -223,7 +238,6 @@ class Keda:
 
     async def freshness(self, controls: list[list[int]], probes: list[float]) -> None:
         """Flip a node's load; GetMetrics on the same channel until the value moved."""
-        boosted: dict[int, float] = {}
         while controls and not self.stopping:
             await asyncio.sleep(2.0 + random.random())
             node = random.randrange(controls[-1][1])
@@ -238,11 +252,7 @@ class Keda:
 
             try:
                 before = await value()
-                boost = boosted[node] = 0.0 if boosted.get(node) else 300.0
-                _, writer = await asyncio.open_connection("127.0.0.1", port)
-                writer.write(f"{node} {boost}\n".encode())
-                await writer.drain()
-                writer.close()
+                boost = await flip(port, node)
                 t0 = time.monotonic()
                 last = await value()
                 while abs(last - before) < 150 and time.monotonic() - t0 < 10:
@@ -312,6 +322,55 @@ async def keda_main(target: str, n: int, seconds: float, warmup: float, push: bo
                     controls: list[list[int]]) -> None:
     got = await Keda(target, n, push).run(seconds, warmup, controls)
     print(json.dumps(got), flush=True)
+
+
+# -- KEDA in Go ---------------------------------------------------------------------------
+
+
+def go_version() -> str:
+    """The Go toolchain and grpc-go the Go model is built with."""
+    go = subprocess.run(["go", "version"], capture_output=True, text=True, check=True)
+    grpc_go = (GO_PATH / "src/google.golang.org/grpc/version.go").read_text()
+    return (f"{go.stdout.split()[2]}, grpc-go "
+            f"{grpc_go.split('Version = ')[1].split()[0].strip(chr(34))}")
+
+
+def build_go_client() -> Path:
+    """bench/keda_go built against Debian's Go toolchain and grpc-go (packages installed
+    with apt-get when missing, as ./dev installs the tests' Prometheus), the stubs made from
+    the project's copy of KEDA's proto. GOPATH mode: Debian's packages are the libraries;
+    nothing is fetched. Rebuilt when the source or the proto changed."""
+    have = subprocess.run(["dpkg-query", "-W", "-f", "${Status}\\n", *GO_PACKAGES],
+                          capture_output=True, text=True, check=False).stdout.splitlines()
+    if len(have) != len(GO_PACKAGES) or any(not h.endswith(" installed") for h in have):
+        sudo = [] if os.geteuid() == 0 else ["sudo"]
+        print(f"installing Debian packages for the Go KEDA model: {' '.join(GO_PACKAGES)}",
+              flush=True)
+        subprocess.run([*sudo, "apt-get", "update", "-qq"], check=True)
+        subprocess.run([*sudo, "apt-get", "install", "-y", "-qq", "--no-install-recommends",
+                        *GO_PACKAGES], check=True, env={**os.environ,
+                                                        "DEBIAN_FRONTEND": "noninteractive"})
+    proto = REPO / "src" / "gpuscale" / "proto" / "externalscaler.proto"
+    digest = hashlib.sha256((GO_SOURCE / "main.go").read_bytes() + proto.read_bytes()
+                            ).hexdigest()
+    binary, stamp = GO_BUILD / "keda_go", GO_BUILD / "stamp"
+    if binary.exists() and stamp.exists() and stamp.read_text() == digest:
+        return binary
+    src = GO_BUILD / "src" / "kedamodel"
+    shutil.rmtree(GO_BUILD, ignore_errors=True)
+    (src / "externalscaler").mkdir(parents=True)
+    shutil.copy(GO_SOURCE / "main.go", src / "main.go")
+    where = "Mexternalscaler.proto=kedamodel/externalscaler"
+    subprocess.run(["protoc", f"-I{proto.parent}",
+                    f"--go_out={src / 'externalscaler'}", "--go_opt=paths=source_relative",
+                    f"--go_opt={where}", f"--go-grpc_out={src / 'externalscaler'}",
+                    "--go-grpc_opt=paths=source_relative", f"--go-grpc_opt={where}",
+                    proto.name], check=True)
+    subprocess.run(["go", "build", "-o", str(binary), "."], cwd=src, check=True, env={
+        **os.environ, "GOPATH": f"{GO_BUILD}:{GO_PATH}", "GO111MODULE": "off",
+        "GOCACHE": str(GO_BUILD / "cache"), "GOFLAGS": ""})
+    stamp.write_text(digest)
+    return binary
 
 
 # -- the orchestra --------------------------------------------------------------------------
@@ -401,8 +460,9 @@ def answered(text: str) -> float:
 
 def run_keda(target: str, n: int, seconds: float, warmup: float, push: bool,
              controls: list[list[int]], scalers: list[Any], gens: list[Any],
-             env: dict[str, str], client_cpus: str) -> dict[str, Any]:
-    p = subprocess.Popen(keda_argv(target, n, seconds, warmup, push, controls, client_cpus),
+             env: dict[str, str], client_cpus: str, go: Path | None) -> dict[str, Any]:
+    p = subprocess.Popen(keda_argv(target, n, seconds, warmup, push, controls, client_cpus,
+                                   go),
                          stdout=subprocess.PIPE, env=env, text=True)
     assert p.stdout is not None
     assert p.stdout.readline().strip() == "window"
@@ -436,15 +496,18 @@ def run_keda(target: str, n: int, seconds: float, warmup: float, push: bool,
 
 
 def keda_argv(target: str, n: int, seconds: float, warmup: float, push: bool,
-              controls: list[list[int]], client_cpus: str) -> list[str]:
-    """The KEDA model as a process of its own (on ``client_cpus`` when given)."""
-    argv = [sys.executable, __file__, "--keda", target, str(n), str(seconds), str(warmup),
-            "1" if push else "0", json.dumps(controls)]
+              controls: list[list[int]], client_cpus: str, go: Path | None) -> list[str]:
+    """The KEDA model as a process of its own (on ``client_cpus`` when given): this
+    file's, or with ``go`` the grpc-go one built from bench/keda_go (same arguments,
+    same pattern, same JSON)."""
+    model = [str(go)] if go else [sys.executable, __file__, "--keda"]
+    argv = [*model, target, str(n), str(seconds), str(warmup), "1" if push else "0",
+            json.dumps(controls)]
     return ["taskset", "-c", client_cpus, *argv] if client_cpus else argv
 
 
 def run_floor(n: int, seconds: float, warmup: float, push: bool, env: dict[str, str],
-              server_cpus: str, client_cpus: str) -> dict[str, Any]:
+              server_cpus: str, client_cpus: str, go: Path | None) -> dict[str, Any]:
     """The same KEDA client against grpc_floor's keda-empty server (prebuilt answers,
     nothing behind them) on the scaler's core: what the client and the transport cost."""
     port = free_port()
@@ -454,7 +517,7 @@ def run_floor(n: int, seconds: float, warmup: float, push: bool, env: dict[str, 
     try:
         assert stub.stdout is not None and stub.stdout.readline().strip() == "ready"
         out = subprocess.run(keda_argv(f"127.0.0.1:{port}", n, seconds, warmup, push, [],
-                                       client_cpus),
+                                       client_cpus, go),
                              stdout=subprocess.PIPE, env=env, text=True, check=True)
         got: dict[str, Any] = json.loads(out.stdout.splitlines()[-1])
         return got
@@ -561,6 +624,10 @@ def main() -> None:
     ap.add_argument("--answer-process", action="store_true",
                     help="run each scaler with --answer-process (KEDA's port in a child "
                          "process; CPU and RSS then include it)")
+    ap.add_argument("--client", choices=("python", "go"), default="python",
+                    help="the KEDA model: this file's (grpc.aio) or bench/keda_go's, in "
+                         "KEDA's own language and gRPC library (built on first use; "
+                         "Debian's Go and grpc-go packages, installed when missing)")
     ap.add_argument("--json", type=Path, help="write every figure here too")
     ap.add_argument("--lag-probe", action="store_true",
                     help="time the (first) scaler's event-loop callbacks (bench/lagprobe) and "
@@ -578,11 +645,14 @@ def main() -> None:
         if count <= used:
             raise SystemExit(f"--pin with --scaler-cores {pin} needs more than {used} cores")
         others = f"{used}-{count - 1}"
+    go = build_go_client() if args.client == "go" else None
     floor_us = grpc_floor.floor()
     print(f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores, "
           f"Python {platform.python_version()}, grpcio {grpc.__version__}, "
           f"{time.strftime('%Y-%m-%d')}")
     print(f"yardstick: grpc.aio empty handler {floor_us:.0f} µs of server CPU per call")
+    print("KEDA model: " + (f"grpc-go (bench/keda_go, {go_version()})" if go else
+                            f"Python grpc.aio (grpcio {grpc.__version__})"))
     gens, controls, addrs = start_fleet(args.generators, env, others)
     scalers: list[Any] = []
     results = []
@@ -591,7 +661,7 @@ def main() -> None:
         if args.floor:  # before the scalers: nothing else on their core
             for n in args.objects:
                 floors[n] = run_floor(n, args.seconds, args.warmup, args.push, env,
-                                      ",".join(map(str, range(pin))), others)
+                                      ",".join(map(str, range(pin))), others, go)
         scalers = start_scalers(args.replicas, addrs, env, pin, args.stream_memory_mib,
                                 args.answer_process)
         c0, t0 = [proc_cpu_seconds(s[0].pid) for s in scalers], time.monotonic()
@@ -604,7 +674,7 @@ def main() -> None:
               f"({args.agent_phases} phases); one KEDA channel to {target}")
         for n in args.objects:
             got = run_keda(target, n, args.seconds, args.warmup, args.push, controls,
-                           scalers, gens, env, others)
+                           scalers, gens, env, others, go)
             got["ingest_cpu"], got["floor_us"] = idle, floor_us
             report(got, floor_us, idle)
             if n in floors:
