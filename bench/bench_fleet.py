@@ -156,14 +156,18 @@ def histogram_quantiles(text: str, name: str, before: str) -> tuple[float, float
     return q(0.5), q(0.99), int(total)
 
 
-async def flip(port: int, node: int) -> float:
-    """Flip ``node``'s boost through its generator's control ``port``: the new boost."""
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(f"{node}\n".encode())
-    await writer.drain()
-    got = float(await reader.readline())
-    writer.close()
-    return got
+async def flip(port: int, node: int, timeout: float = 10.0) -> float:
+    """Flip ``node``'s boost through its generator's control ``port``: the new boost.
+    Raises OSError, ValueError (no reply) or TimeoutError."""
+    async def ask() -> float:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        try:
+            writer.write(f"{node}\n".encode())
+            await writer.drain()
+            return float(await reader.readline())
+        finally:
+            writer.close()
+    return await asyncio.wait_for(ask(), timeout)
 
 
 async def probe(scaler_port: int, controls: list[tuple[int, int, int]], n: int,
@@ -188,8 +192,8 @@ async def probe(scaler_port: int, controls: list[tuple[int, int, int]], n: int,
             _, _, port = next(c for c in controls if c[0] <= node < c[1])
             w = (node * PODS) % WORKLOADS
             before = await value(w)
+            t0 = time.monotonic()  # before the flip: errs long, not short
             await flip(port, node)
-            t0 = time.monotonic()
             while abs(await value(w) - before) < 150:
                 await asyncio.sleep(0.005)
             delays.append(time.monotonic() - t0)
