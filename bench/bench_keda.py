@@ -464,9 +464,21 @@ def answered(text: str) -> float:
                if name.endswith("_total"))
 
 
+def lag_counts(path: Path | None) -> dict[str, tuple[int, float]]:
+    """The lag probe's file now: what ran -> (slow callbacks, ms in all), since start."""
+    if path is None or not path.exists():
+        return {}
+    got = {}
+    for line in path.read_text().splitlines():
+        count, total, _worst, key = line.split("\t", 3)
+        got[key] = (int(count), float(total))
+    return got
+
+
 def run_keda(target: str, n: int, seconds: float, warmup: float, push: bool,
              controls: list[list[int]], scalers: list[Any], gens: list[Any],
-             env: dict[str, str], client_cpus: str, go: Path | None) -> dict[str, Any]:
+             env: dict[str, str], client_cpus: str, go: Path | None,
+             lag_file: Path | None = None) -> dict[str, Any]:
     p = subprocess.Popen(keda_argv(target, n, seconds, warmup, push, controls, client_cpus,
                                    go),
                          stdout=subprocess.PIPE, env=env, text=True)
@@ -478,8 +490,11 @@ def run_keda(target: str, n: int, seconds: float, warmup: float, push: bool,
     c0, t0 = [proc_cpu_seconds(pid) for pid in pids], time.monotonic()
     g0 = sum(proc_cpu_seconds(g.pid) for g in gens)
     scrapes0 = [metrics_text(s[2]) for s in scalers]
+    lag0 = lag_counts(lag_file)
     assert p.stdout.readline().strip() == "end"
     wall = time.monotonic() - t0
+    if lag_file is not None:
+        time.sleep(1.2)  # the probe writes every second
     scrapes1 = [metrics_text(s[2]) for s in scalers]
     got_gc = gc_pauses(scrapes0[0], scrapes1[0])
     delay = histogram_quantiles(scrapes1[0], "gpuscale_scaler_update_delay_seconds",
@@ -498,6 +513,11 @@ def run_keda(target: str, n: int, seconds: float, warmup: float, push: bool,
     got["front_cpu"], got["front_rss_mib"] = front_cpu, front_rss
     got["gc"], got["generators_cpu"], got["answered_by_replica"] = got_gc, gens_cpu, shares
     got["update_delay_p50_p99_s"] = delay[:2]
+    lag1 = lag_counts(lag_file)
+    got["lag_window"] = sorted(
+        ((key, c - lag0.get(key, (0, 0.0))[0], ms - lag0.get(key, (0, 0.0))[1])
+         for key, (c, ms) in lag1.items() if c > lag0.get(key, (0, 0.0))[0]),
+        key=lambda row: -row[1])
     return got
 
 
@@ -591,6 +611,11 @@ def report(got: dict[str, Any], floor_us: float, idle: list[float]) -> None:
     per_call = sum(extra) / max(got["calls_per_s"], 1) * 1e6
     print(f"  scaler CPU per call beyond ingest {per_call:.0f} µs = "
           f"{per_call / floor_us:.1f}x the yardstick")
+    if got.get("lag_window"):
+        print(f"  callbacks of the first scaler over {os.environ.get('GPUSCALE_LAG_MS', '4')} "
+              f"ms in the measured window (+-1 s; count, ms in all, what ran):")
+        for key, count, total in got["lag_window"][:20]:
+            print(f"    {count}\t{total:.0f}\t{key}")
 
 
 def main() -> None:
@@ -680,7 +705,8 @@ def main() -> None:
               f"({args.agent_phases} phases); one KEDA channel to {target}")
         for n in args.objects:
             got = run_keda(target, n, args.seconds, args.warmup, args.push, controls,
-                           scalers, gens, env, others, go)
+                           scalers, gens, env, others, go,
+                           lag_file if args.lag_probe else None)
             got["ingest_cpu"], got["floor_us"] = idle, floor_us
             report(got, floor_us, idle)
             if n in floors:
@@ -691,7 +717,7 @@ def main() -> None:
                 if s[0].poll() is not None:
                     raise RuntimeError(f"a scaler exited with {s[0].returncode}")
         if args.lag_probe:
-            time.sleep(6)  # the probe writes every 5 s
+            time.sleep(2)  # the probe writes every second
             limit = os.environ.get("GPUSCALE_LAG_MS", "4")
             print(f"\nevent-loop callbacks of the first scaler over {limit} ms, the whole run "
                   "(count, ms in all, worst ms, what ran):")

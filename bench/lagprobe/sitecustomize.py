@@ -1,7 +1,8 @@
 """Loaded by Python at start-up when this folder is on PYTHONPATH (bench_keda.py
 ``--lag-probe``): in a ``gpuscale scaler`` process, time every event-loop callback and
 write the ones that held the loop longer than ``GPUSCALE_LAG_MS`` (default 4 ms), by the
-coroutine that ran, to ``GPUSCALE_LAG_FILE`` every 5 s. Other processes are untouched."""
+coroutine that ran, to ``GPUSCALE_LAG_FILE`` every second (all of them: the bench takes
+the difference over its measured window). Other processes are untouched."""
 
 from __future__ import annotations
 
@@ -21,19 +22,36 @@ if "scaler" in sys.argv and os.environ.get("GPUSCALE_LAG_FILE"):
     _total: dict[str, float] = collections.defaultdict(float)
     _run = asyncio.events.Handle._run
 
-    def _name(handle: Any) -> str:
+    def _resumes(handle: Any) -> str:
+        """Where a task's coroutine resumes: the chain of awaits it is suspended in
+        (taken before the step runs). grpcio's handler wrapper is Cython and names no
+        method, but its chain tells a new call ("start") from a unary handler or a
+        stream resuming."""
+        task: Any = getattr(getattr(handle, "_callback", None), "__self__", None)
+        coro = task.get_coro() if hasattr(task, "get_coro") else None
+        if getattr(coro, "__qualname__", "") != "_handle_exceptions":
+            return ""
+        chain: list[str] = []
+        inner = getattr(coro, "cr_await", None)
+        while inner is not None and len(chain) < 4:
+            chain.append(getattr(inner, "__qualname__", type(inner).__name__))
+            inner = getattr(inner, "cr_await", None)
+        return " > " + (" > ".join(chain[1:]) or "start")
+
+    def _name(handle: Any, resumes: str) -> str:
         callback = getattr(handle, "_callback", None)
         task: Any = getattr(callback, "__self__", None)
         coro = task.get_coro() if hasattr(task, "get_coro") else None
         name = getattr(coro, "__qualname__", None) or repr(callback)
-        return re.sub(r" at 0x[0-9a-f]+", "", name)[:120]
+        return re.sub(r" at 0x[0-9a-f]+", "", name + resumes)[:160]
 
     def _timed(self: Any) -> None:
+        resumes = _resumes(self)
         t0 = time.perf_counter()
         _run(self)
         took = time.perf_counter() - t0
         if took > _limit:
-            key = _name(self)
+            key = _name(self, resumes)
             _slow[key] += 1
             _total[key] += took
             _worst[key] = max(_worst.get(key, 0.0), took)
@@ -43,10 +61,11 @@ if "scaler" in sys.argv and os.environ.get("GPUSCALE_LAG_FILE"):
     def _dump() -> None:
         path = os.environ["GPUSCALE_LAG_FILE"]
         while True:
-            time.sleep(5)
-            with open(path, "w") as out:
-                for key, n in _slow.most_common(20):
+            time.sleep(1)
+            with open(path + ".new", "w") as out:
+                for key, n in _slow.most_common():
                     out.write(f"{n}\t{_total[key] * 1e3:.0f}\t{_worst[key] * 1e3:.0f}\t"
                               f"{key}\n")
+            os.replace(path + ".new", path)  # a reader never sees half a file
 
     threading.Thread(target=_dump, daemon=True, name="lag-probe").start()
