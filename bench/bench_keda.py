@@ -340,7 +340,7 @@ def build_go_client() -> Path:
     """bench/keda_go built against Debian's Go toolchain and grpc-go (packages installed
     with apt-get when missing, as ./dev installs the tests' Prometheus), the stubs made from
     the project's copy of KEDA's proto. GOPATH mode: Debian's packages are the libraries;
-    nothing is fetched. Rebuilt when the source or the proto changed."""
+    nothing is fetched. Rebuilt when the source, the proto or the toolchain changed."""
     install = ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *GO_PACKAGES]
     try:
         have = subprocess.run(["dpkg-query", "-W", "-f", "${Status}\\n", *GO_PACKAGES],
