@@ -513,11 +513,12 @@ def run_keda(target: str, n: int, seconds: float, warmup: float, push: bool,
     got["front_cpu"], got["front_rss_mib"] = front_cpu, front_rss
     got["gc"], got["generators_cpu"], got["answered_by_replica"] = got_gc, gens_cpu, shares
     got["update_delay_p50_p99_s"] = delay[:2]
-    lag1 = lag_counts(lag_file)
-    got["lag_window"] = sorted(
-        ((key, c - lag0.get(key, (0, 0.0))[0], ms - lag0.get(key, (0, 0.0))[1])
-         for key, (c, ms) in lag1.items() if c > lag0.get(key, (0, 0.0))[0]),
-        key=lambda row: -row[1])
+    window = []  # (what ran, slow callbacks, ms in all) between the two reads
+    for key, (count, total) in lag_counts(lag_file).items():
+        count0, total0 = lag0.get(key, (0, 0.0))
+        if count > count0:
+            window.append((key, count - count0, total - total0))
+    got["lag_window"] = sorted(window, key=lambda row: -row[1])
     return got
 
 
