@@ -2,7 +2,11 @@
 ``--lag-probe``): in a ``gpuscale scaler`` process, time every event-loop callback and
 write the ones that held the loop longer than ``GPUSCALE_LAG_MS`` (default 4 ms), by the
 coroutine that ran, to ``GPUSCALE_LAG_FILE`` every second (all of them: the bench takes
-the difference over its measured window). Other processes are untouched."""
+the difference over its measured window); ``GPUSCALE_LAG_DEPTH`` (default 4) is how many
+awaits of a grpcio handler's chain are named. With ``GPUSCALE_GC_FILE`` set, each of the
+collector's runs is appended there too: its generation, the tracked objects it walks by
+type (the six most; counted before its clock starts) and its time - what fills the young
+generation in a running scaler. Other processes are untouched."""
 
 from __future__ import annotations
 
@@ -33,7 +37,7 @@ if "scaler" in sys.argv and os.environ.get("GPUSCALE_LAG_FILE"):
             return ""
         chain: list[str] = []
         inner = getattr(coro, "cr_await", None)
-        while inner is not None and len(chain) < 4:
+        while inner is not None and len(chain) < int(os.environ.get("GPUSCALE_LAG_DEPTH", "4")):
             chain.append(getattr(inner, "__qualname__", type(inner).__name__))
             inner = getattr(inner, "cr_await", None)
         return " > " + (" > ".join(chain[1:]) or "start")
@@ -69,3 +73,28 @@ if "scaler" in sys.argv and os.environ.get("GPUSCALE_LAG_FILE"):
             os.replace(path + ".new", path)  # a reader never sees half a file
 
     threading.Thread(target=_dump, daemon=True, name="lag-probe").start()
+
+if "scaler" in sys.argv and os.environ.get("GPUSCALE_GC_FILE"):
+    import gc
+
+    _gc_start: list[float] = [0.0]
+
+    def _on_gc(phase: str, info: dict[str, int]) -> None:
+        """Each collection: generation, tracked objects in it and its younger ones at the
+        start (by type, the 6 most), and how long it took."""
+        if phase == "start":
+            objects = [o for g in range(info["generation"] + 1)
+                       for o in gc.get_objects(generation=g)]
+            kinds = collections.Counter(type(o).__name__ for o in objects)
+            line = (f"{info['generation']}\t{len(objects)}\t"
+                    + ", ".join(f"{k} {v}" for k, v in kinds.most_common(6)))
+            del objects
+            with open(os.environ["GPUSCALE_GC_FILE"], "a") as out:
+                out.write(line)
+            _gc_start[0] = time.perf_counter()
+        else:
+            took = time.perf_counter() - _gc_start[0]
+            with open(os.environ["GPUSCALE_GC_FILE"], "a") as out:
+                out.write(f"\t{took * 1e3:.1f} ms\t{info['collected']} freed\n")
+
+    gc.callbacks.append(_on_gc)

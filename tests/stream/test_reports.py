@@ -4,6 +4,7 @@ nothing, so a fleet view never sees it as an empty node."""
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -146,3 +147,50 @@ def test_device_news_due_on_an_incomplete_update_goes_on_the_next_complete_one()
     assert not carried(incomplete(1))  # due (the first update), but nothing to carry
     assert carried(complete(2, pod("v-0", 1.0)))
     assert not carried(complete(3, pod("v-0", 1.0)))  # and then every DEVICES_EVERY_S
+
+
+def referents(obj: object) -> list[object]:
+    """What ``obj`` holds, as the cyclic collector sees it (its class aside)."""
+    return [o for o in gc.get_referents(obj) if o is not None and o is not type(obj)]
+
+
+def test_devices_are_decoded_when_first_read_not_when_received() -> None:
+    """A scaler reads a node's devices once in its recorder's step, while they arrive every
+    few seconds: received, they stay as the update carried them (no records for the
+    collector to walk); read, they are the records, equal to any sequence of them, and the
+    update is let go."""
+    report = complete(3, pod("v-0", 60.0))
+    got = decode_report(encode_report(report, "agent-1", 0.0), 20.0, 3.0).devices
+    assert got is not None
+    assert not [o for o in referents(got) if isinstance(o, DeviceRecord)]
+    assert [type(o) for o in referents(got)] == [pb.NodeUpdate, tuple]
+    assert got == report.devices
+    assert got == list(report.devices or ())
+    assert got[0] == got[-1] == DeviceRecord(GPU, 0, "NVIDIA L4", pods=("llm/v-0",))
+    assert (len(got), list(got), got[:1]) == (1, list(report.devices or ()), report.devices)
+    assert not [o for o in referents(got) if isinstance(o, pb.NodeUpdate)]
+    others: list[object] = [[], (DeviceRecord(GPU, 1, "NVIDIA L4"),), "GPU"]
+    for other in others:
+        assert got != other
+    assert "NVIDIA L4" in repr(got)
+    # what the fleet view keeps is what it was given, still undecoded until read
+    fleet = FleetView()
+    fresh = decode_report(encode_report(report, "agent-1", 0.0), 20.0, 3.0)
+    deliver(fresh, fleet, "node-a")
+    assert fleet.devices()["node-a"] is fresh.devices
+    listed = list(report.devices or ())
+    fleet.update_node("node-b", [], listed)
+    listed.clear()  # a caller's list changed afterwards does not change the view
+    assert fleet.devices()["node-b"] == report.devices
+
+
+def test_records_of_one_owner_share_one_owner_ref() -> None:
+    """8,000 pod records a second at 1,000 nodes: their owners are shared, not made anew
+    (fewer objects for the collector), and stay equal to what was sent."""
+    msg = encode_report(complete(3, pod("v-0", 60.0), pod("v-1", 50.0)), "agent-1", 0.0)
+    first = decode_report(msg, 20.0, 3.0).pods
+    again = decode_report(msg, 21.0, 3.0).pods
+    assert isinstance(first, tuple)
+    assert isinstance(again, tuple)
+    assert first[0].owner is first[1].owner is again[0].owner
+    assert first[0].owner == OwnerRef("Deployment", "vllm")

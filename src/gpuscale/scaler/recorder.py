@@ -12,7 +12,7 @@ import asyncio
 import logging
 import math
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -99,7 +99,7 @@ class Recorder:
                asked: AskedTrigger) -> tuple[RecordedAnswers, Selection | None]:
         return moment(self.answers, namespace, name, asked, self.wall())
 
-    def live_devices(self) -> dict[str, tuple[DeviceRecord, ...]]:
+    def live_devices(self) -> dict[str, Sequence[DeviceRecord]]:
         """The devices of nodes heard from within the staleness bound, by node name (the
         agent's identity where the links know it, else its address). A silent or departed
         agent's last readings are not data: its minutes stay absent rather than repeat."""

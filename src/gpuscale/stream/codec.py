@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
+from functools import lru_cache
+from typing import overload
+
 from gpuscale.attribution.model import OwnerRef
 from gpuscale.common.errors import PeerError, Unavailable
 from gpuscale.proto import telemetry_pb2 as pb
@@ -14,6 +18,7 @@ MAX_DETAIL = 200
 MAX_DEVICES_PER_NODE = 512  # 8-16 GPUs x 7 MIG instances is the real range
 MAX_HOLDERS = 256  # pods holding one device (time-slicing replicas)
 MAX_NAME = 320  # a "namespace/name" is at most 63 + 1 + 253
+MAX_OWNERS = 65_536  # distinct (kind, name) owners shared between records
 _ABSENT = {a.value: a for a in Absent}
 
 
@@ -87,10 +92,19 @@ def decode(msg: pb.NodeUpdate, received_at: float, stale_after: float,
             signals[name] = _get(r)
             if r.absent and r.detail:
                 reasons[name] = r.detail[:MAX_DETAIL]
-        owner = OwnerRef(p.owner_kind, p.owner_name) if p.owner_kind else None
+        owner = _owner(p.owner_kind, p.owner_name) if p.owner_kind else None
         out.append(PodRecord(p.namespace, p.name, node, dict(p.labels), owner, p.ready,
                              signals, received_at, stale_after, reasons))
     return out
+
+
+@lru_cache(maxsize=MAX_OWNERS)
+def _owner(kind: str, name: str) -> OwnerRef:
+    """One OwnerRef per (kind, name), shared by every record of that owner's pods: a
+    scaler decodes 8,000 pod records a second at 1,000 nodes, and an owner made anew for
+    each would be 8,000 more objects for the cyclic collector's young generation to walk
+    (bench/ingest_gc.py). Bounded: the least recently seen owners are dropped first."""
+    return OwnerRef(kind, name)
 
 
 def decode_report(msg: pb.NodeUpdate, received_at: float, stale_after: float,
@@ -103,9 +117,55 @@ def decode_report(msg: pb.NodeUpdate, received_at: float, stale_after: float,
         why = Unavailable(msg.attribution_detail[:MAX_DETAIL] or "attribution unavailable")
         return NodeReport(node, msg.seq, received_at, msg.interval, why)
     pods = tuple(decode(msg, received_at, stale_after, node))
-    devices = decode_devices(msg)
     return NodeReport(node, msg.seq, received_at, msg.interval, pods,
-                      tuple(devices) if devices is not None else None)
+                      WireDevices(msg) if msg.has_devices else None)
+
+
+class WireDevices(Sequence[DeviceRecord]):
+    """An update's devices, decoded (``decode_devices``) when first read, not when
+    received. A scaler reads a node's devices once in DEVICE_STEP_S (its recorder) or when
+    an operator tool asks, while agents send them every tick: decoded at receipt, 8,000
+    records a second at 1,000 nodes would be made, and walked by the cyclic collector,
+    to be read one time in fifteen. Until then it holds the update (at most the
+    subscriber's MAX_MESSAGE, which its pods were decoded from); once decoded, only the
+    records. Equal to any sequence of the same records."""
+
+    __slots__ = ("_msg", "_records")
+
+    def __init__(self, msg: pb.NodeUpdate) -> None:
+        self._msg: pb.NodeUpdate | None = msg
+        self._records: tuple[DeviceRecord, ...] = ()
+
+    def _decoded(self) -> tuple[DeviceRecord, ...]:
+        if self._msg is not None:
+            self._records = tuple(decode_devices(self._msg) or ())
+            self._msg = None
+        return self._records
+
+    @overload
+    def __getitem__(self, i: int) -> DeviceRecord: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[DeviceRecord]: ...
+
+    def __getitem__(self, i: int | slice) -> DeviceRecord | Sequence[DeviceRecord]:
+        return self._decoded()[i]
+
+    def __len__(self) -> int:
+        return len(self._decoded())
+
+    def __iter__(self) -> Iterator[DeviceRecord]:
+        return iter(self._decoded())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, WireDevices | tuple | list):
+            return self._decoded() == tuple(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # equal to lists, which hash not
+
+    def __repr__(self) -> str:
+        return f"WireDevices({self._decoded()!r})"
 
 
 def decode_devices(msg: pb.NodeUpdate) -> list[DeviceRecord] | None:

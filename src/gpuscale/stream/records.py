@@ -76,7 +76,7 @@ class NodeReport:
     sampled_at: float
     interval: float
     pods: tuple[PodRecord, ...] | Unavailable
-    devices: tuple[DeviceRecord, ...] | None = None
+    devices: Sequence[DeviceRecord] | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.pods, Unavailable) and not self.pods.reason:

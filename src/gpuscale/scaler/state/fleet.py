@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, MutableSequence, Sequence
 from dataclasses import dataclass, field
 
 from gpuscale.common.freshness import staleness_bound
@@ -24,7 +24,7 @@ from gpuscale.stream.records import DeviceRecord, PodRecord
 class _Node:
     pods: dict[tuple[str, str], PodRecord] = field(default_factory=dict)
     updated_at: float = 0.0
-    devices: tuple[DeviceRecord, ...] = ()
+    devices: Sequence[DeviceRecord] = ()
 
 
 CACHE_ENTRIES = 20_000  # distinct (namespace, selector) pairs remembered
@@ -38,6 +38,9 @@ class FleetView:
         self._monotonic = monotonic
         self._nodes: dict[str, _Node] = {}
         self._pods: dict[tuple[str, str], PodRecord] = {}
+        # each pod's key, one object for its life: a key made anew per update would be
+        # one more young object per pod a second for the cyclic collector to walk
+        self._keys: dict[tuple[str, str], tuple[str, str]] = {}
         self._ns_keys: dict[str, set[tuple[str, str]]] = {}
         self._ns_membership: dict[str, int] = {}  # bumps when a namespace's pods change
         self._select_cache: dict[tuple[str, str], tuple[int, tuple[tuple[str, str], ...]]] = {}
@@ -54,7 +57,11 @@ class FleetView:
         this process (stream.records.NodeSink). O(pods on the node); selections of a
         namespace are recomputed only when that namespace's pods come, go or change
         labels."""
-        new = {(r.namespace, r.name): r for r in records}
+        keys = self._keys
+        new = {}
+        for r in records:
+            key = (r.namespace, r.name)
+            new[keys.setdefault(key, key)] = r
         entry = self._nodes.setdefault(source, _Node())
         old = entry.pods
         for key in old.keys() - new.keys():
@@ -68,7 +75,9 @@ class FleetView:
             self._pods[key] = r
         entry.pods = new
         if devices is not None:  # None: this update carried no device news
-            entry.devices = tuple(devices)
+            # kept as given unless the caller could change it (a decoder's WireDevices
+            # stays undecoded until someone reads it)
+            entry.devices = tuple(devices) if isinstance(devices, MutableSequence) else devices
         entry.updated_at = self._monotonic()
         self._notify()
 
@@ -83,6 +92,7 @@ class FleetView:
 
     def _drop(self, key: tuple[str, str]) -> None:
         self._pods.pop(key, None)
+        self._keys.pop(key, None)
         keys = self._ns_keys.get(key[0])
         if keys is not None:
             keys.discard(key)
@@ -128,7 +138,7 @@ class FleetView:
         now = self._monotonic()
         return {n: now - e.updated_at for n, e in self._nodes.items()}
 
-    def devices(self) -> dict[str, tuple[DeviceRecord, ...]]:
+    def devices(self) -> dict[str, Sequence[DeviceRecord]]:
         """Source (as in ``nodes``) -> its devices as last reported."""
         return {n: e.devices for n, e in self._nodes.items()}
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from array import array
 from collections import OrderedDict, deque
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from gpuscale.scaler.core.trigger import TriggerConfig
@@ -201,14 +201,14 @@ class DeviceHistory:
         self._slots = max(1, int(keep_s / MINUTE_S)) + 1
         self.untracked: set[tuple[str, str]] = set()  # devices refused at the bound
 
-    def sample(self, now: float, devices: Mapping[str, tuple[DeviceRecord, ...]],
+    def sample(self, now: float, devices: Mapping[str, Sequence[DeviceRecord]],
                pods: Iterable[PodRecord]) -> None:
         """One sample of every node's devices at wall time ``now``: utilization (absent
         readings are not counted) and who holds each device."""
         self.sample_nodes(now, devices.items(), owners(pods))
 
     def sample_nodes(self, now: float,
-                     nodes: Iterable[tuple[str, tuple[DeviceRecord, ...]]],
+                     nodes: Iterable[tuple[str, Sequence[DeviceRecord]]],
                      owner_of: Mapping[str, str]) -> None:
         """``sample`` for some of the nodes (a large fleet is sampled in slices, so the
         scaler's answers are not held up by all of it at once); ``owner_of``: from
