@@ -103,7 +103,7 @@ def _owner(kind: str, name: str) -> OwnerRef:
     """One OwnerRef per (kind, name), shared by every record of that owner's pods: a
     scaler decodes 8,000 pod records a second at 1,000 nodes, and an owner made anew for
     each would be 8,000 more objects for the cyclic collector's young generation to walk
-    (bench/ingest_gc.py). Bounded: the least recently seen owners are dropped first."""
+    (bench/bench_ingest.py). Bounded: the least recently seen owners are dropped first."""
     return OwnerRef(kind, name)
 
 

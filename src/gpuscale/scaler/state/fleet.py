@@ -146,6 +146,10 @@ class FleetView:
         """Every pod's latest record."""
         return list(self._pods.values())
 
+    def pod(self, namespace: str, name: str) -> PodRecord | None:
+        """One pod's latest record (None: no node reports it)."""
+        return self._pods.get((namespace, name))
+
     def pod_count(self) -> int:
         return len(self._pods)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from array import array
 from collections import OrderedDict, deque
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from gpuscale.scaler.core.trigger import TriggerConfig
@@ -185,10 +185,14 @@ class DeviceLog:
         return out
 
 
+def owner_text(pod: PodRecord | None) -> str:
+    """A pod's owner as DeviceHistory keeps it: "kind/name", "" when none or unknown."""
+    return f"{pod.owner.kind}/{pod.owner.name}" if pod is not None and pod.owner else ""
+
+
 def owners(pods: Iterable[PodRecord]) -> dict[str, str]:
-    """namespace/pod -> its owner (kind/name, "" when none), for DeviceHistory."""
-    return {f"{p.namespace}/{p.name}": f"{p.owner.kind}/{p.owner.name}" if p.owner else ""
-            for p in pods}
+    """namespace/pod -> its owner (``owner_text``), for DeviceHistory."""
+    return {f"{p.namespace}/{p.name}": owner_text(p) for p in pods}
 
 
 class DeviceHistory:
@@ -205,14 +209,15 @@ class DeviceHistory:
                pods: Iterable[PodRecord]) -> None:
         """One sample of every node's devices at wall time ``now``: utilization (absent
         readings are not counted) and who holds each device."""
-        self.sample_nodes(now, devices.items(), owners(pods))
+        known = owners(pods)
+        self.sample_nodes(now, devices.items(), lambda pod: known.get(pod, ""))
 
     def sample_nodes(self, now: float,
                      nodes: Iterable[tuple[str, Sequence[DeviceRecord]]],
-                     owner_of: Mapping[str, str]) -> None:
+                     owner_of: Callable[[str], str]) -> None:
         """``sample`` for some of the nodes (a large fleet is sampled in slices, so the
-        scaler's answers are not held up by all of it at once); ``owner_of``: from
-        ``owners``."""
+        scaler's answers are not held up by all of it at once); ``owner_of``: a holder's
+        ("namespace/pod") owner, as ``owner_text`` writes it."""
         start = math.floor(now / MINUTE_S) * MINUTE_S
         for node, devs in nodes:
             gpus = {d.uuid: d for d in devs if not d.parent_uuid}
@@ -224,7 +229,7 @@ class DeviceHistory:
                         else None)
                 log = self._log(node, d, gpus)
                 if log is not None:
-                    log.add(start, held, tuple(owner_of.get(p, "") for p in held), util)
+                    log.add(start, held, tuple(owner_of(p) for p in held), util)
 
     def _log(self, node: str, d: DeviceRecord,
              gpus: Mapping[str, DeviceRecord]) -> DeviceLog | None:
