@@ -5,8 +5,9 @@ coroutine that ran, to ``GPUSCALE_LAG_FILE`` every second (all of them: the benc
 the difference over its measured window); ``GPUSCALE_LAG_DEPTH`` (default 4) is how many
 awaits of a grpcio handler's chain are named. With ``GPUSCALE_GC_FILE`` set, each of the
 collector's runs is appended there too: its generation, the tracked objects it walks by
-type (the six most; counted before its clock starts) and its time - what fills the young
-generation in a running scaler. Other processes are untouched."""
+type (the ``GPUSCALE_GC_TOP`` most, default 6; counted before its clock starts) and its
+time - what fills the young generation in a running scaler. Other processes are
+untouched."""
 
 from __future__ import annotations
 
@@ -78,6 +79,7 @@ if "scaler" in sys.argv and os.environ.get("GPUSCALE_GC_FILE"):
     import gc
 
     _gc_start: list[float] = [0.0]
+    _top = int(os.environ.get("GPUSCALE_GC_TOP", "6"))
 
     def _on_gc(phase: str, info: dict[str, int]) -> None:
         """Each collection: generation, tracked objects in it and its younger ones at the
@@ -87,7 +89,7 @@ if "scaler" in sys.argv and os.environ.get("GPUSCALE_GC_FILE"):
                        for o in gc.get_objects(generation=g)]
             kinds = collections.Counter(type(o).__name__ for o in objects)
             line = (f"{info['generation']}\t{len(objects)}\t"
-                    + ", ".join(f"{k} {v}" for k, v in kinds.most_common(6)))
+                    + ", ".join(f"{k} {v}" for k, v in kinds.most_common(_top)))
             del objects
             with open(os.environ["GPUSCALE_GC_FILE"], "a") as out:
                 out.write(line)

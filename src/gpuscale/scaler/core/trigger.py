@@ -72,6 +72,10 @@ from gpuscale.scaler.core.profiles import PLANNED, PROFILES, SIGNALS, ProfileNam
 from gpuscale.scaler.core.selector import Selector, SelectorError, parse_selector
 
 MAX_KEYS = 64
+# distinct metadata maps whose parse is remembered: every trigger KEDA asks about, at the
+# 10,000 ScaledObjects one replica may be asked for (each ~1 KiB; a miss costs ~10 µs and
+# a new config object on each of KEDA's three calls)
+PARSED_CONFIGS = 16_384
 MAX_VALUE = 4096
 MAX_TOTAL = 16 * 1024  # all keys and values together: bounds the parse cache's memory
 MIN_TARGET = 0.001  # KEDA formats targets with "%.3f": smaller ones reach the HPA as 0
@@ -140,7 +144,7 @@ def parse_metadata(metadata: Mapping[str, str]) -> TriggerConfig:
     return _parse(frozenset(metadata.items()))
 
 
-@lru_cache(maxsize=1024)
+@lru_cache(maxsize=PARSED_CONFIGS)
 def _parse(items: frozenset[tuple[str, str]]) -> TriggerConfig:
     md: dict[str, str] = {}
     given = {k for k, _ in items}

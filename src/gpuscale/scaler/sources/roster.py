@@ -37,7 +37,7 @@ if TYPE_CHECKING:  # the Kubernetes client is imported only where the pod watch 
 GPU_RESOURCE_PREFIXES = ("nvidia.com/", "amd.com/")  # resources that are GPUs
 LIST_STALE_AFTER_S = 120.0  # the last listed pods stand in this long while the watch is down
 MAX_RUNNING_PODS = 200_000
-_CACHE_ENTRIES = 10_000
+_CACHE_ENTRIES = 20_000  # as the fleet view's: one per ScaledObject at 10,000 and room
 _CACHE_BYTES = 8 * 1024 * 1024  # of selector text held as cache keys
 
 
