@@ -266,3 +266,24 @@ def test_routing_least_loaded_or_in_turn(round_robin: bool, after: list[int]) ->
     model.step(0.0, 1.0)
     assert [len(rep.running) for rep in model.replicas] == after
     assert not model.queue
+
+
+def test_a_request_finishes_inside_a_step_at_its_own_pace() -> None:
+    """TPOT is measured from when each request's last token came, not the step's end: one
+    request alone decodes at the per-sequence rate (60 tokens/s) times what prefill leaves
+    of the step (its own 0.1 s: 0.9)."""
+    model = ServingModel(HAND)
+    model.set_replicas(1, 0.0)
+    model.arrive([InFlightRequest(0.0, 2_000, 31)])  # prefill 0.1 s, then 31 tokens
+    for step in range(3):
+        model.step(float(step), 1.0)
+    [done] = model.done
+    assert done.first_token == pytest.approx(0.1)
+    assert done.finished == pytest.approx(0.1 + 31 / (60 * 0.9))  # not 1.0, the step's end
+    # Beside a crowded batch, prefill takes its share of every step and decode slows.
+    crowd = ServingModel(HAND)
+    crowd.set_replicas(1, 0.0)
+    run(crowd, rate=15.0, seconds=60)
+    paces = [(r.finished - r.first_token) / (r.output - 1) for r in crowd.done
+             if r.finished is not None and r.first_token is not None]
+    assert min(paces) > 1 / 60  # never faster than one sequence alone

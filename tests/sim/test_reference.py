@@ -13,8 +13,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpuscale.models.serving import ServingParams
-from gpuscale.models.slo import SloSpec
-from gpuscale.sim.compare import POLICIES, compare, parse_policies, static_peak
+from gpuscale.models.slo import SLO_SPECS, SloSpec
+from gpuscale.sim.compare import (
+    POLICIES,
+    compare,
+    format_comparison,
+    parse_policies,
+    static_peak,
+)
 from gpuscale.sim.reference import hindsight_reference
 from gpuscale.sim.simulate import run_policy
 from gpuscale.traffic.patterns import synthetic
@@ -115,7 +121,7 @@ def test_what_a_measure_will_be_at_least_never_exceeds_what_it_becomes() -> None
     waiting = InFlightRequest(10.0, 1_000, 50)
     admitted = InFlightRequest(10.0, 1_000, 50)
     admitted.admitted = 11.0  # in prefill at 14 s, first token still to come
-    for kind in ("ttft", "queue", "ttft-per-token"):
+    for kind in ("ttft", "queue", "ttft-per-token", "ttft-tpot"):
         slo = SloSpec(kind, 2.0)
         assert slo.at_least(waiting, 14.0) >= slo.at_least(waiting, 12.0)
     # A queue delay is fixed at admission: 1 s, not the 4 s a request waiting would have.
@@ -123,6 +129,13 @@ def test_what_a_measure_will_be_at_least_never_exceeds_what_it_becomes() -> None
     admitted.first_token = 14.5
     assert SloSpec("queue", 2.0).measure(admitted) == pytest.approx(1.0)
     assert SloSpec("ttft", 2.0).at_least(admitted, 14.0) <= SloSpec("ttft").measure(admitted)
+    # Decoding: the pace so far is a floor under the TPOT it ends with.
+    both = SloSpec("ttft-tpot", 2.0, tpot_s=0.02)
+    seen = [both.at_least(admitted, t) for t in (15.0, 16.0, 17.0)]
+    admitted.finished = 17.5  # 3 s for 49 tokens after the first: 61 ms each
+    assert seen == sorted(seen)
+    assert seen[0] == pytest.approx(4.5)  # its TTFT, while the pace is still within
+    assert seen[-1] <= both.measure(admitted) == pytest.approx(3.0 / 49 * 2.0 / 0.02)
 
 
 def test_static_at_the_hindsight_peak_is_the_fewest_that_meet_the_slo() -> None:
@@ -142,6 +155,13 @@ def test_the_bound_is_missing_for_objectives_it_does_not_hold_for() -> None:
     assert found.bound is None
     assert found.bound_missing is not None
     assert "time-to-first-token" in found.bound_missing
+    # Bounding TPOT too only raises the optimum: the TTFT bound still lies below it.
+    both = compare(requests, 300.0, FAST, shown=("planner", "bound"),
+                   slo=SLO_SPECS["ttft-tpot"])
+    assert both.bound is not None
+    table = format_comparison(both)
+    assert "p95 TPOT" in table.splitlines()[0]
+    assert f"{both.results[0].p95_tpot_s * 1000:.0f}ms" in table.splitlines()[2]
     assert found.reference is None
     assert [r.policy for r in found.results] == ["gpuscale vllm-planner"]
 
@@ -232,24 +252,28 @@ def test_the_reference_keeps_the_policies_floor() -> None:
 @given(arrivals=st.lists(st.tuples(st.floats(0.0, 299.0), st.integers(10, 20_000),
                                    st.integers(1, 3_000)), min_size=1, max_size=60),
        static=st.integers(1, 4), floor=st.integers(0, 1),
-       blocks=st.lists(st.integers(0, 4), min_size=6, max_size=6))
+       blocks=st.lists(st.integers(0, 4), min_size=6, max_size=6),
+       slo=st.sampled_from(["ttft", "ttft-tpot"]))
 def test_the_reference_is_never_beaten_by_its_starts_on_any_trace(
         arrivals: list[tuple[float, int, int]], static: int, floor: int,
-        blocks: list[int]) -> None:
-    """Whatever the trace and the starts (a static count, and an arbitrary schedule of
-    minute blocks), the reference misses no more minutes than the best start, costs no
-    more at as few, keeps the floor, and replays as reported."""
+        blocks: list[int], slo: str) -> None:
+    """Whatever the trace, the objective and the starts (a static count, and an arbitrary
+    schedule of minute blocks), the reference misses no more minutes than the best start,
+    costs no more at as few, keeps the floor, and replays as reported."""
+    spec = SLO_SPECS[slo]
     requests = sorted((TraceRequest(t, p, o) for t, p, o in arrivals),
                       key=lambda r: r.arrival_s)
     duration = 360.0
     schedule = [n for n in blocks for _ in range(60)]
-    starts = [run_policy("static", requests, duration, FAST, static=static),
-              run_policy("blocks", requests, duration, FAST, schedule=schedule)]
-    ref = hindsight_reference(requests, duration, FAST, starts, max_runs=15, floor=floor)
+    starts = [run_policy("static", requests, duration, FAST, static=static, slo=spec),
+              run_policy("blocks", requests, duration, FAST, schedule=schedule, slo=spec)]
+    ref = hindsight_reference(requests, duration, FAST, starts, max_runs=15, floor=floor,
+                              slo=spec)
     for s in starts:
         if min(s.steps) >= floor:
             assert _key(ref.result) <= (s.slo_violation_minutes, s.gpu_hours + 1e-9)
     assert min(ref.result.steps) >= floor
-    again = run_policy("again", requests, duration, FAST, schedule=ref.result.steps)
+    again = run_policy("again", requests, duration, FAST, schedule=ref.result.steps,
+                       slo=spec)
     assert again.gpu_hours == pytest.approx(ref.result.gpu_hours)
     assert again.bad_minutes == ref.result.bad_minutes

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -117,7 +118,8 @@ def test_cli_json(tmp_path: Path) -> None:
     assert names[-1].startswith("static at hindsight peak (")
     for row in [*got["policies"], got["reference"]]:
         assert {"policy", "gpu_hours", "slo_violation_minutes", "replica_changes_per_hour",
-                "p95_ttft_s", "gap_to_reference", "gap_to_bound"} <= set(row)
+                "p95_ttft_s", "p95_tpot_s", "gap_to_reference", "gap_to_bound"} <= set(row)
+        assert row["p95_tpot_s"] > 0
         # Nothing beats the reference: it starts from every policy's schedule.
         assert (row["slo_violation_minutes"], row["gpu_hours"]) >= (
             got["reference"]["slo_violation_minutes"], got["reference"]["gpu_hours"] - 1e-9)
@@ -312,6 +314,58 @@ def test_slo_kinds_and_never_served_minutes() -> None:
     assert per_token.bad_minutes == {1}
     with pytest.raises(ValueError, match="kind"):
         SloSpec("latency")  # type: ignore[arg-type]
+
+
+def test_ttft_tpot_counts_a_request_that_decodes_slowly_and_reports_tpot() -> None:
+    """A request served well needs its first token within 2 s and each later one within
+    100 ms; the p95 TPOT of finished requests is reported whatever the objective."""
+    from gpuscale.models.serving import InFlightRequest, ServingModel
+    from gpuscale.models.slo import SLO_SPECS, Slo, SloSpec, tpot
+
+    model = ServingModel(HAND)
+    fast = [InFlightRequest(float(s), 100, 11) for s in range(20)]  # minute 0
+    for r in fast:  # TTFT 0.5 s, 10 tokens after the first in 0.5 s: 50 ms each
+        r.admitted, r.first_token, r.finished = r.arrival, r.arrival + 0.5, r.arrival + 1.0
+    slow = [InFlightRequest(60.0 + s, 100, 11) for s in range(20)]  # minute 1
+    for k, r in enumerate(slow):  # TTFT 0.5 s; three of them decode at 150 ms a token
+        r.admitted, r.first_token = r.arrival, r.arrival + 0.5
+        r.finished = r.first_token + (1.5 if k < 3 else 0.5)
+    model.done.extend(fast + slow)
+    decoding = InFlightRequest(170.0, 100, 101)  # minute 2: still decoding at 180 s
+    decoding.admitted, decoding.first_token, decoding.generated = 170.0, 170.5, 1.0
+    model.done.append(InFlightRequest(130.0, 100, 1))  # one token only: no TPOT
+    model.done[-1].admitted, model.done[-1].first_token = 130.0, 130.2
+    model.done[-1].finished = 130.2
+    assert tpot(decoding) == 0.0  # still decoding, no time given: not known
+    assert tpot(decoding, 173.5) == pytest.approx(3.0 / 100)  # the pace so far
+    spec = SLO_SPECS["ttft-tpot"]
+    assert (spec.target_s, spec.tpot_s) == (2.0, 0.1)
+    assert "100 ms" in spec.describe()
+    model.replicas.append(_replica_running(decoding))
+    both = Slo.of(model, 180.0, spec)
+    # Minute 1: 3 of 20 over 100 ms a token (150 ms -> 3.0 s in TTFT's units): the p95
+    # (the 19th of 20) is one of them.
+    assert both.stat[1] == pytest.approx(0.15 * 2.0 / 0.1)
+    assert both.bad_minutes == {1}
+    assert both.stat[0] == pytest.approx(1.0)  # 50 ms a token -> 1.0 s, under 2
+    # Minute 2: the request still decoding counts its pace up to the judgement (9.5 s
+    # for 100 tokens: 95 ms a token -> 1.9 s), the one-token request its TTFT.
+    assert both.stat[2] == pytest.approx(1.9)
+    assert Slo.of(model, 180.0).bad_minutes == frozenset()  # TTFT alone: all fine
+    # p95 TPOT over the 40 finished requests with more than one output token (37 at 50 ms,
+    # 3 at 150: the 38th is one of the slow)
+    assert both.p95_tpot_s == pytest.approx(0.15)
+    assert Slo.of(model, 180.0).p95_tpot_s == pytest.approx(0.15)
+    with pytest.raises(ValueError, match="tpot_s"):
+        SloSpec("ttft-tpot", 2.0, tpot_s=0.0)
+
+
+def _replica_running(req: Any) -> Any:
+    from gpuscale.models.serving import Replica
+
+    rep = Replica(0.0, 0.0)
+    rep.running.append(req)
+    return rep
 
 
 @pytest.mark.parametrize("pattern", ["steps", "ramp", "burst10", "short-bursty",

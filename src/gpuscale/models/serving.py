@@ -162,6 +162,7 @@ class InFlightRequest:
     prefilled: bool = False  # admitted: its prefill is scheduled (maybe not finished)
     first_token: float | None = None  # when its prefill ends
     admitted: float | None = None  # when its prefill starts (queue delay: - arrival)
+    finished: float | None = None  # when its last token was decoded
 
 
 @dataclass(slots=True)
@@ -273,8 +274,11 @@ class ServingModel:
             share = (dt - busy) / dt  # of every instant, what prefill leaves to decode
             per_seq = min(self.p.decode_tps_per_seq, self.p.decode_tps_max / len(decoding))
             for r in decoding:
-                window = end - max(now, r.first_token or now)
-                gained = min(per_seq * share * window, r.output - r.generated)
+                start = max(now, r.first_token or now)
+                rate, left = per_seq * share, r.output - r.generated
+                gained = min(rate * (end - start), left)
+                if gained >= left:  # done inside the step, not at its end
+                    r.finished = start + (left / rate if rate > 0 else 0.0)
                 r.generated += gained
                 rep.generation_tokens += gained
             finished = [r for r in decoding if r.generated >= r.output]

@@ -9,6 +9,17 @@ worst infinite. Measures, per ``SloSpec.kind``:
 - ``queue``: queue delay, arrival to admission (the start of its prefill; seconds).
 - ``ttft-per-token``: (TTFT - ``allowance_s``) / max(prompt tokens, 1), seconds per
   prompt token: long prompts may take proportionally longer, past a fixed allowance.
+- ``ttft-tpot``: a request is served well when its TTFT is within ``target_s`` *and* its
+  time per output token (TPOT) within ``tpot_s`` - the two bounds a streaming client
+  feels (as DistServe's SLO attainment counts a request). Its measure is the worse of the
+  two in TTFT's units: max(TTFT, TPOT x ``target_s`` / ``tpot_s``), so a minute is bad
+  when more than 1 - ``quantile`` of its requests miss either bound. TPOT is (last token -
+  first token) / (output tokens - 1); a request still decoding when the run is judged
+  counts the pace it has kept so far (at least that: it can only end later).
+
+Every judgement also reports the p95 TPOT of the finished requests, whatever the kind: a
+schedule can keep its first tokens fast by letting a crowded batch decode slowly, which a
+TTFT objective does not see.
 """
 
 from __future__ import annotations
@@ -20,7 +31,7 @@ from typing import Literal
 
 from gpuscale.models.serving import InFlightRequest, ServingModel
 
-SloKind = Literal["ttft", "queue", "ttft-per-token"]
+SloKind = Literal["ttft", "queue", "ttft-per-token", "ttft-tpot"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,15 +43,21 @@ class SloSpec:
     target_s: float = 2.0
     quantile: float = 0.95
     allowance_s: float = 0.0  # ttft-per-token only: TTFT that is free of the per-token rate
+    tpot_s: float = 0.1  # ttft-tpot only: the bound on the time per output token
 
     def __post_init__(self) -> None:
-        if self.kind not in ("ttft", "queue", "ttft-per-token"):
-            raise ValueError(f"SLO kind {self.kind!r} is not ttft, queue or ttft-per-token")
-        if not self.target_s > 0 or not 0 < self.quantile <= 1 or not self.allowance_s >= 0:
-            raise ValueError("an SLO needs target_s > 0, 0 < quantile <= 1, allowance_s >= 0")
+        if self.kind not in ("ttft", "queue", "ttft-per-token", "ttft-tpot"):
+            raise ValueError(f"SLO kind {self.kind!r} is not ttft, queue, ttft-per-token "
+                             f"or ttft-tpot")
+        if (not self.target_s > 0 or not 0 < self.quantile <= 1 or not self.allowance_s >= 0
+                or not self.tpot_s > 0):
+            raise ValueError("an SLO needs target_s > 0, 0 < quantile <= 1, allowance_s >= 0 "
+                             "and tpot_s > 0")
 
-    def measure(self, req: InFlightRequest) -> float:
-        """This request's measure; infinite when it never got its first token."""
+    def measure(self, req: InFlightRequest, now: float | None = None) -> float:
+        """This request's measure; infinite when it never got its first token. ``now``:
+        where a ``ttft-tpot`` request is still decoding, its pace up to then counts (None:
+        only a finished request's TPOT counts)."""
         if req.first_token is None or req.admitted is None:
             return math.inf
         if self.kind == "queue":
@@ -48,6 +65,8 @@ class SloSpec:
         ttft = req.first_token - req.arrival
         if self.kind == "ttft":
             return ttft
+        if self.kind == "ttft-tpot":
+            return max(ttft, tpot(req, now) * self.target_s / self.tpot_s)
         return (ttft - self.allowance_s) / max(req.prompt, 1)
 
     def at_least(self, req: InFlightRequest, now: float) -> float:
@@ -57,7 +76,7 @@ class SloSpec:
         queue delay is known once the request is admitted (a drain that cuts it only makes
         it longer)."""
         if req.first_token is not None and req.admitted is not None:
-            return self.measure(req)
+            return self.measure(req, now)
         if self.kind == "queue" and req.admitted is not None:
             return req.admitted - req.arrival
         if self.kind != "ttft-per-token":
@@ -70,8 +89,23 @@ class SloSpec:
             return f"{q} time to first token <= {self.target_s:g} s"
         if self.kind == "queue":
             return f"{q} queue delay <= {self.target_s:g} s"
+        if self.kind == "ttft-tpot":
+            return (f"{q} of requests with time to first token <= {self.target_s:g} s and "
+                    f"time per output token <= {self.tpot_s * 1000:g} ms")
         return (f"{q} time to first token <= {self.allowance_s:g} s + "
                 f"{self.target_s * 1000:g} ms per prompt token")
+
+
+def tpot(req: InFlightRequest, now: float | None = None) -> float:
+    """Time per output token after the first: (last token - first token) / (output - 1);
+    for a request still decoding, the pace so far up to ``now`` (what it will be at
+    least); 0.0 when not known (no first token; or still decoding and no ``now``)."""
+    if req.first_token is None:
+        return 0.0
+    end = req.finished if req.finished is not None else now
+    if end is None:
+        return 0.0
+    return max(0.0, end - req.first_token) / max(req.output - 1, 1)
 
 
 DEFAULT_SLO = SloSpec()
@@ -83,6 +117,8 @@ SLO_SPECS: dict[str, SloSpec] = {
     "ttft": DEFAULT_SLO,
     "queue": SloSpec("queue", 1.0),
     "ttft-per-token": SloSpec("ttft-per-token", 0.0005, allowance_s=1.0),
+    # 100 ms a token: ~10 tokens/s, faster than a person reads a stream
+    "ttft-tpot": SloSpec("ttft-tpot", 2.0, tpot_s=0.1),
 }
 
 
@@ -104,6 +140,7 @@ class Slo:
     unserved: int  # requests still queued or running
     spec: SloSpec = DEFAULT_SLO
     stat: dict[int, float] = field(default_factory=dict)  # minute -> the quantile judged
+    p95_tpot_s: float = 0.0  # of the finished requests with more than one output token
 
     @classmethod
     def of(cls, model: ServingModel, duration: float, spec: SloSpec = DEFAULT_SLO) -> Slo:
@@ -114,8 +151,9 @@ class Slo:
         running = [r for rep in model.replicas + model.draining for r in rep.running]
         per_minute: dict[int, list[float]] = {}
         ttft: list[float] = []
+        tpots = [tpot(r) for r in model.done if r.output > 1 and r.finished is not None]
         for req in chain(model.done, running, model.queue):
-            value = spec.measure(req)
+            value = spec.measure(req, duration)
             per_minute.setdefault(int(req.arrival // 60), []).append(value)
             if req.first_token is not None:
                 ttft.append(req.first_token - req.arrival)
@@ -126,6 +164,7 @@ class Slo:
             worst[m], stat[m] = values[-1], quantile(values, spec.quantile)
         bad = frozenset(m for m, v in stat.items() if v > spec.target_s and m < minutes)
         ttft.sort()
+        tpots.sort()
         return cls(minutes, bad, worst, quantile(ttft, 0.95),
-                   len(model.queue) + len(running), spec, stat)
+                   len(model.queue) + len(running), spec, stat, quantile(tpots, 0.95))
 

@@ -122,7 +122,8 @@ def hindsight_reference(requests: Sequence[TraceRequest], duration: float,
     result = Result(NAME, final.gpu_hours, final.slo_violation_minutes, final.minutes,
                     final.replica_changes_per_hour, final.max_replicas, final.p95_ttft_s,
                     final.unserved, timeline=final.timeline, bad_minutes=final.bad_minutes,
-                    steps=final.steps)
+                    steps=final.steps, cut_requests=final.cut_requests,
+                    p95_tpot_s=final.p95_tpot_s)
     return Reference(result, best.policy, best.gpu_hours, search.runs,
                      search.runs < max_runs)
 

@@ -50,6 +50,7 @@ class Result:
     steps: tuple[int, ...] = field(default=(), repr=False)
     stopped_at: float | None = None  # ``until`` ended the run here: judged up to here only
     cut_requests: int = 0  # requests a scale-down's drain deadline cut off (they start over)
+    p95_tpot_s: float = 0.0  # time per output token, of the finished requests (Slo)
 
 
 def node_max_signal(model: ServingModel, now: float) -> list[Metric]:
@@ -162,5 +163,5 @@ def run_policy(name: str, requests: Sequence[TraceRequest], duration: float,
                   tuple((t, n, q, judged.worst.get(int(t // 60), 0.0))
                         for t, n, q in timeline),
                   tuple(sorted(judged.bad_minutes)), tuple(steps_run[:steps]), stopped,
-                  model.cut)
+                  model.cut, judged.p95_tpot_s)
 
