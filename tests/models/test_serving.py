@@ -280,10 +280,14 @@ def test_a_request_finishes_inside_a_step_at_its_own_pace() -> None:
     [done] = model.done
     assert done.first_token == pytest.approx(0.1)
     assert done.finished == pytest.approx(0.1 + 31 / (60 * 0.9))  # not 1.0, the step's end
-    # Beside a crowded batch, prefill takes its share of every step and decode slows.
+    assert done.finished is not None
+    alone = (done.finished - 0.1) / done.output
+    # Beside a crowd (15 prompts a second: prefill takes 0.375 of every step), decode
+    # slows: each request's own finish shows it.
     crowd = ServingModel(HAND)
     crowd.set_replicas(1, 0.0)
     run(crowd, rate=15.0, seconds=60)
-    paces = [(r.finished - r.first_token) / (r.output - 1) for r in crowd.done
-             if r.finished is not None and r.first_token is not None]
-    assert min(paces) > 1 / 60  # never faster than one sequence alone
+    paces = sorted((r.finished - r.first_token) / r.output for r in crowd.done
+                   if r.finished is not None and r.first_token is not None)
+    assert len(paces) > 100
+    assert paces[len(paces) // 2] > 1.3 * alone

@@ -50,6 +50,23 @@ def test_a_pod_moving_between_nodes_is_kept_by_its_new_node() -> None:
     assert names(fleet.select("ns", sel)) == ["p1"]
 
 
+def test_a_pod_a_departed_node_had_taken_over_counts_again_when_its_node_reports_it(
+        ) -> None:
+    """The safety promise: node n1 reports p1, n2 reports it too (it owns it now), n2's
+    link goes and takes p1 with it; n1's next report must bring p1 back into every
+    selection - not leave it counted in the fleet but missing from the workload's sum."""
+    fleet = FleetView(monotonic=lambda: 0.0)
+    sel = parse_selector("app=a")
+    fleet.update_node("n1", [rec("p1", "n1"), rec("p2", "n1")])
+    fleet.update_node("n2", [rec("p1", "n2")])
+    fleet.remove_node("n2")
+    assert names(fleet.select("ns", sel)) == ["p2"]
+    fleet.update_node("n1", [rec("p1", "n1", util=7.0), rec("p2", "n1")])
+    assert [(r.name, r.node, r.signals["gpu-utilization"])
+            for r in fleet.select("ns", sel)] == [("p1", "n1", 7.0), ("p2", "n1", 1.0)]
+    assert fleet.pod_count() == 2
+
+
 def test_namespaces_do_not_leak() -> None:
     fleet = FleetView(monotonic=lambda: 0.0)
     fleet.update_node("n1", [rec("p1", "n1", ns="x"), rec("p2", "n1", ns="y")])

@@ -248,3 +248,24 @@ def test_the_planners_keys_in_its_docs_are_the_keys_it_takes_with_their_defaults
                   "drainSeconds": parsed.drain_s, "promptTokens": parsed.prompt_tokens}
     for key, value in attributes.items():
         assert float(documented[key]) == value, key
+
+
+def test_the_parse_cache_keeps_real_triggers_not_huge_maps() -> None:
+    """Every trigger KEDA asks about is parsed once (three calls a chain), but a map larger
+    than any real trigger's is parsed each time, not kept: the cache's memory is bounded
+    by the small ones."""
+    from gpuscale.scaler.core.trigger import CACHED_TOTAL, _parse
+
+    small = {"podSelector": "app=cache-test-small"}
+    parse_metadata(small)
+    hits = _parse.cache_info().hits
+    assert parse_metadata(small) == parse_metadata(small)
+    assert _parse.cache_info().hits == hits + 2
+    values = ",".join(f"value-{i}" for i in range(400))
+    big = {"podSelector": f"app in ({values})"}
+    assert len(big["podSelector"]) > CACHED_TOTAL
+    size = _parse.cache_info().currsize
+    first, again = parse_metadata(big), parse_metadata(big)
+    assert first == again
+    assert first is not again  # parsed each time
+    assert _parse.cache_info().currsize == size

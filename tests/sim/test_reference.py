@@ -132,10 +132,19 @@ def test_what_a_measure_will_be_at_least_never_exceeds_what_it_becomes() -> None
     # Decoding: the pace so far is a floor under the TPOT it ends with.
     both = SloSpec("ttft-tpot", 2.0, tpot_s=0.02)
     seen = [both.at_least(admitted, t) for t in (15.0, 16.0, 17.0)]
-    admitted.finished = 17.5  # 3 s for 49 tokens after the first: 61 ms each
+    admitted.finished = 17.5  # 3 s for its 50 tokens: 60 ms each
     assert seen == sorted(seen)
     assert seen[0] == pytest.approx(4.5)  # its TTFT, while the pace is still within
-    assert seen[-1] <= both.measure(admitted) == pytest.approx(3.0 / 49 * 2.0 / 0.02)
+    assert seen[-1] <= both.measure(admitted) == pytest.approx(3.0 / 50 * 2.0 / 0.02)
+    # A request a drain cuts starts over: its pace so far says nothing of its last one,
+    # but its first token now comes after the cut.
+    cut = InFlightRequest(0.0, 100, 2)
+    cut.admitted, cut.first_token = 0.0, 0.01
+    loose = SloSpec("ttft-tpot", 40.0, tpot_s=0.1)
+    before = loose.at_least(cut, 20.0)  # 10 s a token so far; 20 s since it arrived
+    # cut at 30.5 s (serving.py's _end_drains), served again from 30.9 s
+    cut.admitted, cut.first_token, cut.finished = 30.9, 31.0, 31.05
+    assert before <= loose.measure(cut) == pytest.approx(31.0)
 
 
 def test_static_at_the_hindsight_peak_is_the_fewest_that_meet_the_slo() -> None:

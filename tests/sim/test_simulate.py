@@ -323,19 +323,21 @@ def test_ttft_tpot_counts_a_request_that_decodes_slowly_and_reports_tpot() -> No
     from gpuscale.models.slo import SLO_SPECS, Slo, SloSpec, tpot
 
     model = ServingModel(HAND)
-    fast = [InFlightRequest(float(s), 100, 11) for s in range(20)]  # minute 0
-    for r in fast:  # TTFT 0.5 s, 10 tokens after the first in 0.5 s: 50 ms each
+    fast = [InFlightRequest(float(s), 100, 10) for s in range(20)]  # minute 0
+    for r in fast:  # TTFT 0.5 s, then 10 tokens in 0.5 s: 50 ms each
         r.admitted, r.first_token, r.finished = r.arrival, r.arrival + 0.5, r.arrival + 1.0
-    slow = [InFlightRequest(60.0 + s, 100, 11) for s in range(20)]  # minute 1
+    slow = [InFlightRequest(60.0 + s, 100, 10) for s in range(20)]  # minute 1
     for k, r in enumerate(slow):  # TTFT 0.5 s; three of them decode at 150 ms a token
         r.admitted, r.first_token = r.arrival, r.arrival + 0.5
         r.finished = r.first_token + (1.5 if k < 3 else 0.5)
     model.done.extend(fast + slow)
-    decoding = InFlightRequest(170.0, 100, 101)  # minute 2: still decoding at 180 s
+    decoding = InFlightRequest(170.0, 100, 100)  # minute 2: still decoding at 180 s
     decoding.admitted, decoding.first_token, decoding.generated = 170.0, 170.5, 1.0
-    model.done.append(InFlightRequest(130.0, 100, 1))  # one token only: no TPOT
-    model.done[-1].admitted, model.done[-1].first_token = 130.0, 130.2
-    model.done[-1].finished = 130.2
+    one = InFlightRequest(130.0, 100, 1)  # one output token (the model still decodes it)
+    one.admitted, one.first_token, one.finished = 130.0, 130.2, 130.25
+    model.done.append(one)
+    assert tpot(one) == 0.0  # no tokens after the first: no TPOT
+    assert SLO_SPECS["ttft-tpot"].measure(one) == pytest.approx(0.2)  # its TTFT
     assert tpot(decoding) == 0.0  # still decoding, no time given: not known
     assert tpot(decoding, 173.5) == pytest.approx(3.0 / 100)  # the pace so far
     spec = SLO_SPECS["ttft-tpot"]

@@ -13,6 +13,7 @@ from gpuscale.common.errors import Unavailable
 from gpuscale.proto import telemetry_pb2 as pb
 from gpuscale.scaler.core.selector import parse_selector
 from gpuscale.scaler.state.fleet import FleetView
+from gpuscale.stream.codec import MAX_DEVICES_PER_NODE as MAX_DEVICES
 from gpuscale.stream.codec import MAX_PODS_PER_NODE, decode_report, encode_report
 from gpuscale.stream.publisher import DEVICES_EVERY_S, TelemetryPublisher
 from gpuscale.stream.records import DeviceRecord, NodeReport, PodRecord, deliver
@@ -184,12 +185,38 @@ def test_devices_are_decoded_when_first_read_not_when_received() -> None:
     assert fleet.devices()["node-b"] == report.devices
 
 
+def test_the_held_update_keeps_only_its_devices_within_the_bound() -> None:
+    """What a node's undecoded devices keep alive until read: the update without its pods
+    and without devices past MAX_DEVICES_PER_NODE; the pods were decoded already."""
+    many = tuple(DeviceRecord(f"GPU-{i}", i, "NVIDIA L4") for i in range(MAX_DEVICES + 5))
+    msg = encode_report(NodeReport("node-a", 1, 0.0, 1.0, (pod("v-0", 1.0),), many), "a", 0.0)
+    report = decode_report(msg, 20.0, 3.0)
+    assert isinstance(report.pods, tuple)
+    assert [p.name for p in report.pods] == ["v-0"]
+    assert (len(msg.pods), len(msg.devices)) == (0, MAX_DEVICES)
+    assert report.devices == many[:MAX_DEVICES]
+
+
+def test_owner_names_are_bounded_before_they_are_shared() -> None:
+    """Owners outlive their pods in the shared cache: a name longer than any Kubernetes
+    name (253) is cut before it is kept."""
+    hostile = pb.NodeUpdate(node="n", agent_id="a", seq=1, interval=1.0,
+                            attribution_ok=True)
+    hostile.pods.add(namespace="llm", name="v-0", owner_kind="K" * 5000,
+                     owner_name="x" * 100_000)
+    pods = decode_report(hostile, 1.0, 3.0).pods
+    assert isinstance(pods, tuple)
+    [got] = pods
+    assert got.owner is not None
+    assert (len(got.owner.kind), len(got.owner.name)) == (320, 320)
+
+
 def test_records_of_one_owner_share_one_owner_ref() -> None:
     """8,000 pod records a second at 1,000 nodes: their owners are shared, not made anew
     (fewer objects for the collector), and stay equal to what was sent."""
-    msg = encode_report(complete(3, pod("v-0", 60.0), pod("v-1", 50.0)), "agent-1", 0.0)
-    first = decode_report(msg, 20.0, 3.0).pods
-    again = decode_report(msg, 21.0, 3.0).pods
+    report = complete(3, pod("v-0", 60.0), pod("v-1", 50.0))
+    first = decode_report(encode_report(report, "agent-1", 0.0), 20.0, 3.0).pods
+    again = decode_report(encode_report(report, "agent-1", 0.0), 21.0, 3.0).pods
     assert isinstance(first, tuple)
     assert isinstance(again, tuple)
     assert first[0].owner is first[1].owner is again[0].owner

@@ -243,7 +243,7 @@ class ServingModel:
             self.cut += len(rep.running)
             for r in reversed(rep.running):  # cut off at the deadline: start over
                 r.prefilled, r.generated = False, 0.0
-                r.first_token = r.admitted = None
+                r.first_token = r.admitted = r.finished = None
                 self.queue.appendleft(r)
 
     def arrive(self, requests: list[InFlightRequest]) -> None:

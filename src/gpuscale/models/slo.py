@@ -10,12 +10,14 @@ worst infinite. Measures, per ``SloSpec.kind``:
 - ``ttft-per-token``: (TTFT - ``allowance_s``) / max(prompt tokens, 1), seconds per
   prompt token: long prompts may take proportionally longer, past a fixed allowance.
 - ``ttft-tpot``: a request is served well when its TTFT is within ``target_s`` *and* its
-  time per output token (TPOT) within ``tpot_s`` - the two bounds a streaming client
-  feels (as DistServe's SLO attainment counts a request). Its measure is the worse of the
-  two in TTFT's units: max(TTFT, TPOT x ``target_s`` / ``tpot_s``), so a minute is bad
-  when more than 1 - ``quantile`` of its requests miss either bound. TPOT is (last token -
-  first token) / (output tokens - 1); a request still decoding when the run is judged
-  counts the pace it has kept so far (at least that: it can only end later).
+  time per output token (TPOT, the mean over its stream) within ``tpot_s`` - the two
+  bounds a streaming client feels (as DistServe's SLO attainment counts a request). Its
+  measure is the worse of the two in TTFT's units: max(TTFT, TPOT x ``target_s`` /
+  ``tpot_s``), so a minute is bad when more than 1 - ``quantile`` of its requests miss
+  either bound. TPOT is (last token - first token) / output tokens: the serving model
+  decodes all of them after the first token, which its prefill makes (``ServingModel``);
+  a request of one output token has none. A request still decoding when the run is judged
+  counts the pace it has kept so far.
 
 Every judgement also reports the p95 TPOT of the finished requests, whatever the kind: a
 schedule can keep its first tokens fast by letting a crowded batch decode slowly, which a
@@ -76,7 +78,13 @@ class SloSpec:
         queue delay is known once the request is admitted (a drain that cuts it only makes
         it longer)."""
         if req.first_token is not None and req.admitted is not None:
-            return self.measure(req, now)
+            if self.kind != "ttft-tpot" or req.finished is not None:
+                return self.measure(req, now)
+            # Decoding: its pace so far only grows - unless a drain cuts it and it starts
+            # over, and then its first token comes after now.
+            ttft = req.first_token - req.arrival
+            return max(ttft, min(tpot(req, now) * self.target_s / self.tpot_s,
+                                 now - req.arrival))
         if self.kind == "queue" and req.admitted is not None:
             return req.admitted - req.arrival
         if self.kind != "ttft-per-token":
@@ -97,15 +105,16 @@ class SloSpec:
 
 
 def tpot(req: InFlightRequest, now: float | None = None) -> float:
-    """Time per output token after the first: (last token - first token) / (output - 1);
-    for a request still decoding, the pace so far up to ``now`` (what it will be at
-    least); 0.0 when not known (no first token; or still decoding and no ``now``)."""
-    if req.first_token is None:
+    """Time per output token after the first: (last token - first token) / output tokens
+    (see the module); for a request still decoding, the pace so far up to ``now``; 0.0
+    when there is none (one output token) or it is not known (no first token; still
+    decoding and no ``now``)."""
+    if req.first_token is None or req.output <= 1:
         return 0.0
     end = req.finished if req.finished is not None else now
     if end is None:
         return 0.0
-    return max(0.0, end - req.first_token) / max(req.output - 1, 1)
+    return max(0.0, end - req.first_token) / req.output
 
 
 DEFAULT_SLO = SloSpec()

@@ -18,7 +18,7 @@ MAX_DETAIL = 200
 MAX_DEVICES_PER_NODE = 512  # 8-16 GPUs x 7 MIG instances is the real range
 MAX_HOLDERS = 256  # pods holding one device (time-slicing replicas)
 MAX_NAME = 320  # a "namespace/name" is at most 63 + 1 + 253
-MAX_OWNERS = 65_536  # distinct (kind, name) owners shared between records
+MAX_OWNERS = 16_384  # distinct (kind, name) owners shared between records
 _ABSENT = {a.value: a for a in Absent}
 
 
@@ -92,7 +92,8 @@ def decode(msg: pb.NodeUpdate, received_at: float, stale_after: float,
             signals[name] = _get(r)
             if r.absent and r.detail:
                 reasons[name] = r.detail[:MAX_DETAIL]
-        owner = _owner(p.owner_kind, p.owner_name) if p.owner_kind else None
+        owner = (_owner(p.owner_kind[:MAX_NAME], p.owner_name[:MAX_NAME]) if p.owner_kind
+                 else None)
         out.append(PodRecord(p.namespace, p.name, node, dict(p.labels), owner, p.ready,
                              signals, received_at, stale_after, reasons))
     return out
@@ -103,7 +104,8 @@ def _owner(kind: str, name: str) -> OwnerRef:
     """One OwnerRef per (kind, name), shared by every record of that owner's pods: a
     scaler decodes 8,000 pod records a second at 1,000 nodes, and an owner made anew for
     each would be 8,000 more objects for the cyclic collector's young generation to walk
-    (bench/bench_ingest.py). Bounded: the least recently seen owners are dropped first."""
+    (bench/bench_ingest.py). Bounded: the least recently seen owners are dropped first,
+    and names are cut at MAX_NAME (Kubernetes allows 253) before they are kept."""
     return OwnerRef(kind, name)
 
 
@@ -111,24 +113,31 @@ def decode_report(msg: pb.NodeUpdate, received_at: float, stale_after: float,
                   node: str = "") -> NodeReport:
     """An update as the report it was made from, on the receiver's clock (``received_at``,
     monotonic) and placed on ``node`` (see ``decode``). An update that says its pods are
-    not known decodes to ``Unavailable`` with its reason, its pods left unread."""
+    not known decodes to ``Unavailable`` with its reason, its pods left unread. The report
+    takes the update over: its devices stay in it until read (``WireDevices``), and what
+    the report does not need - the pods, once decoded, and devices past the bound - is
+    cleared from it."""
     node = node or msg.node
     if not msg.attribution_ok:
         why = Unavailable(msg.attribution_detail[:MAX_DETAIL] or "attribution unavailable")
         return NodeReport(node, msg.seq, received_at, msg.interval, why)
     pods = tuple(decode(msg, received_at, stale_after, node))
-    return NodeReport(node, msg.seq, received_at, msg.interval, pods,
-                      WireDevices(msg) if msg.has_devices else None)
+    if not msg.has_devices:
+        return NodeReport(node, msg.seq, received_at, msg.interval, pods)
+    msg.ClearField("pods")
+    del msg.devices[MAX_DEVICES_PER_NODE:]
+    return NodeReport(node, msg.seq, received_at, msg.interval, pods, WireDevices(msg))
 
 
 class WireDevices(Sequence[DeviceRecord]):
     """An update's devices, decoded (``decode_devices``) when first read, not when
-    received. A scaler reads a node's devices once in DEVICE_STEP_S (its recorder) or when
-    an operator tool asks, while agents send them every tick: decoded at receipt, 8,000
-    records a second at 1,000 nodes would be made, and walked by the cyclic collector,
-    to be read one time in fifteen. Until then it holds the update (at most the
-    subscriber's MAX_MESSAGE, which its pods were decoded from); once decoded, only the
-    records. Equal to any sequence of the same records."""
+    received. A scaler reads a node's devices once in DEVICE_STEP_S (15 s: its recorder)
+    or when an operator tool asks, while agents send them every DEVICES_EVERY_S (5 s):
+    decoded at receipt, records would be made, and walked by the cyclic collector, for
+    two sends in three that nobody reads. Until then it holds the update, emptied of all
+    but its devices (``decode_report``; names and holders are cut when decoded); once
+    decoded, only the records. Equal to any sequence of the same records. The update must
+    not be changed after it is handed over (what is read is what it holds then)."""
 
     __slots__ = ("_msg", "_records")
 
@@ -137,8 +146,9 @@ class WireDevices(Sequence[DeviceRecord]):
         self._records: tuple[DeviceRecord, ...] = ()
 
     def _decoded(self) -> tuple[DeviceRecord, ...]:
-        if self._msg is not None:
-            self._records = tuple(decode_devices(self._msg) or ())
+        msg = self._msg
+        if msg is not None:  # (two readers at once decode twice, the same records)
+            self._records = tuple(decode_devices(msg) or ())
             self._msg = None
         return self._records
 

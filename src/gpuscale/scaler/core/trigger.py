@@ -72,12 +72,14 @@ from gpuscale.scaler.core.profiles import PLANNED, PROFILES, SIGNALS, ProfileNam
 from gpuscale.scaler.core.selector import Selector, SelectorError, parse_selector
 
 MAX_KEYS = 64
-# distinct metadata maps whose parse is remembered: every trigger KEDA asks about, at the
-# 10,000 ScaledObjects one replica may be asked for (each ~1 KiB; a miss costs ~10 µs and
-# a new config object on each of KEDA's three calls)
+# Distinct metadata maps whose parse is remembered: every trigger KEDA asks about, at the
+# 10,000 ScaledObjects one replica may be asked for (a miss costs ~10 µs and a new config
+# object on each of KEDA's three calls). Only maps of at most CACHED_TOTAL characters are
+# kept (a real trigger's are ~100), so the cache holds at most ~16,384 x 3 KiB.
 PARSED_CONFIGS = 16_384
+CACHED_TOTAL = 2048
 MAX_VALUE = 4096
-MAX_TOTAL = 16 * 1024  # all keys and values together: bounds the parse cache's memory
+MAX_TOTAL = 16 * 1024  # all keys and values together
 MIN_TARGET = 0.001  # KEDA formats targets with "%.3f": smaller ones reach the HPA as 0
 MAX_NUMBER = 1e15  # KEDA's quantities stay exact below this; no real target is near it
 FROM_ENV = "FromEnv"
@@ -139,9 +141,11 @@ def parse_metadata(metadata: Mapping[str, str]) -> TriggerConfig:
     """Validate trigger metadata (cached per distinct map). Raises MetadataError."""
     if len(metadata) > MAX_KEYS:
         raise MetadataError(f"more than {MAX_KEYS} metadata keys")
-    if sum(len(k) + len(v) for k, v in metadata.items()) > MAX_TOTAL:
+    total = sum(len(k) + len(v) for k, v in metadata.items())
+    if total > MAX_TOTAL:
         raise MetadataError(f"metadata longer than {MAX_TOTAL} characters in all")
-    return _parse(frozenset(metadata.items()))
+    items = frozenset(metadata.items())
+    return _parse(items) if total <= CACHED_TOTAL else _parse.__wrapped__(items)
 
 
 @lru_cache(maxsize=PARSED_CONFIGS)

@@ -69,7 +69,9 @@ class FleetView:
                 self._drop(key)
         for key, r in new.items():
             before = old.get(key)
-            if before is None or before.labels != r.labels:
+            # A pod new to this node, relabelled, or dropped since (another node that
+            # had it left): (re)enter it in its namespace's selections.
+            if before is None or before.labels != r.labels or key not in self._pods:
                 self._ns_keys.setdefault(key[0], set()).add(key)
                 self._bump(key[0])
             self._pods[key] = r
@@ -77,7 +79,8 @@ class FleetView:
         if devices is not None:  # None: this update carried no device news
             # kept as given unless the caller could change it (a decoder's WireDevices
             # stays undecoded until someone reads it)
-            entry.devices = tuple(devices) if isinstance(devices, MutableSequence) else devices
+            entry.devices = (devices if isinstance(devices, Sequence)
+                             and not isinstance(devices, MutableSequence) else tuple(devices))
         entry.updated_at = self._monotonic()
         self._notify()
 
