@@ -185,15 +185,20 @@ def test_devices_are_decoded_when_first_read_not_when_received() -> None:
     assert fleet.devices()["node-b"] == report.devices
 
 
-def test_the_held_update_keeps_only_its_devices_within_the_bound() -> None:
-    """What a node's undecoded devices keep alive until read: the update without its pods
-    and without devices past MAX_DEVICES_PER_NODE; the pods were decoded already."""
+def test_undecoded_devices_keep_only_the_devices_within_the_bound() -> None:
+    """What a node's undecoded devices keep alive until read: a message of their own, no
+    pods, no devices past MAX_DEVICES_PER_NODE - not the update, whose memory (protobuf's
+    arena) would all stay with it. The update is left as it came."""
     many = tuple(DeviceRecord(f"GPU-{i}", i, "NVIDIA L4") for i in range(MAX_DEVICES + 5))
     msg = encode_report(NodeReport("node-a", 1, 0.0, 1.0, (pod("v-0", 1.0),), many), "a", 0.0)
     report = decode_report(msg, 20.0, 3.0)
+    assert report.devices is not None
+    [held] = [o for o in referents(report.devices) if isinstance(o, pb.NodeUpdate)]
+    assert held is not msg
+    assert (len(held.pods), len(held.devices)) == (0, MAX_DEVICES)
+    assert (len(msg.pods), len(msg.devices)) == (1, MAX_DEVICES + 5)
     assert isinstance(report.pods, tuple)
     assert [p.name for p in report.pods] == ["v-0"]
-    assert (len(msg.pods), len(msg.devices)) == (0, MAX_DEVICES)
     assert report.devices == many[:MAX_DEVICES]
 
 

@@ -113,10 +113,8 @@ def decode_report(msg: pb.NodeUpdate, received_at: float, stale_after: float,
                   node: str = "") -> NodeReport:
     """An update as the report it was made from, on the receiver's clock (``received_at``,
     monotonic) and placed on ``node`` (see ``decode``). An update that says its pods are
-    not known decodes to ``Unavailable`` with its reason, its pods left unread. The report
-    takes the update over: its devices stay in it until read (``WireDevices``), and what
-    the report does not need - the pods, once decoded, and devices past the bound - is
-    cleared from it."""
+    not known decodes to ``Unavailable`` with its reason, its pods left unread. Devices
+    are decoded when read (``WireDevices``)."""
     node = node or msg.node
     if not msg.attribution_ok:
         why = Unavailable(msg.attribution_detail[:MAX_DETAIL] or "attribution unavailable")
@@ -124,9 +122,12 @@ def decode_report(msg: pb.NodeUpdate, received_at: float, stale_after: float,
     pods = tuple(decode(msg, received_at, stale_after, node))
     if not msg.has_devices:
         return NodeReport(node, msg.seq, received_at, msg.interval, pods)
-    msg.ClearField("pods")
-    del msg.devices[MAX_DEVICES_PER_NODE:]
-    return NodeReport(node, msg.seq, received_at, msg.interval, pods, WireDevices(msg))
+    # A message of their own (~4 µs for 8 GPUs): kept, the update itself - even with its
+    # pods cleared - would keep all of its memory (protobuf's upb frees a message's arena
+    # only with the message).
+    held = pb.NodeUpdate(has_devices=True)
+    held.devices.extend(msg.devices[:MAX_DEVICES_PER_NODE])
+    return NodeReport(node, msg.seq, received_at, msg.interval, pods, WireDevices(held))
 
 
 class WireDevices(Sequence[DeviceRecord]):
@@ -134,10 +135,10 @@ class WireDevices(Sequence[DeviceRecord]):
     received. A scaler reads a node's devices once in DEVICE_STEP_S (15 s: its recorder)
     or when an operator tool asks, while agents send them every DEVICES_EVERY_S (5 s):
     decoded at receipt, records would be made, and walked by the cyclic collector, for
-    two sends in three that nobody reads. Until then it holds the update, emptied of all
-    but its devices (``decode_report``; names and holders are cut when decoded); once
-    decoded, only the records. Equal to any sequence of the same records. The update must
-    not be changed after it is handed over (what is read is what it holds then)."""
+    two sends in three that nobody reads. Until then it holds a message with the update's
+    devices only, at most MAX_DEVICES_PER_NODE of them (``decode_report``; names and
+    holders are cut when decoded); once decoded, only the records. Equal to any sequence
+    of the same records."""
 
     __slots__ = ("_msg", "_records")
 
