@@ -25,39 +25,29 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "src"))
+sys.path.insert(0, str(REPO))
 
+from bench.bench_fleet import PODS, devices, records  # noqa: E402
 from gpuscale.attribution.model import OwnerRef  # noqa: E402
 from gpuscale.proto import telemetry_pb2 as pb  # noqa: E402
 from gpuscale.scaler.state.fleet import FleetView  # noqa: E402
 from gpuscale.stream.codec import decode_report, encode_report  # noqa: E402
 from gpuscale.stream.publisher import DEVICES_EVERY_S  # noqa: E402
-from gpuscale.stream.records import DeviceRecord, NodeReport, PodRecord, deliver  # noqa: E402
-
-PODS = 8  # per node, one GPU each
+from gpuscale.stream.records import NodeReport, deliver  # noqa: E402
 
 
 def update(node: int, seq: int, with_devices: bool) -> bytes:
-    """Node ``node``'s update number ``seq`` as its agent sends it: the shape of
-    bench_fleet's generator (a ReplicaSet-owned pod per GPU, three signals)."""
-    pods, devices = [], []
-    for g in range(PODS):
-        workload = f"w{(node * PODS + g) % 1000}"
-        name = f"{workload}-{node}-{g}"
-        pods.append(PodRecord(f"ns{node % 50}", name, f"node-{node}",
-                              {"app": workload, "pod-template-hash": "5d4f8c7b9"},
-                              OwnerRef("ReplicaSet", f"{workload}-5d4f8c7b9"), True,
-                              {"gpu-utilization": 50.0 + seq % 7, "gpu-memory": 40.0,
-                               "vllm-waiting": float(seq % 3)}, 0.0))
-        devices.append(DeviceRecord(f"GPU-{node:04d}-{g}", g, "NVIDIA H100 80GB HBM3",
-                                    utilization=50.0 + seq % 5, memory_used_mib=30_000.0,
-                                    memory_total_mib=81_559.0,
-                                    pods=(f"ns{node % 50}/{name}",)))
-    report = NodeReport(f"node-{node}", seq, 0.0, 1.0, tuple(pods),
-                        tuple(devices) if with_devices else None)
+    """Node ``node``'s update number ``seq`` as bench_fleet's generator makes it, its pods
+    owned by a ReplicaSet as a real agent's are (the generator's carry no owner)."""
+    pods = tuple(replace(p, owner=OwnerRef("ReplicaSet", p.labels["app"] + "-7d9f8c"))
+                 for p in records(node))
+    report = NodeReport(f"node-{node}", seq, 0.0, 1.0, pods,
+                        tuple(devices(node, list(pods))) if with_devices else None)
     return encode_report(report, "a" * 32, 0.0).SerializeToString()
 
 

@@ -25,38 +25,40 @@ if "scaler" in sys.argv and os.environ.get("GPUSCALE_LAG_FILE"):
     _slow: collections.Counter[str] = collections.Counter()
     _worst: dict[str, float] = {}
     _total: dict[str, float] = collections.defaultdict(float)
+    _depth = int(os.environ.get("GPUSCALE_LAG_DEPTH", "4"))
     _run = asyncio.events.Handle._run
 
-    def _resumes(handle: Any) -> str:
+    def _coro(handle: Any) -> Any:
+        """The coroutine a handle's task steps (None: not a task's step)."""
+        task: Any = getattr(getattr(handle, "_callback", None), "__self__", None)
+        return task.get_coro() if hasattr(task, "get_coro") else None
+
+    def _resumes(coro: Any) -> str:
         """Where a task's coroutine resumes: the chain of awaits it is suspended in
         (taken before the step runs). grpcio's handler wrapper is Cython and names no
         method, but its chain tells a new call ("start") from a unary handler or a
         stream resuming."""
-        task: Any = getattr(getattr(handle, "_callback", None), "__self__", None)
-        coro = task.get_coro() if hasattr(task, "get_coro") else None
         if getattr(coro, "__qualname__", "") != "_handle_exceptions":
             return ""
         chain: list[str] = []
         inner = getattr(coro, "cr_await", None)
-        while inner is not None and len(chain) < int(os.environ.get("GPUSCALE_LAG_DEPTH", "4")):
+        while inner is not None and len(chain) < _depth:
             chain.append(getattr(inner, "__qualname__", type(inner).__name__))
             inner = getattr(inner, "cr_await", None)
         return " > " + (" > ".join(chain[1:]) or "start")
 
-    def _name(handle: Any, resumes: str) -> str:
-        callback = getattr(handle, "_callback", None)
-        task: Any = getattr(callback, "__self__", None)
-        coro = task.get_coro() if hasattr(task, "get_coro") else None
-        name = getattr(coro, "__qualname__", None) or repr(callback)
+    def _name(handle: Any, coro: Any, resumes: str) -> str:
+        name = getattr(coro, "__qualname__", None) or repr(getattr(handle, "_callback", None))
         return re.sub(r" at 0x[0-9a-f]+", "", name + resumes)[:160]
 
     def _timed(self: Any) -> None:
-        resumes = _resumes(self)
+        coro = _coro(self)
+        resumes = _resumes(coro)
         t0 = time.perf_counter()
         _run(self)
         took = time.perf_counter() - t0
         if took > _limit:
-            key = _name(self, resumes)
+            key = _name(self, coro, resumes)
             _slow[key] += 1
             _total[key] += took
             _worst[key] = max(_worst.get(key, 0.0), took)
@@ -83,7 +85,7 @@ if "scaler" in sys.argv and os.environ.get("GPUSCALE_GC_FILE"):
 
     def _on_gc(phase: str, info: dict[str, int]) -> None:
         """Each collection: generation, tracked objects in it and its younger ones at the
-        start (by type, the 6 most), and how long it took."""
+        start (by type, the ``_top`` most), and how long it took."""
         if phase == "start":
             objects = [o for g in range(info["generation"] + 1)
                        for o in gc.get_objects(generation=g)]

@@ -38,7 +38,7 @@ SERVICE = "gpuscale.inspect.v1.Inspect"
 RECORD_CHUNK = 50  # ScaledObjects answered between two turns of the event loop
 MAX_FILTER = 253
 FLEET_CHUNK = 500  # pods put into a Fleet reply between two turns of the event loop
-NODE_CHUNK = 50  # nodes' devices (decoded when first read: WireDevices) between two turns
+FLEET_NODE_CHUNK = 50  # nodes' devices (decoded when read) put in a reply between turns
 _AMD_PARTITION = re.compile(r"(?:spx|dpx|tpx|qpx|cpx)\b")  # an AMD partition's profile
 USAGE_CHUNK = 1000  # devices put into a Usage reply between two turns of the event loop
 FORGOTTEN_S = 600.0  # Fleet lists the ScaledObjects KEDA asked about within this
@@ -78,7 +78,7 @@ class Inspector(pb_grpc.InspectServicer):
                                     problem=s.waiting() or s.error)
                 for d in devices.get(s.address, ()):
                     put_device(n.devices.add(), d)
-                if i % NODE_CHUNK == NODE_CHUNK - 1:
+                if i % FLEET_NODE_CHUNK == FLEET_NODE_CHUNK - 1:
                     await asyncio.sleep(0)
         else:
             for i, (address, devs) in enumerate(devices.items()):
@@ -88,7 +88,7 @@ class Inspector(pb_grpc.InspectServicer):
                                     age=ages.get(address, -1.0))
                 for d in devs:
                     put_device(n.devices.add(), d)
-                if i % NODE_CHUNK == NODE_CHUNK - 1:
+                if i % FLEET_NODE_CHUNK == FLEET_NODE_CHUNK - 1:
                     await asyncio.sleep(0)
         gpus = self._gpus()
         # Built in chunks with a turn of the event loop between them: a whole fleet
