@@ -36,6 +36,7 @@ sys.path.insert(0, str(REPO))
 
 import grpc  # noqa: E402
 
+from gpuscale.attribution.model import OwnerRef  # noqa: E402
 from gpuscale.proto import externalscaler_pb2 as pb  # noqa: E402
 from gpuscale.proto import externalscaler_pb2_grpc as pb_grpc  # noqa: E402
 from gpuscale.proto import telemetry_pb2_grpc as tpb_grpc  # noqa: E402
@@ -49,6 +50,11 @@ WITH_DEVICES = os.environ.get("BENCH_FLEET_DEVICES", "1") == "1"  # set by --no-
 INDEPENDENT = os.environ.get("BENCH_FLEET_PHASES", "grouped") == "independent"
 
 
+#: Each workload's ReplicaSet: a real agent's pods carry their owner (from the kubelet's
+#: pod list), and the scaler decodes it with every update.
+OWNERS = [OwnerRef("ReplicaSet", f"w{w}-7d9f8c") for w in range(WORKLOADS)]
+
+
 def records(node: int, boost: float = 0.0) -> list[PodRecord]:
     out = []
     t = time.monotonic()
@@ -57,7 +63,7 @@ def records(node: int, boost: float = 0.0) -> list[PodRecord]:
         util = 40.0 + 20.0 * ((t + node) % 7) / 7 + boost
         out.append(PodRecord(f"ns{w % 10}", f"w{w}-{node}-{j}", f"node-{node}",
                              {"app": f"w{w}", "pod-template-hash": "7d9f8c"},
-                             None, True, {"gpu-utilization": util, "gpu-memory": 91.5,
+                             OWNERS[w], True, {"gpu-utilization": util, "gpu-memory": 91.5,
                                           "vllm-waiting": 2.0, "vllm-kv-cache": 63.0}, t))
     return out
 

@@ -25,7 +25,6 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -33,7 +32,6 @@ sys.path.insert(0, str(REPO / "src"))
 sys.path.insert(0, str(REPO))
 
 from bench.bench_fleet import PODS, devices, records  # noqa: E402
-from gpuscale.attribution.model import OwnerRef  # noqa: E402
 from gpuscale.proto import telemetry_pb2 as pb  # noqa: E402
 from gpuscale.scaler.state.fleet import FleetView  # noqa: E402
 from gpuscale.stream.codec import decode_report, encode_report  # noqa: E402
@@ -42,10 +40,9 @@ from gpuscale.stream.records import NodeReport, deliver  # noqa: E402
 
 
 def update(node: int, seq: int, with_devices: bool) -> bytes:
-    """Node ``node``'s update number ``seq`` as bench_fleet's generator makes it, its pods
-    owned by a ReplicaSet as a real agent's are (the generator's carry no owner)."""
-    pods = tuple(replace(p, owner=OwnerRef("ReplicaSet", p.labels["app"] + "-7d9f8c"))
-                 for p in records(node))
+    """Node ``node``'s update number ``seq`` as bench_fleet's generator makes it (its pods
+    owned by a ReplicaSet, as a real agent's are)."""
+    pods = tuple(records(node))
     report = NodeReport(f"node-{node}", seq, 0.0, 1.0, pods,
                         tuple(devices(node, list(pods))) if with_devices else None)
     return encode_report(report, "a" * 32, 0.0).SerializeToString()
