@@ -19,6 +19,7 @@ Usage: .venv/bin/python bench/bench_scale_down.py
 
 from __future__ import annotations
 
+import argparse
 import os
 import platform
 import sys
@@ -46,6 +47,7 @@ def loads() -> list[tuple[str, list[TraceRequest]]]:
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__.split("\n")[0]).parse_args()
     print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, Python "
           f"{sys.version.split()[0]}")
     t0 = time.perf_counter()
