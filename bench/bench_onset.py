@@ -1,0 +1,114 @@
+"""What a policy that cannot see a burst coming must hold to miss no minute of it.
+
+On the generated shapes whose load jumps at a moment nothing before it announces
+(``burst10``: one 3-minute burst of 10x the level at 40 % of the hour; ``bursts``: three
+2-minute bursts of 8x at 20, 50 and 80 %), a policy that reads only the past can at best
+react at the very second a burst starts. This replays replica schedules that do exactly
+that: ``before`` replicas until a burst's first second, more from that second
+(``ServingModel``: billed from then, Ready after its own cold start of 80-300 s),
+``before`` again after it and the level after the last - for every count ``before`` up
+to the burst's (static at the hindsight peak: the fewest constant count that misses no
+minute) - and prints their GPU-hours and SLO-violating minutes when the reaction is the
+burst's count, and the minutes when it is ``MAX_REPLICAS`` (the most any policy could
+ask for). The fewest ``before`` that misses no minute even then is what an online policy
+must hold ahead of every burst it cannot foresee; compare the GPU-hours with the
+hindsight reference's in ``bench_simulate.py``'s table (the reference asks for the
+burst's replicas a start-up ahead, because it knows when).
+
+For ``bursts`` a policy may also have learned the period from the first two bursts; the
+``learned`` row holds the burst's count until the second burst ends, then the level
+until a start-up (300 s, the longest cold start) before the third.
+
+Usage: .venv/bin/python bench/bench_onset.py [--seeds 1 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from gpuscale.models.serving import ServingParams
+from gpuscale.sim.simulate import run_policy
+from gpuscale.traffic.patterns import synthetic
+
+HOUR = 3600.0
+RATE = 60.0  # requests/s at the busiest, as bench_simulate.py generates its shapes
+LEAD_S = 300  # the longest cold start: a replica asked for this early is Ready in time
+MAX_REPLICAS = 64  # the simulator's (and bench_simulate.py's policies') upper bound
+
+#: shape -> (bursts as (start s, length s), the level's replicas, the burst's replicas:
+#: static at the hindsight peak in bench_simulate.py's table, the fewest constant count
+#: that misses no minute)
+SHAPES = {
+    "burst10": ([(int(0.4 * HOUR), 180)], 1, 4),
+    "bursts": ([(int(f * HOUR), 120) for f in (0.2, 0.5, 0.8)], 2, 8),
+}
+
+
+def schedule(seconds: int, bursts: list[tuple[int, int]], level: int, peak: int,
+             before: int) -> list[int]:
+    """Replicas per second: ``peak`` from each burst's first second to its end, ``before``
+    at every other second up to the last burst's end (a policy that cannot tell when a
+    burst comes cannot tell that none will), ``level`` after it (generous: it cannot
+    know the last burst was the last either)."""
+    last_end = bursts[-1][0] + bursts[-1][1]
+    out = [before] * last_end + [level] * max(0, seconds - last_end)
+    for start, length in bursts:
+        out[start:start + length] = [peak] * length
+    return out
+
+
+def learned(seconds: int, bursts: list[tuple[int, int]], level: int,
+            peak: int) -> list[int]:
+    """The burst's count until the second burst ends, then the level until LEAD_S before
+    each later burst (its time foretold by the period of the first two)."""
+    out = [level] * seconds
+    second_end = bursts[1][0] + bursts[1][1]
+    out[:second_end] = [peak] * second_end
+    for start, length in bursts[2:]:
+        begin = max(second_end, start - LEAD_S)
+        out[begin:start + length] = [peak] * (start + length - begin)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2])
+    args = ap.parse_args()
+    params = ServingParams()
+    print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, Python "
+          f"{sys.version.split()[0]}; SLO per minute: p95 time to first token <= 2 s")
+    head = (f"{'load':<14}{'schedule':<36}{'GPU-h':>8}{'SLO min':>9}"
+            f"{f'SLO min, {MAX_REPLICAS} from each onset':>30}")
+    print(head)
+    print("-" * len(head))
+    for shape, (bursts, level, peak) in SHAPES.items():
+        for seed in args.seeds:
+            requests = synthetic(shape, HOUR, RATE, seed=seed)
+            duration = requests[-1].arrival_s + 300.0
+            seconds = int(duration) + 2
+            rows: list[tuple[str, list[int], list[int] | None]] = [
+                (f"{before} before, {peak} from each onset",
+                 schedule(seconds, bursts, level, peak, before),
+                 schedule(seconds, bursts, level, MAX_REPLICAS, before))
+                for before in range(level, peak + 1)]
+            if len(bursts) > 2:
+                rows.append((f"{peak} until burst 2 ends, then learned",
+                             learned(seconds, bursts, level, peak), None))
+            for label, steps, most in rows:
+                r = run_policy(label, requests, duration, params, schedule=steps,
+                               max_replicas=MAX_REPLICAS)
+                more = "" if most is None else str(run_policy(
+                    label, requests, duration, params, schedule=most,
+                    max_replicas=MAX_REPLICAS).slo_violation_minutes)
+                print(f"{shape + ' s' + str(seed):<14}{label:<36}{r.gpu_hours:>8.2f}"
+                      f"{r.slo_violation_minutes:>9d}{more:>30}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
