@@ -86,14 +86,19 @@ def main() -> None:
               f"RSS {r['rss']:4.0f} MiB, update delay p99 <= {r['p99']:.0f} ms, load flip "
               f"-> answer max {r['probe_max']:.0f} ms", flush=True)
     xs = [float(n) for n, _ in rows]
+    if len(set(xs)) < 2:
+        print("fit: needs two or more different --sizes")
+        return
     cpu0, cpu_per = fit(xs, [r["cpu"] for _, r in rows])
     rss0, rss_per = fit(xs, [r["rss"] for _, r in rows])
     print(f"fit: CPU {cpu0:.1f} % + {cpu_per * 1000:.1f} % per 1,000 agents; "
           f"RSS {rss0:.0f} MiB + {rss_per * 1000:.0f} MiB per 1,000 agents")
     for label, cpu in (("saturated (100 % of a core)", 100.0),
                        ("70 % of a core (headroom for answers)", 70.0)):
-        print(f"  one scaler {label}: ~{(cpu - cpu0) / cpu_per:,.0f} agents")
-    print(f"  RSS 300 MiB: ~{(300 - rss0) / rss_per:,.0f} agents")
+        if cpu_per > 0:
+            print(f"  one scaler {label}: ~{(cpu - cpu0) / cpu_per:,.0f} agents")
+    if rss_per > 0:
+        print(f"  RSS 300 MiB: ~{(300 - rss0) / rss_per:,.0f} agents")
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ import importlib.metadata
 import json
 import platform
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -98,7 +99,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--samples", type=int, default=30)
     args = ap.parse_args()
-    pynvml.nvmlInit()
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as e:
+        sys.exit(f"bench_nvml_real: no NVIDIA driver to measure here ({e}); run it on a "
+                 "GPU node")
     driver = pynvml.nvmlSystemGetDriverVersion()
     pynvml.nvmlShutdown()
     print(f"machine: {platform.machine()}, Python {platform.python_version()}, "

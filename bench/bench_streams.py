@@ -172,6 +172,9 @@ async def main() -> None:
     parser.add_argument("--settle", type=float, default=30.0,
                         help="seconds for the streams to open before GetMetrics is measured")
     args = parser.parse_args()
+    if args.settle >= args.seconds:
+        parser.error("--settle must be shorter than --seconds (GetMetrics is measured after "
+                     "the streams settle, while they stay open)")
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
     print(f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores, "
           f"Python {platform.python_version()}, {time.strftime('%Y-%m-%d')}")
