@@ -34,20 +34,30 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gpuscale.models.serving import ServingParams
 from gpuscale.sim.simulate import run_policy
-from gpuscale.traffic.patterns import synthetic
+from gpuscale.traffic.patterns import shape_of, synthetic
 
 HOUR = 3600.0
 RATE = 60.0  # requests/s at the busiest, as bench_simulate.py generates its shapes
 LEAD_S = 300  # the longest cold start: a replica asked for this early is Ready in time
 MAX_REPLICAS = 64  # the simulator's (and bench_simulate.py's policies') upper bound
 
-#: shape -> (bursts as (start s, length s), the level's replicas, the burst's replicas:
-#: static at the hindsight peak in bench_simulate.py's table, the fewest constant count
-#: that misses no minute)
-SHAPES = {
-    "burst10": ([(int(0.4 * HOUR), 180)], 1, 4),
-    "bursts": ([(int(f * HOUR), 120) for f in (0.2, 0.5, 0.8)], 2, 8),
-}
+#: shape -> (the level's replicas, the bursts' replicas: static at the hindsight peak in
+#: bench_simulate.py's table, the fewest constant count that misses no minute)
+SHAPES = {"burst10": (1, 4), "bursts": (2, 8)}
+
+
+def bursts_of(shape: str) -> list[tuple[int, int]]:
+    """(start s, length s) of each stretch at the shape's peak (``traffic/patterns.py``)."""
+    rate, peak = shape_of(shape, HOUR)
+    out: list[tuple[int, int]] = []
+    for t in range(int(HOUR)):
+        if rate(t) < peak:
+            continue
+        if out and sum(out[-1]) == t:
+            out[-1] = (out[-1][0], out[-1][1] + 1)
+        else:
+            out.append((t, 1))
+    return out
 
 
 def schedule(seconds: int, bursts: list[tuple[int, int]], level: int, peak: int,
@@ -87,7 +97,8 @@ def main() -> None:
             f"{f'SLO min, {MAX_REPLICAS} from each onset':>30}")
     print(head)
     print("-" * len(head))
-    for shape, (bursts, level, peak) in SHAPES.items():
+    for shape, (level, peak) in SHAPES.items():
+        bursts = bursts_of(shape)
         for seed in args.seeds:
             requests = synthetic(shape, HOUR, RATE, seed=seed)
             duration = requests[-1].arrival_s + 300.0

@@ -153,6 +153,17 @@ def test_synthetic_patterns_have_their_shape_and_are_reproducible() -> None:
     assert in_burst > 4 * calm
 
 
+def test_shape_of_gives_a_shaped_pattern_and_refuses_the_others() -> None:
+    from gpuscale.traffic.patterns import shape_of
+
+    rate, peak = shape_of("burst10", 3600.0)
+    assert peak == 1.0
+    assert [t for t in range(3600) if rate(t) >= peak] == list(range(1440, 1620))
+    for other in ("long-prompts", "long-prompt-bursts", "noisy-diurnal", "reasoning", "x"):
+        with pytest.raises(ValueError, match="is not one of"):
+            shape_of(other, 3600.0)
+
+
 def test_scale_to_zero_when_idle() -> None:
     from gpuscale.traffic.patterns import synthetic
 

@@ -65,6 +65,16 @@ def _shapes(duration: float) -> dict[str, tuple[Shape, float]]:
     }
 
 
+def shape_of(pattern: str, duration: float) -> tuple[Shape, float]:
+    """A shaped pattern's rate over time (multiples of rate) and its peak; ValueError for
+    the patterns that are not one shape (``long-prompts``, ``long-prompt-bursts``,
+    ``noisy-diurnal``, ``reasoning``)."""
+    shapes = _shapes(duration)
+    if pattern not in shapes:
+        raise ValueError(f"pattern {pattern!r} is not one of {', '.join(shapes)}")
+    return shapes[pattern]
+
+
 def synthetic(pattern: str, duration: float, rate: float, seed: int = 1) -> list[TraceRequest]:
     """Requests for the named load shape (see the module's docstring), sorted by arrival.
     ValueError for an unknown pattern."""
