@@ -93,12 +93,14 @@ def main() -> None:
     rss0, rss_per = fit(xs, [r["rss"] for _, r in rows])
     print(f"fit: CPU {cpu0:.1f} % + {cpu_per * 1000:.1f} % per 1,000 agents; "
           f"RSS {rss0:.0f} MiB + {rss_per * 1000:.0f} MiB per 1,000 agents")
+    if cpu_per <= 0 or rss_per <= 0:
+        print("  no projection: CPU or RSS did not grow with the agents in this run "
+              "(sizes too close, or too few seconds)")
+        return
     for label, cpu in (("saturated (100 % of a core)", 100.0),
                        ("70 % of a core (headroom for answers)", 70.0)):
-        if cpu_per > 0:
-            print(f"  one scaler {label}: ~{(cpu - cpu0) / cpu_per:,.0f} agents")
-    if rss_per > 0:
-        print(f"  RSS 300 MiB: ~{(300 - rss0) / rss_per:,.0f} agents")
+        print(f"  one scaler {label}: ~{(cpu - cpu0) / cpu_per:,.0f} agents")
+    print(f"  RSS 300 MiB: ~{(300 - rss0) / rss_per:,.0f} agents")
 
 
 if __name__ == "__main__":

@@ -69,16 +69,17 @@ def updates(nodes: int, now: float) -> list[bytes]:
     for n in range(nodes):
         records, devices = [], []
         for g in range(8):
-            name = f"w{(n * 8 + g) % 1000}-{n}-{g}"
-            records.append(PodRecord(f"ns{n % 50}", name, f"node-{n}",
-                                     {"app": f"w{(n * 8 + g) % 1000}"},
-                                     OwnerRef("Deployment", f"w{(n * 8 + g) % 1000}"), True,
+            # workload w's 8 pods, on 8 nodes, in the namespace of its ScaledObject so-w
+            w = (n * 8 + g) % 1000
+            name = f"w{w}-{n}-{g}"
+            records.append(PodRecord(f"ns{w % 50}", name, f"node-{n}", {"app": f"w{w}"},
+                                     OwnerRef("Deployment", f"w{w}"), True,
                                      {"gpu-utilization": 50.0, "gpu-memory": 40.0,
                                       "vllm-waiting": 3.0}, now))
             devices.append(DeviceRecord(f"GPU-{n}-{g}", g, "NVIDIA H100 80GB HBM3",
                                         utilization=50.0, memory_used_mib=30000.0,
                                         memory_total_mib=81559.0,
-                                        pods=(f"ns{n % 50}/{name}",)))
+                                        pods=(f"ns{w % 50}/{name}",)))
         report = NodeReport(f"node-{n}", 1, now, 1.0, tuple(records), tuple(devices))
         out.append(encode_report(report, "a" * 32, 0.0).SerializeToString())
     return out
@@ -88,8 +89,8 @@ def ingest(fleet: FleetView, wires: list[bytes]) -> None:
     """Every node's update received: parsed from its bytes, decoded, delivered."""
     now = time.monotonic()
     for n, raw in enumerate(wires):
-        deliver(decode_report(tpb.NodeUpdate.FromString(raw), now, 3.0), fleet,
-                f"node-{n}")
+        deliver(decode_report(tpb.NodeUpdate.FromString(raw), now, 1e9), fleet,
+                f"node-{n}")  # (never stale: the timings are of answers over live pods)
 
 
 def fresh(fn: Callable[[], object], before: Callable[[], object], repeat: int) -> float:

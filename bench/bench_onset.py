@@ -3,21 +3,25 @@
 On the generated shapes whose load jumps at a moment nothing before it announces
 (``burst10``: one 3-minute burst of 10x the level at 40 % of the hour; ``bursts``: three
 2-minute bursts of 8x at 20, 50 and 80 %), a policy that reads only the past can at best
-react at the very second a burst starts. This replays replica schedules that do exactly
-that: ``before`` replicas until a burst's first second, more from that second
-(``ServingModel``: billed from then, Ready after its own cold start of 80-300 s),
-``before`` again after it and the level after the last - for every count ``before`` up
-to the burst's (static at the hindsight peak: the fewest constant count that misses no
-minute) - and prints their GPU-hours and SLO-violating minutes when the reaction is the
-burst's count, and the minutes when it is ``MAX_REPLICAS`` (the most any policy could
-ask for). The fewest ``before`` that misses no minute even then is what an online policy
-must hold ahead of every burst it cannot foresee; compare the GPU-hours with the
-hindsight reference's in ``bench_simulate.py``'s table (the reference asks for the
-burst's replicas a start-up ahead, because it knows when).
+react when a burst starts. This replays replica schedules that do exactly that, in the
+simulator (cold starts of 80-300 s, the TTFT objective): ``before`` replicas until a
+burst, more from its first second (a change takes effect at the start of a second, so
+this is one second sooner than any policy could have seen the burst; ``ServingModel``:
+billed from then, Ready after its own cold start), ``before`` again after it and the
+level after the last - for every count ``before`` from the level's to the burst's - and
+prints their GPU-hours and SLO-violating minutes when the reaction is the burst's count,
+and the minutes (and which) when it is ``MAX_REPLICAS`` (the most any policy could ask
+for). The fewest ``before`` that misses no minute even then is what an online policy must
+hold ahead of every burst it cannot foresee; compare the GPU-hours with the hindsight
+reference's in ``bench_simulate.py``'s table (the reference asks for the burst's
+replicas a start-up ahead, because it knows when). The level's and the burst's counts are
+static provisioning's (``compare.static_peak``: the fewest constant count that misses no
+minute) of the requests before the first burst and of the whole hour.
 
-For ``bursts`` a policy may also have learned the period from the first two bursts; the
+For ``bursts`` a policy may also have learned the period from the first two bursts: the
 ``learned`` row holds the burst's count until the second burst ends, then the level
-until a start-up (300 s, the longest cold start) before the third.
+until a start-up (``LEAD_S``, the longest cold start) before the third burst's time as
+the first two foretell it (the second's start plus their distance).
 
 Usage: .venv/bin/python bench/bench_onset.py [--seeds 1 2]
 """
@@ -33,6 +37,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gpuscale.models.serving import ServingParams
+from gpuscale.models.slo import DEFAULT_SLO
+from gpuscale.sim.compare import static_peak
 from gpuscale.sim.simulate import run_policy
 from gpuscale.traffic.patterns import shape_of, synthetic
 
@@ -41,9 +47,7 @@ RATE = 60.0  # requests/s at the busiest, as bench_simulate.py generates its sha
 LEAD_S = 300  # the longest cold start: a replica asked for this early is Ready in time
 MAX_REPLICAS = 64  # the simulator's (and bench_simulate.py's policies') upper bound
 
-#: shape -> (the level's replicas, the bursts' replicas: static at the hindsight peak in
-#: bench_simulate.py's table, the fewest constant count that misses no minute)
-SHAPES = {"burst10": (1, 4), "bursts": (2, 8)}
+SHAPES = ("burst10", "bursts")
 
 
 def bursts_of(shape: str) -> list[tuple[int, int]]:
@@ -76,11 +80,14 @@ def schedule(seconds: int, bursts: list[tuple[int, int]], level: int, peak: int,
 def learned(seconds: int, bursts: list[tuple[int, int]], level: int,
             peak: int) -> list[int]:
     """The burst's count until the second burst ends, then the level until LEAD_S before
-    each later burst (its time foretold by the period of the first two)."""
+    each later burst's time as the first two foretell it (one period after the last)."""
     out = [level] * seconds
-    second_end = bursts[1][0] + bursts[1][1]
+    (first, _), (second, length) = bursts[0], bursts[1]
+    second_end = second + length
     out[:second_end] = [peak] * second_end
-    for start, length in bursts[2:]:
+    start = second
+    for _ in bursts[2:]:
+        start += second - first
         begin = max(second_end, start - LEAD_S)
         out[begin:start + length] = [peak] * (start + length - begin)
     return out
@@ -92,17 +99,21 @@ def main() -> None:
     args = ap.parse_args()
     params = ServingParams()
     print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, Python "
-          f"{sys.version.split()[0]}; SLO per minute: p95 time to first token <= 2 s")
+          f"{sys.version.split()[0]}; SLO per minute: {DEFAULT_SLO.describe()}")
     head = (f"{'load':<14}{'schedule':<36}{'GPU-h':>8}{'SLO min':>9}"
-            f"{f'SLO min, {MAX_REPLICAS} from each onset':>30}")
+            f"   {f'SLO min, {MAX_REPLICAS} from each onset (which)'}")
     print(head)
     print("-" * len(head))
-    for shape, (level, peak) in SHAPES.items():
+    for shape in SHAPES:
         bursts = bursts_of(shape)
         for seed in args.seeds:
             requests = synthetic(shape, HOUR, RATE, seed=seed)
             duration = requests[-1].arrival_s + 300.0
             seconds = int(duration) + 2
+            first = bursts[0][0]
+            level = max(static_peak([r for r in requests if r.arrival_s < first], first,
+                                    params).steps)
+            peak = max(static_peak(requests, duration, params).steps)
             rows: list[tuple[str, list[int], list[int] | None]] = [
                 (f"{before} before, {peak} from each onset",
                  schedule(seconds, bursts, level, peak, before),
@@ -114,11 +125,13 @@ def main() -> None:
             for label, steps, most in rows:
                 r = run_policy(label, requests, duration, params, schedule=steps,
                                max_replicas=MAX_REPLICAS)
-                more = "" if most is None else str(run_policy(
-                    label, requests, duration, params, schedule=most,
-                    max_replicas=MAX_REPLICAS).slo_violation_minutes)
+                more = ""
+                if most is not None:
+                    m = run_policy(label, requests, duration, params, schedule=most,
+                                   max_replicas=MAX_REPLICAS)
+                    more = f"{m.slo_violation_minutes} {list(m.bad_minutes)}"
                 print(f"{shape + ' s' + str(seed):<14}{label:<36}{r.gpu_hours:>8.2f}"
-                      f"{r.slo_violation_minutes:>9d}{more:>30}", flush=True)
+                      f"{r.slo_violation_minutes:>9d}   {more}", flush=True)
 
 
 if __name__ == "__main__":

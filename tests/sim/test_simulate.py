@@ -160,7 +160,7 @@ def test_shape_of_gives_a_shaped_pattern_and_refuses_the_others() -> None:
     assert peak == 1.0
     assert [t for t in range(3600) if rate(t) >= peak] == list(range(1440, 1620))
     for other in ("long-prompts", "long-prompt-bursts", "noisy-diurnal", "reasoning", "x"):
-        with pytest.raises(ValueError, match="is not one of"):
+        with pytest.raises(ValueError, match="is not a shaped pattern"):
             shape_of(other, 3600.0)
 
 

@@ -71,7 +71,8 @@ def shape_of(pattern: str, duration: float) -> tuple[Shape, float]:
     ``noisy-diurnal``, ``reasoning``)."""
     shapes = _shapes(duration)
     if pattern not in shapes:
-        raise ValueError(f"pattern {pattern!r} is not one of {', '.join(shapes)}")
+        raise ValueError(f"pattern {pattern!r} is not a shaped pattern (those are: "
+                         f"{', '.join(shapes)})")
     return shapes[pattern]
 
 
@@ -88,10 +89,10 @@ def synthetic(pattern: str, duration: float, rate: float, seed: int = 1) -> list
     if pattern == "noisy-diurnal":
         shape, peak = _noisy_diurnal(rng, duration)
     elif pattern == "reasoning":
-        shape, peak = _shapes(duration)["diurnal"]
+        shape, peak = shape_of("diurnal", duration)
         rate = rate / 20
     else:
-        shape, peak = _shapes(duration)[pattern]
+        shape, peak = shape_of(pattern, duration)
     short = pattern == "short-bursty"
     long_outputs = 24 if pattern == "reasoning" else 1
     out: list[TraceRequest] = []
