@@ -1,0 +1,81 @@
+"""Where one cluster keeps its state and which addresses it uses.
+
+The cluster lives in a network namespace of its own. Inside it, ``lo`` answers for every
+address of the pod range (a ``local`` route), so a process standing in for a pod binds its
+pod's IP; the host reaches the namespace through one veth pair. The addresses come from
+198.18.0.0/15, the range RFC 2544 sets aside for benchmarking networks: never routed
+beyond a test bench, so they cannot shadow a real network the machine is on.
+Pod IPs cannot be loopback addresses: the API server refuses 127.0.0.0/8 in EndpointSlices.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+from pathlib import Path
+
+APISERVER_PORT = 6443
+ETCD_PORT = 2379
+ETCD_PEER_PORT = 2380
+KEDA_ADAPTER_PORT = 6444
+KEDA_GRPC_PORT = 9666
+SERVICE_RANGE = "10.96.0.0/16"  # ClusterIPs: allocated, never routed (no kube-proxy)
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """One cluster: ``slot`` 0 is ``./dev cluster``'s, others are the test suite's."""
+
+    root: Path  # the state directory (``.cluster`` for ./dev cluster)
+    slot: int = 0
+
+    @property
+    def netns(self) -> str:
+        return f"gpuscale-cluster{self.slot}"
+
+    @property
+    def host_veth(self) -> str:
+        return f"gsc{self.slot}h"
+
+    @property
+    def host_ip(self) -> str:
+        return f"198.18.{self.slot}.1"
+
+    @property
+    def ns_ip(self) -> str:
+        """The namespace's own address: the API server, as the host and the pods see it."""
+        return f"198.18.{self.slot}.2"
+
+    @property
+    def pod_range(self) -> ipaddress.IPv4Network:
+        return ipaddress.IPv4Network(f"198.19.{self.slot * 64}.0/18")
+
+    def pod_cidr(self, node_index: int) -> str:
+        """The podCIDR of the ``node_index``-th simulated node: one /24 of the pod range."""
+        if not 0 <= node_index < 64:
+            raise ValueError(f"node index {node_index} out of 0..63")
+        return f"198.19.{self.slot * 64 + node_index}.0/24"
+
+    @property
+    def server(self) -> str:
+        return f"https://{self.ns_ip}:{APISERVER_PORT}"
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.root / "kubeconfig"
+
+    @property
+    def pki(self) -> Path:
+        return self.root / "pki"
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    @property
+    def state_file(self) -> Path:
+        return self.root / "state.json"
+
+    @property
+    def etcd_data(self) -> Path:
+        return self.root / "etcd"

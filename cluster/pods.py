@@ -1,0 +1,243 @@
+"""The kubelet stand-in for the simulated nodes: runs what each pod stands for.
+
+Every second it lists the real API's pods on the simulated nodes and
+- keeps each GPU node's PodResources socket (``kubelet``) in step with them;
+- runs gpuscale's own pods (the agent DaemonSet, the scaler Deployment, as deployed from
+  our manifests) as processes bound to their pod IPs, with the pod's own arguments and
+  only what a node would give differently: simulated GPUs, the node's PodResources socket,
+  and the pod's service-account token in a kubeconfig (so our RBAC is what is exercised);
+- serves a simulated engine on every Ready inference pod (``engines``);
+- writes the namespace's hosts file from the EndpointSlices (``dns``)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import subprocess
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from cluster import dns
+from cluster.engines import BATCH_ANNOTATION, DEFAULT_BATCH, Engines, read_load, shares, workload_key
+from cluster.kubelet import NodeDevices
+from cluster.layout import Layout
+from cluster.nodes import DEFAULT_NODES, NodeShape, devices, scenario
+from gpuscale.engines.scrape import ANNOTATION, PORT_ANNOTATION
+from gpuscale.kube.api import KubeApi
+
+log = logging.getLogger("cluster.pods")
+COMPONENT = "app.kubernetes.io/component"
+GPUSCALE = Path(sys.executable).parent / "gpuscale"
+
+
+def _ready(pod: Mapping[str, Any]) -> bool:
+    conds = (pod.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds)
+
+
+def _running(pod: Mapping[str, Any]) -> bool:
+    meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+    return (status.get("phase") == "Running" and bool(status.get("podIP"))
+            and not meta.get("deletionTimestamp"))
+
+
+@dataclass
+class Proc:
+    argv: list[str]
+    popen: subprocess.Popen[bytes]
+
+
+@dataclass
+class PodRunner:
+    layout: Layout
+    api: KubeApi
+    kubectl: Path
+    shapes: tuple[NodeShape, ...] = DEFAULT_NODES
+    nodes: dict[str, NodeDevices] = field(default_factory=dict)
+    procs: dict[str, Proc] = field(default_factory=dict)
+    engines: Engines = field(default_factory=Engines)
+    tokens: dict[str, Path] = field(default_factory=dict)
+
+    async def start(self) -> None:
+        for shape in self.shapes:
+            if not shape.gpus:
+                continue
+            d = self.layout.root / "nodes" / shape.name
+            d.mkdir(parents=True, exist_ok=True)
+            (d / "scenario.yaml").write_text(yaml.safe_dump(scenario(shape), sort_keys=False))
+            node = NodeDevices(shape.name, devices(shape), d / "kubelet.sock")
+            await node.peer.start()
+            self.nodes[shape.name] = node
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                await self.tick()
+            except Exception:
+                log.exception("pod runner tick failed; next in 1 s")
+            try:
+                await asyncio.wait_for(stop.wait(), 1.0)
+            except TimeoutError:
+                pass
+
+    async def tick(self) -> None:
+        pods = (await self.api.get_raw("/api/v1/pods")).get("items") or []
+        ours = [p for p in pods if (p.get("spec") or {}).get("nodeName") in
+                {s.name for s in self.shapes}]
+        for name, node in self.nodes.items():
+            node.sync(p for p in ours if p["spec"]["nodeName"] == name)
+        await self._processes(ours)
+        await self._engines(ours)
+        slices = (await self.api.get_raw("/apis/discovery.k8s.io/v1/endpointslices"))
+        hosts = dns.hosts_dir(self.layout.netns) / "hosts"
+        if dns.write_in_place(hosts, dns.render(slices.get("items") or [])):
+            log.info("hosts file rewritten")
+
+    async def _processes(self, pods: list[dict[str, Any]]) -> None:
+        want: dict[str, dict[str, Any]] = {}
+        for p in pods:
+            labels = (p.get("metadata") or {}).get("labels") or {}
+            if labels.get("app.kubernetes.io/name") == "gpuscale" and _running(p):
+                want[p["metadata"]["uid"]] = p
+        for uid in set(self.procs) - set(want):
+            self._kill(uid)
+        for uid, p in want.items():
+            proc = self.procs.get(uid)
+            if proc is not None and proc.popen.poll() is None:
+                continue
+            argv = self._argv(p)
+            if argv is None:
+                continue
+            if proc is not None:
+                log.warning("%s exited with %s; restarting", p["metadata"]["name"],
+                            proc.popen.returncode)
+            self.procs[uid] = self._spawn(p, argv)
+
+    def _argv(self, pod: dict[str, Any]) -> list[str] | None:
+        meta, spec = pod["metadata"], pod["spec"]
+        container = (spec.get("containers") or [{}])[0]
+        args = [str(a) for a in container.get("args") or []]
+        ip, node = pod["status"]["podIP"], spec["nodeName"]
+        kc = self._token_kubeconfig(meta["namespace"], spec.get("serviceAccountName", "default"))
+        component = (meta.get("labels") or {}).get(COMPONENT)
+        if component == "agent":
+            shape = next(s for s in self.shapes if s.name == node)
+            if shape.amd or node not in self.nodes:
+                return None  # AMD nodes: no simulated AMD agent yet
+            d = self.layout.root / "nodes" / node
+            return [str(GPUSCALE), *args, f"--host={ip}", "--gpu-backend=sim",
+                    f"--scenario={d / 'scenario.yaml'}", f"--node={node}",
+                    "--attribution=cluster", f"--kubelet-socket={d / 'kubelet.sock'}",
+                    f"--kubeconfig={kc}", f"--node-name={node}"]
+        if component == "scaler":
+            return [str(GPUSCALE), *args, f"--host={ip}", f"--kubeconfig={kc}"]
+        return None
+
+    def _spawn(self, pod: dict[str, Any], argv: list[str]) -> Proc:
+        meta = pod["metadata"]
+        logs = self.layout.logs / "pods"
+        logs.mkdir(parents=True, exist_ok=True)
+        env = {"NODE_NAME": pod["spec"]["nodeName"], "PATH": "/usr/bin:/bin"}
+        with (logs / f"{meta['namespace']}_{meta['name']}.log").open("ab") as out:
+            popen = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env,
+                                     stdin=subprocess.DEVNULL, start_new_session=True)
+        log.info("started %s/%s: %s", meta["namespace"], meta["name"], " ".join(argv))
+        return Proc(argv, popen)
+
+    def _kill(self, uid: str) -> None:
+        proc = self.procs.pop(uid)
+        proc.popen.terminate()
+        try:
+            proc.popen.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.popen.kill()
+            proc.popen.wait()
+
+    def _token_kubeconfig(self, namespace: str, account: str) -> Path:
+        """A kubeconfig holding a token of the pod's service account (TokenRequest)."""
+        key = f"{namespace}-{account}"
+        if key in self.tokens:
+            return self.tokens[key]
+        token = subprocess.run(
+            [str(self.kubectl), f"--kubeconfig={self.layout.kubeconfig}", "create", "token",
+             account, "-n", namespace, "--duration=48h"],
+            capture_output=True, text=True, check=True).stdout.strip()
+        admin = yaml.safe_load(self.layout.kubeconfig.read_text())
+        admin["users"] = [{"name": "admin", "user": {"token": token}}]
+        path = self.layout.root / "tokens" / f"{key}.kubeconfig"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(yaml.safe_dump(admin))
+        path.chmod(0o600)
+        self.tokens[key] = path
+        return path
+
+    async def _engines(self, pods: list[dict[str, Any]]) -> None:
+        serving = {p["metadata"]["uid"]: p for p in pods
+                   if ((p["metadata"].get("annotations") or {}).get(ANNOTATION)
+                       and _running(p) and _ready(p))}
+        for uid in set(self.engines.runners) - set(serving):
+            await self.engines.stop(uid)
+        for uid, p in serving.items():
+            if uid in self.engines.runners:
+                continue
+            ann = p["metadata"].get("annotations") or {}
+            try:
+                port, batch = int(ann.get(PORT_ANNOTATION, "8000")), int(
+                    ann.get(BATCH_ANNOTATION, DEFAULT_BATCH))
+                await self.engines.start(uid, p["status"]["podIP"], port, max(1, batch))
+            except (ValueError, OSError) as e:
+                log.warning("engine of %s not served: %s", p["metadata"]["name"], e)
+        load = read_load(self.layout.root / "load.json")
+        by_workload: dict[str, list[str]] = {}
+        for uid, p in serving.items():
+            by_workload.setdefault(workload_key(p), []).append(uid)
+        for key, uids in by_workload.items():
+            for uid, n in shares(load.get(key, 0), uids).items():
+                self.engines.set_load(uid, n)
+
+    async def close(self) -> None:
+        for uid in list(self.procs):
+            self._kill(uid)
+        await self.engines.close()
+        for node in self.nodes.values():
+            await node.peer.stop()
+
+
+async def _main(layout: Layout, bin_dir: Path) -> None:
+    import signal
+
+    from gpuscale.kube.connect import connect
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    api = await connect(layout.kubeconfig)
+    runner = PodRunner(layout, api, bin_dir / "kubectl")
+    try:
+        await runner.start()
+        await runner.run(stop)
+    finally:
+        await runner.close()
+        await api.close()
+
+
+def main() -> None:
+    import argparse
+
+    p = argparse.ArgumentParser(prog="cluster.pods")
+    p.add_argument("--root", type=Path, required=True)
+    p.add_argument("--slot", type=int, default=0)
+    p.add_argument("--bin", type=Path, required=True)
+    args = p.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    asyncio.run(_main(Layout(args.root, args.slot), args.bin))
+
+
+if __name__ == "__main__":
+    main()
