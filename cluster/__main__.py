@@ -4,6 +4,7 @@ that runs inside the namespace."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -105,10 +106,8 @@ def stop(layout: Layout, quiet: bool = False) -> int:
 
 
 def _reap(pid: int) -> None:
-    try:
+    with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass
 
 
 def _kill_namespace(layout: Layout) -> int:
@@ -118,10 +117,8 @@ def _kill_namespace(layout: Layout) -> int:
     out = subprocess.run(["ip", "netns", "pids", layout.netns], capture_output=True,
                          text=True, check=False).stdout.split()
     for pid in out:
-        try:
+        with contextlib.suppress(ProcessLookupError, ValueError):
             os.kill(int(pid), signal.SIGKILL)
-        except (ProcessLookupError, ValueError):
-            pass
     return len(out)
 
 

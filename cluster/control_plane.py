@@ -32,7 +32,6 @@ def etcd(bin_dir: Path, layout: Layout) -> list[str]:
 
 
 def apiserver(bin_dir: Path, layout: Layout, pki: ClusterPki) -> list[str]:
-    sa_key = str(pki.service_account.key)
     return [
         str(bin_dir / "kube-apiserver"),
         f"--etcd-servers=http://127.0.0.1:{ETCD_PORT}",
@@ -41,7 +40,8 @@ def apiserver(bin_dir: Path, layout: Layout, pki: ClusterPki) -> list[str]:
         f"--advertise-address={layout.ns_ip}",
         f"--tls-cert-file={pki.apiserver.cert}", f"--tls-private-key-file={pki.apiserver.key}",
         f"--client-ca-file={pki.ca.cert}",
-        f"--service-account-key-file={sa_key}", f"--service-account-signing-key-file={sa_key}",
+        f"--service-account-key-file={pki.service_account.cert}",
+        f"--service-account-signing-key-file={pki.service_account.key}",
         "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
         f"--service-cluster-ip-range={SERVICE_RANGE}",
         "--authorization-mode=Node,RBAC",

@@ -89,6 +89,19 @@ def _san(host: str) -> x509.GeneralName:
         return x509.DNSName(host)
 
 
+def _service_account_keys(directory: Path) -> Pair:
+    """The key that signs service-account tokens (PEM "EC PRIVATE KEY", as the API server
+    and the controller manager read it) and its public half (what checks them)."""
+    key = _key()
+    pair = Pair(directory / "service-account.pub", directory / "service-account.key")
+    _write(pair.key, key.private_bytes(serialization.Encoding.PEM,
+                                       serialization.PrivateFormat.TraditionalOpenSSL,
+                                       serialization.NoEncryption()))
+    _write(pair.cert, key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+    return pair
+
+
 @dataclass(frozen=True, slots=True)
 class ClusterPki:
     ca: Pair
@@ -96,7 +109,7 @@ class ClusterPki:
     admin: Pair
     front_proxy_ca: Pair
     front_proxy_client: Pair
-    service_account: Pair  # the private key signs tokens; the certificate's key checks them
+    service_account: Pair  # ``key`` signs tokens, ``cert`` (a public key) checks them
     directory: Path
 
 
@@ -114,7 +127,7 @@ def make_pki(directory: Path, apiserver_hosts: tuple[str, ...]) -> ClusterPki:
         admin=ca.issue("admin", "kubernetes-admin", groups=("system:masters",)),
         front_proxy_ca=front.pair,
         front_proxy_client=front.issue("front-proxy-client", FRONT_PROXY_CLIENT),
-        service_account=ca.issue("service-account", "service-accounts"),
+        service_account=_service_account_keys(directory),
         directory=directory,
     )
 

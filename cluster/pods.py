@@ -12,6 +12,7 @@ Every second it lists the real API's pods on the simulated nodes and
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import subprocess
 import sys
@@ -23,7 +24,14 @@ from typing import Any
 import yaml
 
 from cluster import dns
-from cluster.engines import BATCH_ANNOTATION, DEFAULT_BATCH, Engines, read_load, shares, workload_key
+from cluster.engines import (
+    BATCH_ANNOTATION,
+    DEFAULT_BATCH,
+    Engines,
+    read_load,
+    shares,
+    workload_key,
+)
 from cluster.kubelet import NodeDevices
 from cluster.layout import Layout
 from cluster.nodes import DEFAULT_NODES, NodeShape, devices, scenario
@@ -80,10 +88,8 @@ class PodRunner:
                 await self.tick()
             except Exception:
                 log.exception("pod runner tick failed; next in 1 s")
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), 1.0)
-            except TimeoutError:
-                pass
 
     async def tick(self) -> None:
         pods = (await self.api.get_raw("/api/v1/pods")).get("items") or []
@@ -236,6 +242,8 @@ def main() -> None:
     p.add_argument("--bin", type=Path, required=True)
     args = p.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    for noisy in ("httpx", "httpx2", "httpcore"):  # a line per request, every second
+        logging.getLogger(noisy).setLevel(logging.WARNING)
     asyncio.run(_main(Layout(args.root, args.slot), args.bin))
 
 

@@ -114,8 +114,9 @@ def gpuscale_up(sup: Supervisor, bin_dir: Path) -> None:
     crd_dir = keda.module_dir(REPO / "cluster" / "go" / "prometheus-operator",
                               "github.com/prometheus-operator/prometheus-operator")
     for name in PROMETHEUS_CRDS:
-        path = crd_dir / "example" / "prometheus-operator-crd" / f"monitoring.coreos.com_{name}.yaml"
-        kubectl(bin_dir, layout, "apply", "--server-side", "-f", str(path))
+        path = crd_dir / "example" / "prometheus-operator-crd"
+        kubectl(bin_dir, layout, "apply", "--server-side", "-f",
+                str(path / f"monitoring.coreos.com_{name}.yaml"))
     kubectl(bin_dir, layout, "wait", "--for=condition=Established", "--timeout=60s",
             *(f"crd/{n}.monitoring.coreos.com" for n in PROMETHEUS_CRDS))
     kubectl(bin_dir, layout, "apply", "--server-side", "-k",
@@ -137,13 +138,13 @@ def serve(layout: Layout, bin_dir: Path) -> int:
         control_plane.write_kubeconfig(layout, pki)
         control_plane_up(sup, bin_dir, pki)
         nodes_up(sup, bin_dir)
-        keda_up(sup, bin_dir)
         gpuscale_up(sup, bin_dir)
+        keda_up(sup, bin_dir)
         step(layout, "ready", phase="ready")
         while not stop.wait(1.0):
             if gone := sup.exited():
                 step(layout, f"exited: {', '.join(gone)}", phase="degraded")
-    except StartError as e:
+    except (StartError, OSError, subprocess.SubprocessError) as e:
         step(layout, str(e), phase="failed")
         sup.stop_all()
         return 1

@@ -6,6 +6,7 @@ program that exits while the cluster starts fails the start with the log's last 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -45,9 +46,15 @@ class Supervisor:
         self.layout.logs.mkdir(parents=True, exist_ok=True)
         log = (self.layout.logs / f"{name}.log").open("ab")
         merged = {**os.environ, **(env or {})}
-        proc = subprocess.Popen(list(argv), stdout=log, stderr=subprocess.STDOUT, env=merged,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
-        log.close()
+        try:
+            proc = subprocess.Popen(list(argv), stdout=log, stderr=subprocess.STDOUT,
+                                    env=merged, stdin=subprocess.DEVNULL,
+                                    start_new_session=True)
+        except OSError as e:
+            raise StartError(f"cannot start {name} ({argv[0]}): {e.strerror}; "
+                             f"cluster/build builds the binaries") from e
+        finally:
+            log.close()
         self.children[name] = proc
         self._record()
         return proc
@@ -93,10 +100,8 @@ class Supervisor:
 
 
 def _signal(proc: subprocess.Popen[bytes], sig: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, sig)
-    except ProcessLookupError:
-        pass
 
 
 def read_state(layout: Layout) -> dict[str, object]:
