@@ -1,7 +1,7 @@
 """KEDA on the cluster: its CRDs from its own module (``config/crd``, kustomized as KEDA
 ships them), the operator and the metrics apiserver as processes in the namespace, and
 the APIService that routes ``external.metrics.k8s.io`` to the latter through the real
-aggregator (an ExternalName Service: the adapter is no pod)."""
+aggregator (an Service whose EndpointSlice names the adapter's address: it is no pod)."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def module_dir(wrapper: Path, module: str = MODULE) -> Path:
 
 def certs(layout: Layout) -> Path:
     return keda_certs(layout.root / "keda-certs",
-                      ("localhost", "127.0.0.1", f"{SERVICE}.{NAMESPACE}.svc",
+                      ("localhost", "127.0.0.1", layout.host_pod_ip, f"{SERVICE}.{NAMESPACE}.svc",
                        f"keda-operator.{NAMESPACE}.svc"))
 
 
@@ -60,7 +60,7 @@ def adapter_argv(bin_dir: Path, layout: Layout, cert_dir: Path) -> list[str]:
     kc = layout.kubeconfig
     return [str(bin_dir / "keda-adapter"), f"--kubeconfig={kc}", f"--lister-kubeconfig={kc}",
             f"--authentication-kubeconfig={kc}", f"--authorization-kubeconfig={kc}",
-            "--bind-address=127.0.0.1", f"--secure-port={KEDA_ADAPTER_PORT}",
+            f"--bind-address={layout.host_pod_ip}", f"--secure-port={KEDA_ADAPTER_PORT}",
             f"--cert-dir={cert_dir}", f"--tls-cert-file={cert_dir / 'tls.crt'}",
             f"--tls-private-key-file={cert_dir / 'tls.key'}",
             f"--metrics-service-address=localhost:{KEDA_GRPC_PORT}",
@@ -68,19 +68,26 @@ def adapter_argv(bin_dir: Path, layout: Layout, cert_dir: Path) -> list[str]:
             "--v=1"]
 
 
-def objects(cert_dir: Path) -> list[dict[str, Any]]:
-    """The namespace, the route through the aggregator, and the RBAC KEDA's manifests give
-    the HPA controller to read external metrics."""
+def objects(layout: Layout, cert_dir: Path) -> list[dict[str, Any]]:
+    """The namespace, the route through the aggregator (a Service without selector whose
+    EndpointSlice names the adapter's address), and the RBAC KEDA's manifests give the HPA
+    controller to read external metrics."""
     ca = base64.b64encode((cert_dir / "ca.crt").read_bytes()).decode()
     meta = {"name": SERVICE, "namespace": NAMESPACE}
     return [
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
         {"apiVersion": "v1", "kind": "Service", "metadata": meta,
-         "spec": {"type": "ExternalName", "externalName": "localhost",
-                  "ports": [{"name": "https", "port": KEDA_ADAPTER_PORT}]}},
+         "spec": {"ports": [{"name": "https", "port": 443, "targetPort": KEDA_ADAPTER_PORT}]}},
+        {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+         "metadata": {"name": f"{SERVICE}-host", "namespace": NAMESPACE,
+                      "labels": {"kubernetes.io/service-name": SERVICE,
+                                 "endpointslice.kubernetes.io/managed-by": "gpuscale-cluster"}},
+         "addressType": "IPv4",
+         "endpoints": [{"addresses": [layout.host_pod_ip], "conditions": {"ready": True}}],
+         "ports": [{"name": "https", "port": KEDA_ADAPTER_PORT, "protocol": "TCP"}]},
         {"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
          "metadata": {"name": "v1beta1.external.metrics.k8s.io"},
-         "spec": {"service": {**meta, "port": KEDA_ADAPTER_PORT},
+         "spec": {"service": {**meta, "port": 443},
                   "group": "external.metrics.k8s.io", "version": "v1beta1",
                   "caBundle": ca, "groupPriorityMinimum": 100, "versionPriority": 100}},
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",

@@ -52,9 +52,16 @@ class Layout:
 
     def pod_cidr(self, node_index: int) -> str:
         """The podCIDR of the ``node_index``-th simulated node: one /24 of the pod range."""
-        if not 0 <= node_index < 64:
-            raise ValueError(f"node index {node_index} out of 0..63")
+        if not 0 <= node_index < 62:  # 62: host_pod_ip's; 63: kwok's fallback range
+            raise ValueError(f"node index {node_index} out of 0..61")
         return f"198.19.{self.slot * 64 + node_index}.0/24"
+
+    @property
+    def host_pod_ip(self) -> str:
+        """An address in the pod range for programs that are no pod but must be reached
+        as one (KEDA's metrics apiserver, behind a Service whose EndpointSlice names it:
+        with aggregator routing the API server dials endpoints, never an ExternalName)."""
+        return f"198.19.{self.slot * 64 + 62}.1"
 
     @property
     def server(self) -> str:

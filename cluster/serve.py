@@ -95,7 +95,7 @@ def keda_up(sup: Supervisor, bin_dir: Path) -> None:
     crds = keda.module_dir(REPO / "cluster" / "go" / "keda") / "config" / "crd"
     kubectl(bin_dir, layout, "apply", "--server-side", "-k", str(crds))
     cert_dir = keda.certs(layout)
-    apply(bin_dir, layout, keda.objects(cert_dir))
+    apply(bin_dir, layout, keda.objects(layout, cert_dir))
     sup.start("keda-operator", keda.operator_argv(bin_dir, layout, cert_dir), env=keda.env())
     sup.wait_until("keda-operator", http_ok("http://127.0.0.1:8081/readyz"))
     sup.start("keda-adapter", keda.adapter_argv(bin_dir, layout, cert_dir), env=keda.env())
