@@ -55,13 +55,15 @@ def create(layout: Layout) -> None:
         _ip("addr", "add", f"{layout.ns_ip}/30", "dev", peer, ns=ns)
         _ip("link", "set", peer, "up", ns=ns)
         _ip("route", "add", "local", str(layout.pod_range), "dev", "lo", ns=ns)
-        _ip("route", "add", "default", "via", layout.host_ip, ns=ns)
+        # No default route: nothing inside can reach past the host's end of the veth.
         _ip("route", "add", str(layout.pod_range), "via", layout.ns_ip)
         # `ip netns exec` mounts these over /etc for what runs inside: the Service names
         # the pod runner writes (cluster/dns.py) resolve there and nowhere else.
         etc = ETC_NETNS / layout.netns
         etc.mkdir(parents=True, exist_ok=True)
         (etc / "hosts").write_text("127.0.0.1 localhost\n::1 localhost\n")
+        # A name that is no Service's fails at once, and no query leaves the namespace.
+        (etc / "resolv.conf").write_text("nameserver 127.0.0.1\noptions timeout:1 attempts:1\n")
     except NetnsError:
         delete(layout)
         raise

@@ -40,6 +40,7 @@ from gpuscale.kube.api import KubeApi
 
 log = logging.getLogger("cluster.pods")
 COMPONENT = "app.kubernetes.io/component"
+ENGINE_DOWN = "gpuscale.io/sim-engine-down"  # "true": the pod's engine stops answering
 GPUSCALE = Path(sys.executable).parent / "gpuscale"
 
 
@@ -185,6 +186,7 @@ class PodRunner:
     async def _engines(self, pods: list[dict[str, Any]]) -> None:
         serving = {p["metadata"]["uid"]: p for p in pods
                    if ((p["metadata"].get("annotations") or {}).get(ANNOTATION)
+                       and (p["metadata"].get("annotations") or {}).get(ENGINE_DOWN) != "true"
                        and _running(p) and _ready(p))}
         for uid in set(self.engines.runners) - set(serving):
             await self.engines.stop(uid)
