@@ -35,8 +35,8 @@ def apiserver(bin_dir: Path, layout: Layout, pki: ClusterPki) -> list[str]:
     return [
         str(bin_dir / "kube-apiserver"),
         f"--etcd-servers=http://127.0.0.1:{ETCD_PORT}",
-        # 0.0.0.0 inside the namespace: its loopback and its veth, nothing else.
-        "--bind-address=0.0.0.0", f"--secure-port={APISERVER_PORT}",
+        # The namespace's own address only: a pod may listen on 6443 of its pod IP.
+        f"--bind-address={layout.ns_ip}", f"--secure-port={APISERVER_PORT}",
         f"--advertise-address={layout.ns_ip}",
         f"--tls-cert-file={pki.apiserver.cert}", f"--tls-private-key-file={pki.apiserver.key}",
         f"--client-ca-file={pki.ca.cert}",

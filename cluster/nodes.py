@@ -48,10 +48,34 @@ DEFAULT_NODES: tuple[NodeShape, ...] = (
 )
 
 
-def scenario(shape: NodeShape) -> dict[str, Any]:
-    """The simulated-GPU scenario of the node's agent (``gpuscale agent --scenario``)."""
+def scenario(shape: NodeShape,
+             processes: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The simulated-GPU scenario of the node's agent (``gpuscale agent --scenario``): the
+    node's GPUs, and the processes of the pods that hold them (the agent follows the file
+    as it is rewritten)."""
     return {"description": f"the GPUs of simulated node {shape.name}",
-            "nodes": [{"name": shape.name, "gpus": list(shape.gpus), "processes": []}]}
+            "nodes": [{"name": shape.name, "gpus": list(shape.gpus),
+                       "processes": processes or []}]}
+
+
+def locations(shape: NodeShape) -> dict[str, tuple[int, int | None]]:
+    """device ID -> (GPU index, MIG instance index or None): where a scenario process of
+    the pod holding that device runs."""
+    out: dict[str, tuple[int, int | None]] = {}
+    for ids in devices(shape).values():
+        for d in ids:
+            out[d] = (-1, None)
+    if not shape.gpus:
+        return out
+    spec = parse_scenario(scenario(shape)).nodes[0]
+    for gpu in spec.gpus:
+        uuid = gpu_uuid(shape.name, gpu.index)
+        for k in range(len(gpu.mig)):
+            out[mig_uuid(shape.name, gpu.index, k)] = (gpu.index, k)
+        for d in out:
+            if d == uuid or d.startswith(uuid + "::"):
+                out[d] = (gpu.index, None)
+    return out
 
 
 def devices(shape: NodeShape) -> dict[str, list[str]]:

@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from cluster import dns
+from cluster import dns, volumes
 from cluster.engines import (
     BATCH_ANNOTATION,
     DEFAULT_BATCH,
@@ -34,12 +34,13 @@ from cluster.engines import (
 )
 from cluster.kubelet import NodeDevices
 from cluster.layout import Layout
-from cluster.nodes import DEFAULT_NODES, NodeShape, devices, scenario
+from cluster.nodes import DEFAULT_NODES, NodeShape, devices, locations, scenario
 from gpuscale.engines.scrape import ANNOTATION, PORT_ANNOTATION
 from gpuscale.kube.api import KubeApi
 
 log = logging.getLogger("cluster.pods")
 COMPONENT = "app.kubernetes.io/component"
+GPU_LOAD = "gpuscale.io/sim-gpu-load"  # percent, for a GPU pod without an engine
 ENGINE_DOWN = "gpuscale.io/sim-engine-down"  # "true": the pod's engine stops answering
 GPUSCALE = Path(sys.executable).parent / "gpuscale"
 
@@ -71,6 +72,9 @@ class PodRunner:
     procs: dict[str, Proc] = field(default_factory=dict)
     engines: Engines = field(default_factory=Engines)
     tokens: dict[str, Path] = field(default_factory=dict)
+    scenario_text: dict[str, str] = field(default_factory=dict)
+    pids: dict[tuple[str, str], int] = field(default_factory=dict)
+    where: dict[str, dict[str, tuple[int, int | None]]] = field(default_factory=dict)
 
     async def start(self) -> None:
         for shape in self.shapes:
@@ -100,6 +104,7 @@ class PodRunner:
             node.sync(p for p in ours if p["spec"]["nodeName"] == name)
         await self._processes(ours)
         await self._engines(ours)
+        self._gpu_processes({p["metadata"]["uid"]: p for p in ours})
         slices = (await self.api.get_raw("/apis/discovery.k8s.io/v1/endpointslices"))
         hosts = dns.hosts_dir(self.layout.netns) / "hosts"
         if dns.write_in_place(hosts, dns.render(slices.get("items") or [])):
@@ -114,10 +119,11 @@ class PodRunner:
         for uid in set(self.procs) - set(want):
             self._kill(uid)
         for uid, p in want.items():
+            mounts = await volumes.materialize(self.api, p, self.layout.root)
             proc = self.procs.get(uid)
             if proc is not None and proc.popen.poll() is None:
                 continue
-            argv = self._argv(p)
+            argv = self._argv(p, mounts)
             if argv is None:
                 continue
             if proc is not None:
@@ -125,10 +131,10 @@ class PodRunner:
                             proc.popen.returncode)
             self.procs[uid] = self._spawn(p, argv)
 
-    def _argv(self, pod: dict[str, Any]) -> list[str] | None:
+    def _argv(self, pod: dict[str, Any], mounts: dict[str, Path]) -> list[str] | None:
         meta, spec = pod["metadata"], pod["spec"]
         container = (spec.get("containers") or [{}])[0]
-        args = [str(a) for a in container.get("args") or []]
+        args = volumes.rewrite([str(a) for a in container.get("args") or []], mounts)
         ip, node = pod["status"]["podIP"], spec["nodeName"]
         kc = self._token_kubeconfig(meta["namespace"], spec.get("serviceAccountName", "default"))
         component = (meta.get("labels") or {}).get(COMPONENT)
@@ -207,6 +213,48 @@ class PodRunner:
         for key, uids in by_workload.items():
             for uid, n in shares(load.get(key, 0), uids).items():
                 self.engines.set_load(uid, n)
+
+    def _gpu_processes(self, pods: dict[str, dict[str, Any]]) -> None:
+        """Each node's scenario: one simulated process per device a pod holds, as busy as
+        its engine (running / batch), or as ``gpuscale.io/sim-gpu-load`` says."""
+        for shape in self.shapes:
+            node = self.nodes.get(shape.name)
+            if node is None:
+                continue
+            where = self.where.setdefault(shape.name, locations(shape))
+            procs: list[dict[str, Any]] = []
+            for uid, (ns, name, assignment) in sorted(node.held.items()):
+                for container, by_res in assignment.items():
+                    for ids in by_res.values():
+                        for d in ids:
+                            gpu, mig = where.get(d, (-1, None))
+                            if gpu < 0:
+                                continue
+                            procs.append({
+                                "gpu": gpu, **({"mig": mig} if mig is not None else {}),
+                                "pid": self._pid(uid, d), "memory": 0.9,
+                                "load": {"constant": self._busy(uid, pods.get(uid))},
+                                "pod": {"namespace": ns, "name": name, "container": container}})
+            text = yaml.safe_dump(scenario(shape, procs), sort_keys=False)
+            path = self.layout.root / "nodes" / shape.name / "scenario.yaml"
+            if self.scenario_text.get(shape.name) != text:
+                tmp = path.with_suffix(".tmp")
+                tmp.write_text(text)
+                tmp.replace(path)
+                self.scenario_text[shape.name] = text
+
+    def _busy(self, uid: str, pod: dict[str, Any] | None) -> float:
+        st = self.engines.state.get(uid)
+        if st is not None:
+            return round(100.0 * st.running / max(1, st.batch), 1)
+        ann = ((pod or {}).get("metadata") or {}).get("annotations") or {}
+        try:
+            return max(0.0, min(100.0, float(ann.get(GPU_LOAD, "0"))))
+        except ValueError:
+            return 0.0
+
+    def _pid(self, uid: str, device: str) -> int:
+        return self.pids.setdefault((uid, device), 10_000 + len(self.pids))
 
     async def close(self) -> None:
         for uid in list(self.procs):

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from cluster import control_plane, keda, nodes
-from cluster.layout import APISERVER_PORT, ETCD_PORT, Layout
+from cluster.layout import ETCD_PORT, Layout
 from cluster.pki import ClusterPki, make_pki
 from cluster.supervisor import (
     StartError,
@@ -65,7 +65,7 @@ def control_plane_up(sup: Supervisor, bin_dir: Path, pki: ClusterPki) -> None:
     sup.start("kube-apiserver", control_plane.apiserver(bin_dir, layout, pki))
     ctx = client_context(pki.ca.cert, pki.admin.cert, pki.admin.key)
     sup.wait_until("kube-apiserver",
-                   http_ok(f"https://127.0.0.1:{APISERVER_PORT}/readyz", ctx), timeout=180)
+                   http_ok(f"{layout.server}/readyz", ctx), timeout=180)
     step(layout, "kube-controller-manager, kube-scheduler")
     sup.start("kube-controller-manager", control_plane.controller_manager(bin_dir, layout, pki))
     sup.start("kube-scheduler", control_plane.scheduler(bin_dir, layout))
