@@ -90,6 +90,59 @@ def test_agent_serves_then_stops_cleanly_on_sigterm() -> None:
             proc.wait()
 
 
+def test_agent_follows_its_scenario_file(tmp_path: Path) -> None:
+    """The cluster launcher's stand-in kubelet rewrites a node's scenario as pods come and go;
+    the running agent's readings and pods follow, and a bad rewrite changes nothing."""
+    scenario = tmp_path / "n1.yaml"
+
+    def write(text: str) -> None:  # as the stand-in kubelet does: a temp file renamed over
+        (tmp_path / "n1.tmp").write_text(text)
+        (tmp_path / "n1.tmp").replace(scenario)
+
+    node = "nodes: [{name: n1, gpus: [{model: L4, count: 2}], processes: [%s]}]\n"
+    chat = ("{gpu: 1, pid: 4101, memory: 0.9, load: {constant: %s}, "
+            "pod: {namespace: llm, name: chat-abc, container: vllm}}")
+    write(node % "")
+    proc = subprocess.Popen([*GPUSCALE, "agent", "--gpu-backend", "sim", "--scenario",
+                             str(scenario), "--port", "0", "--stream-port", "-1",
+                             "--interval", "0.2", "--host", "127.0.0.1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().split("at ")[1].split()[0]
+
+        def metrics() -> str:
+            with urllib.request.urlopen(url, timeout=5) as resp:
+                return str(resp.read().decode())
+
+        def util(value: str) -> bool:
+            return f'gpu="1",modelName="NVIDIA L4",namespace="llm",pci_bus_id=' \
+                f'"00000000:28:00.0",pod="chat-abc"}} {value}' in metrics()
+
+        def samples() -> float:
+            line = next(x for x in metrics().splitlines()
+                        if x.startswith("gpuscale_agent_sample_duration_seconds_count"))
+            return float(line.split()[1])
+
+        until_sync(lambda: 'gpu="1"' in metrics(), 10.0, "the first sample",
+                   tolerate=(OSError,))
+        write(node % (chat % 63.5))
+        until_sync(lambda: util("63.5"), 10.0, "the new pod's load on GPU 1")
+        write(node % (chat % 20))
+        until_sync(lambda: util("20.0"), 10.0, "the pod's new load")
+        write("nodes: [")
+        seen = samples()
+        until_sync(lambda: samples() >= seen + 2, 10.0, "two samples of the bad rewrite")
+        assert util("20.0")  # the last good scenario
+        write(node % (chat % 30))
+        until_sync(lambda: util("30.0"), 10.0, "the load after a bad rewrite")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=10)
+    assert proc.stderr is not None
+    assert proc.stderr.read().count("not valid YAML") == 1
+
+
 def test_agent_port_in_use() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster.conftest import Cluster
+from cluster.session import Cluster
 from tests.support.polling import until_sync
 
 pytestmark = pytest.mark.cluster

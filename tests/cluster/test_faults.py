@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from tests.cluster.conftest import Cluster
+from cluster.session import Cluster
 from tests.cluster.workloads import NAMESPACE, inference_deployment, namespace, scaled_object
 from tests.support.polling import until_sync
 

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from cluster.pki import Authority
-from tests.cluster.conftest import Cluster
+from cluster.session import Cluster
 from tests.cluster.workloads import NAMESPACE, inference_deployment, namespace
 from tests.support.polling import until_sync
 

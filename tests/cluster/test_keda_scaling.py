@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.cluster.conftest import Cluster
+from cluster.session import Cluster
 from tests.cluster.workloads import NAMESPACE, inference_deployment, namespace, scaled_object
 from tests.support.polling import until_sync
 

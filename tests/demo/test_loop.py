@@ -22,6 +22,7 @@ import grpc
 import pytest
 import yaml
 
+from gpuscale.demo.loop import _retried
 from gpuscale.demo.view import Status, View, grpcurl_hint
 from gpuscale.demo.world import LiveConfig, SimClock, World
 from gpuscale.proto import externalscaler_pb2 as pb
@@ -309,3 +310,25 @@ def test_a_taken_metrics_api_port_is_a_clear_error_not_a_hang() -> None:
     assert out.returncode == 1
     assert "cannot listen" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+async def test_a_failed_call_is_tried_once_more_as_kedas_scaler_cache_does() -> None:
+    """scalers_cache.go GetMetricsAndActivityForScaler: after an error KEDA rebuilds the
+    scaler (refreshScaler) and calls once more; only a second error is KEDA's failure."""
+    calls: list[str] = []
+
+    def failing(times: int) -> Any:
+        async def call(request: str, **_: float) -> str:  # (timeout=)
+            calls.append(request)
+            if len(calls) <= times:
+                raise grpc.aio.AioRpcError(grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(),
+                                           grpc.aio.Metadata(), "no data")
+            return "answer"
+        return call
+
+    assert await _retried(failing(1), "ref") == "answer"
+    assert calls == ["ref", "ref"]
+    calls.clear()
+    with pytest.raises(grpc.aio.AioRpcError):
+        await _retried(failing(2), "ref")
+    assert len(calls) == 2

@@ -1,11 +1,16 @@
-"""The HPA model against hand-computed cases from the documented algorithm, and properties."""
+"""The HPA model against hand-computed cases from Kubernetes v1.37.2's controller
+(pkg/controller/podautoscaler: the function each test follows is in its docstring), and
+properties."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gpuscale.common.errors import ConfigError
 from gpuscale.models.hpa import (
     SCALE_DOWN,
     SCALE_UP,
@@ -17,7 +22,9 @@ from gpuscale.models.hpa import (
     Rules,
     Select,
     TargetType,
+    parse_behavior,
 )
+from tests.support.strategies import json_values
 
 
 def ext(value: float | None, target: float, kind: str = "AverageValue") -> Metric:
@@ -106,13 +113,15 @@ def test_several_metrics_take_the_largest() -> None:
     assert hpa.step(0.0, 2, [ext(140.0, 70.0), ext(30.0, 5.0)]) == 6  # max(2, 6)
 
 
+@pytest.mark.parametrize("behavior", [True, False])
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.tuples(st.floats(0, 5000), st.integers(0, 40)), min_size=1, max_size=40),
        st.integers(1, 5), st.integers(5, 30))
-def test_properties(loads: list[tuple[float, int]], lo: int, hi: int) -> None:
+def test_properties(behavior: bool, loads: list[tuple[float, int]], lo: int, hi: int) -> None:
     """Never outside [min, max]; a scale-down never goes below the largest recommendation
-    of the last 300 s (the stabilization window), clamped to the bounds."""
-    hpa = Hpa(lo, hi)
+    of the last 300 s (the stabilization window), clamped to the bounds - with the default
+    behavior and without one."""
+    hpa = Hpa(lo, hi) if behavior else Hpa(lo, hi, None, None)
     current = lo
     recommendations: list[tuple[float, int]] = []
     for i, (load, _) in enumerate(loads):
@@ -146,3 +155,124 @@ def test_per_direction_tolerances(value: float, up: float | None, down: float | 
     hpa = Hpa(1, 100, scale_up=Rules(0.0, SCALE_UP.policies, tolerance=up),
               scale_down=Rules(300.0, SCALE_DOWN.policies, tolerance=down))
     assert hpa.proposal(ext(value, 100.0), 20, 20) == want
+
+
+@pytest.mark.parametrize(("current", "plain", "defaults"), [
+    (1, 4, 5), (2, 4, 6), (3, 6, 7), (4, 8, 8), (10, 20, 20)])
+def test_without_behavior_scale_up_is_max_of_double_and_four(current: int, plain: int,
+                                                              defaults: int) -> None:
+    """normalizeDesiredReplicas -> convertDesiredReplicasWithRules: at most
+    calculateScaleUpLimit = max(scaleUpLimitFactor 2 x current, scaleUpLimitMinimum 4) per
+    sync; the API server's default behavior (100 % or 4 pods per 15 s, the larger) allows
+    max(current + 4, 2 x current)."""
+    wants_fifty = [ext(3_500.0, 70.0)]
+    assert Hpa(1, 100, None, None).step(0.0, current, wants_fifty) == plain
+    assert Hpa(1, 100).step(0.0, current, wants_fifty) == defaults
+
+
+def test_without_behavior_the_limit_has_no_period() -> None:
+    """No behavior: no scale events are kept (storeScaleEvent returns), so each sync may
+    double again - 1, 4, 8, 16 a second apart; the default behavior counts the pods added
+    within its 15 s period."""
+    plain, behaved = Hpa(1, 100, None, None), Hpa(1, 100)
+    wants_fifty = [ext(3_500.0, 70.0)]
+    counts, n = [], 1
+    for t in (0.0, 1.0, 2.0):
+        n = plain.step(t, n, wants_fifty)
+        counts.append(n)
+    assert counts == [4, 8, 16]
+    assert behaved.step(0.0, 1, wants_fifty) == 5
+    assert behaved.step(1.0, 5, wants_fifty) == 5  # 4 added within 15 s: from 1, max 5
+
+
+def test_stabilization_window_edges() -> None:
+    """stabilizeRecommendation (no behavior) drops a recommendation only when it is Before
+    now - 300 s, so one made exactly 300 s ago still holds; stabilizeRecommendationWith
+    Behaviors keeps only those After now - window, so it no longer does. No behavior
+    limits no scale-down (convertDesiredReplicasWithRules)."""
+    plain, behaved = Hpa(1, 100, None, None), Hpa(1, 100)
+    for hpa in (plain, behaved):
+        assert hpa.step(0.0, 10, [ext(700.0, 70.0)]) == 10
+    assert plain.step(300.0, 10, [ext(140.0, 70.0)]) == 10
+    assert behaved.step(300.0, 10, [ext(140.0, 70.0)]) == 2
+    assert plain.step(301.0, 10, [ext(140.0, 70.0)]) == 2
+
+
+def test_a_fresh_hpa_records_the_current_count_first() -> None:
+    """recordInitialRecommendation: the controller's first sync of an HPA records the
+    current count, so a low first reading does not scale down within the window."""
+    low = [ext(70.0, 70.0)]  # proposes 1
+    assert Hpa(1, 100).step(0.0, 5, low) == 5
+    assert Hpa(1, 100, None, None).step(0.0, 5, low) == 5
+    assert Hpa(1, 100, fresh=False).step(0.0, 5, low) == 1
+    zero_window = Hpa(1, 100, scale_down=Rules(0.0, SCALE_DOWN.policies))
+    assert zero_window.step(0.0, 5, low) == 1  # a 0 s window holds nothing
+
+
+def test_unreadable_metrics_record_no_recommendation() -> None:
+    """computeReplicasForMetrics returns -1 when no metric is readable, or some are not and
+    the rest propose less than current; reconcileAutoscaler then returns before
+    normalizing, so that moment leaves no recommendation to hold a later scale-down."""
+    hpa = Hpa(1, 100, fresh=False)
+    assert hpa.step(0.0, 4, [ext(70.0, 70.0), ext(None, 5.0)]) == 4
+    assert not hpa.scaling_active
+    assert hpa.step(15.0, 4, [ext(70.0, 70.0)]) == 1
+    assert hpa.scaling_active
+
+
+def test_counts_outside_the_bounds_are_set_without_reading_metrics() -> None:
+    """reconcileAutoscaler: currentReplicas > MaxReplicas -> MaxReplicas, < MinReplicas ->
+    MinReplicas, before any metric is computed (an unreadable one included)."""
+    hpa = Hpa(2, 5)
+    assert hpa.step(0.0, 8, [ext(None, 70.0)]) == 5
+    assert hpa.step(15.0, 1, [ext(None, 70.0)]) == 2
+
+
+def test_policy_periods_start_from_both_directions() -> None:
+    """calculateScaleUpLimitWithScalingRules: periodStartReplicas = current - added +
+    removed within the period. 10 -> 8 (2 pods per 60 s down), then up: from 8 + 2 = 10,
+    +2 pods -> 12."""
+    two = (Policy(PolicyType.PODS, 2, 60.0),)
+    hpa = Hpa(1, 100, Rules(0.0, two), Rules(0.0, two), fresh=False)
+    assert hpa.step(0.0, 10, [ext(70.0, 70.0)]) == 8
+    assert hpa.step(15.0, 8, [ext(7_000.0, 70.0)]) == 12
+
+
+def test_a_scale_event_replaces_the_last_outdated_one() -> None:
+    """storeScaleEvent: a new scale-up event takes the place of the last one older than
+    the scale-up policies' longest period (markScaleEventsOutdated, 15 s here), even where
+    a longer scale-down period still spans it. Up 2 -> 6 at 0 s, 6 -> 10 at 20 s (the 0 s
+    event replaced); down at 30 s, 2 pods per 60 s, from 10 - 4 = 6: to 4, not to 1."""
+    hpa = Hpa(1, 100, Rules(0.0, (Policy(PolicyType.PODS, 4, 15.0),)),
+              Rules(0.0, (Policy(PolicyType.PODS, 2, 60.0),)), fresh=False)
+    assert hpa.step(0.0, 2, [ext(7_000.0, 70.0)]) == 6
+    assert hpa.step(20.0, 6, [ext(7_000.0, 70.0)]) == 10
+    assert hpa.step(30.0, 10, [ext(70.0, 70.0)]) == 4
+
+
+def test_values_are_read_in_thousandths() -> None:
+    """GetExternalPerPodMetricReplicas divides MilliValue()s: 2.1 over a target of 0.7 is
+    ceil(2100 / 700) = 3, where floats give ceil(3.0000000000000004) = 4."""
+    assert Hpa(1, 100).proposal(ext(2.1, 0.7), 2, 2) == 3
+
+
+def test_parse_behavior_fills_the_api_servers_defaults() -> None:
+    """No behavior is (None, None); a behavior's missing direction and fields are
+    SetDefaults_HorizontalPodAutoscalerBehavior's."""
+    assert parse_behavior("") == (None, None)
+    assert parse_behavior("{}") == (SCALE_UP, SCALE_DOWN)
+    up, down = parse_behavior('{"scaleDown": {"stabilizationWindowSeconds": 0}}')
+    assert (up, down) == (SCALE_UP, Rules(0.0, SCALE_DOWN.policies))
+    assert Hpa(1, 10, up, down).has_behavior
+    assert not Hpa(1, 10, None, None).has_behavior
+
+
+@given(json_values(["scaleUp", "scaleDown", "policies", "type", "value", "periodSeconds",
+                    "stabilizationWindowSeconds", "selectPolicy", "tolerance"]))
+def test_any_behavior_is_rules_or_a_clear_error(doc: object) -> None:
+    message = ""
+    try:
+        parse_behavior(json.dumps(doc))
+    except ConfigError as exc:
+        message = str(exc)
+    assert not message or message.startswith("behavior")

@@ -75,12 +75,14 @@ async def test_polling_in_kedas_order_with_an_outage_and_the_fallback(
         if poll == 5:  # and reports again
             fleet.update_node("node-a", [vllm(20.0, 40.0, at=clock.now)])
         answer = await metrics_and_activity(stub, names)
-        history.append((answer, keda.poll(now, 2, None if answer is None else answer[1])))
-    assert history[0] == (([20.0, 40.0], True), None)
+        set_to = keda.poll(now, 2, None if answer is None else answer[1])
+        history.append((answer, set_to, keda.fallback_active))
+    assert history[0] == (([20.0, 40.0], True), None, False)
     assert [h[0] for h in history[2:5]] == [None, None, None]
-    # failureThreshold 2: the third failure in a row is the first above it.
-    assert [h[1] for h in history[2:5]] == [None, None, 4]
-    assert history[5] == (([20.0, 40.0], True), None)  # back to the HPA
+    # failureThreshold 2: the third failure in a row is the first above it; KEDA sets no
+    # count (the HPA is fed the fallback's value) and the trigger counts as active.
+    assert [h[1:] for h in history[2:5]] == [(None, False), (None, False), (None, True)]
+    assert history[5] == (([20.0, 40.0], True), None, False)  # back to the scaler's values
     assert keda.failures == 0
 
 

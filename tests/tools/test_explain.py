@@ -13,18 +13,16 @@ from pathlib import Path
 
 import grpc
 import pytest
-from hypothesis import given
 
 from gpuscale.common.errors import ConfigError
 from gpuscale.proto import externalscaler_pb2 as kpb
 from gpuscale.proto import externalscaler_pb2_grpc as kpb_grpc
 from gpuscale.proto import inspect_pb2 as pb
 from gpuscale.telemetry.scenario import builtin_scenarios
-from gpuscale.tools.explain import decide, parse_behavior, parse_time, render
+from gpuscale.tools.explain import decide, parse_time, render
 from tests.support.polling import until_sync
 from tests.support.ports import free_port
 from tests.support.processes import Proc
-from tests.support.strategies import json_values
 
 NOW = 1_800_000_000.0
 
@@ -79,16 +77,26 @@ def test_unavailable_holds_or_falls_back() -> None:
     fallback = decide(reply(0.0, unavailable=why, known=True, replicas=3, fallback=6))
     assert fallback.desired == 6
     assert any("answers for 6 replicas" in line for line in fallback.lines)
-    # The fallback is a metric value to the HPA: its rate limits and bounds still apply.
+    # The fallback is a metric value to the HPA: its rate limits and bounds still apply -
+    # without a behavior in the ScaledObject, the HPA's own: max(2 x 3, 4) per sync.
     big = decide(reply(0.0, unavailable=why, known=True, replicas=3, fallback=200,
                        maximum=10))
-    assert big.desired == 7  # +100 % or +4 pods per 15 s from 3, below max 10
-    assert any("scale-up limited to 7" in line for line in big.lines)
+    assert big.desired == 6
+    assert any("scale-up limited to 6" in line for line in big.lines)
+    behaved = decide(reply(0.0, unavailable=why, known=True, replicas=3, fallback=200,
+                           maximum=10, behavior="{}"))
+    assert behaved.desired == 7  # the default behavior: +100 % or +4 pods per 15 s
     value = reply(0.0, unavailable=why, known=True, replicas=3, fallback=6)
-    value.value_mode = "average"  # metricType Value: KEDA has no fallback for it
-    held_value = decide(value)
-    assert held_value.desired == 3
-    assert any("only for AverageValue" in line for line in held_value.lines)
+    value.value_mode = "average"  # metricType Value: 6 / 3 ready x 70 = 140 -> 2 x 3
+    falls_back = decide(value)
+    assert falls_back.desired == 6
+    assert any("fallback value 140 (6 / 3 ready pods x 70)" in line
+               for line in falls_back.lines)
+    at_zero = decide(reply(0.0, unavailable=why, known=True, replicas=0, fallback=6))
+    assert at_zero.desired == 1  # a fallback counts as active: KEDA activates
+    value_at_zero = reply(0.0, unavailable=why, known=True, replicas=0, fallback=6)
+    value_at_zero.value_mode = "average"  # no Ready pod to divide by: no fallback
+    assert decide(value_at_zero).desired == 0
     unknown = reply(0.0, unavailable=why, known=True, replicas=3, fallback=6)
     unknown.scale_target.fallback_behavior = "cached"
     assert any("'cached' is not one this model knows" in line
@@ -129,17 +137,6 @@ def test_render_fits_and_names_everything() -> None:
     text = render(r, decide(r))
     assert "MIG 3g.40gb on GPU 0" in text
     assert "-> 3 replicas" in text
-
-
-@given(json_values(["scaleUp", "scaleDown", "policies", "type", "value", "periodSeconds",
-                    "stabilizationWindowSeconds", "selectPolicy", "tolerance"]))
-def test_any_behavior_is_rules_or_a_clear_error(doc: object) -> None:
-    message = ""
-    try:
-        parse_behavior(json.dumps(doc))
-    except ConfigError as exc:
-        message = str(exc)
-    assert not message or message.startswith("behavior")
 
 
 def test_times() -> None:

@@ -160,19 +160,36 @@ class ScenarioSources:
     simulated engines the demo serves there (gpuscale.engines.simulated_engines): at the
     pod's own ``port``, else one ``engine_port(ip)`` chose (``EngineSockets.claim``: free,
     so several demos run side by side), else ``SIM_ENGINE_PORT``.
+
+    ``node`` may be a callable giving the node as it is now (``lambda: backend.node`` for a
+    simulated backend that follows its scenario file): each ``gather`` and ``pod_infos``
+    then rebuilds from it when it is another node, and a pod that stays keeps its IP and
+    engine port.
     """
 
-    def __init__(self, node: NodeSpec, clock: Callable[[], float] = time.time,
-                 ip_base: str = "127.1.0",
+    def __init__(self, node: NodeSpec | Callable[[], NodeSpec],
+                 clock: Callable[[], float] = time.time, ip_base: str = "127.1.0",
                  engine_port: Callable[[str], int] | None = None) -> None:
         self._clock = clock
-        allocs: dict[tuple[str, str, str], list[str]] = {}
+        self._ip_base = ip_base
+        self._engine_port = engine_port
+        # A callable: the node as it is now (a simulated backend following its scenario
+        # file), asked at each gather and rebuilt from when it is another node.
+        self._follow = None if isinstance(node, NodeSpec) else node
         self._pods: dict[tuple[str, str], PodInfo] = {}
-        self._owners: dict[int, ProcessOwner | None] = {}
+        self._build(node if isinstance(node, NodeSpec) else node())
+
+    def _build(self, node: NodeSpec) -> None:
+        self._node = node
+        before = self._pods  # a pod that stays keeps its IP (and engine port) across builds
+        taken = {info.ip for info in before.values()}
+        allocs: dict[tuple[str, str, str], list[str]] = {}
+        pods: dict[tuple[str, str], PodInfo] = {}
+        owners: dict[int, ProcessOwner | None] = {}
         replicas: dict[int, int] = {}
         for p in node.processes:
             if p.pod is None:
-                self._owners[p.pid] = None
+                owners[p.pid] = None
                 continue
             gpu = node.gpus[p.gpu]
             if p.mig is not None:
@@ -189,24 +206,43 @@ class ScenarioSources:
             uid = str(uuid.uuid5(_UID_NS, f"{p.pod.namespace}/{p.pod.name}"))
             cid = uuid.uuid5(_UID_NS, f"{uid}/{p.pod.container}").hex * 2
             workload = p.pod.name.rsplit("-", 1)[0] if "-" in p.pod.name else p.pod.name
-            prev = self._pods.get((p.pod.namespace, p.pod.name))
+            prev = pods.get((p.pod.namespace, p.pod.name))
             containers = dict(prev.container_ids) if prev else {}
             containers[p.pod.container] = cid
-            ip = prev.ip if prev else (p.pod.ip or f"{ip_base}.{len(self._pods) + 10}")
-            port = p.pod.port or (engine_port(ip) if engine_port and p.pod.engine
-                                  and not prev else SIM_ENGINE_PORT)
-            annotations = (prev.annotations if prev else ()) or (
-                (("gpuscale.io/engine", p.pod.engine), ("gpuscale.io/metrics-port", str(port)))
-                if p.pod.engine else ())
-            self._pods[(p.pod.namespace, p.pod.name)] = PodInfo(
+            old = None if prev else before.get((p.pod.namespace, p.pod.name))
+            ip = prev.ip if prev else (p.pod.ip or (old.ip if old else "")
+                                       or self._free_ip(len(pods), taken))
+            if old and old.ip == ip and _engine(old) == p.pod.engine:
+                annotations = old.annotations  # its engine port was chosen once
+            else:
+                port = p.pod.port or (self._engine_port(ip) if self._engine_port
+                                      and p.pod.engine and not prev else SIM_ENGINE_PORT)
+                annotations = (prev.annotations if prev else ()) or (
+                    (("gpuscale.io/engine", p.pod.engine),
+                     ("gpuscale.io/metrics-port", str(port))) if p.pod.engine else ())
+            taken.add(ip)
+            pods[(p.pod.namespace, p.pod.name)] = PodInfo(
                 p.pod.namespace, p.pod.name, uid, labels=(("app", workload),),
                 annotations=annotations, owner=OwnerRef("Deployment", workload),
                 phase=PodPhase.RUNNING, ready=p.pod.ready, ip=ip,
                 container_ids=tuple(sorted(containers.items())))
-            self._owners[p.pid] = ProcessOwner(uid, cid)
+            owners[p.pid] = ProcessOwner(uid, cid)
+        self._pods, self._owners = pods, owners
         self._allocations = tuple(
             Allocation(ns, pod, c, _resource(node, ids), tuple(parse_device_id(i) for i in ids))
             for (ns, pod, c), ids in allocs.items())
+
+    def _free_ip(self, k: int, taken: set[str]) -> str:
+        k += 10
+        while f"{self._ip_base}.{k}" in taken:
+            k += 1
+        return f"{self._ip_base}.{k}"
+
+    def _current(self) -> None:
+        if self._follow is not None:
+            node = self._follow()
+            if node is not self._node:
+                self._build(node)
 
     async def run(self) -> None:
         await asyncio.Event().wait()
@@ -215,9 +251,11 @@ class ScenarioSources:
         pass
 
     def pod_infos(self) -> Mapping[tuple[str, str], PodInfo] | Absent:
+        self._current()
         return self._pods
 
     async def gather(self, snapshot: NodeSnapshot) -> AttributionInputs:
+        self._current()
         return AttributionInputs(self._allocations, self._clock(), self._pods, self._owners, ())
 
 
@@ -242,6 +280,10 @@ async def cluster_sources(kubelet_socket: Path, node_name: str, proc_root: Path,
     except ConfigError as exc:
         return ClusterSources(kubelet, None, pids, pods_missing_reason=str(exc))
     return ClusterSources(kubelet, NodePodCache(api, node_name), pids, api=api)
+
+
+def _engine(info: PodInfo) -> str:
+    return dict(info.annotations).get("gpuscale.io/engine", "")
 
 
 def _resource(node: NodeSpec, ids: Iterable[str]) -> str:

@@ -18,6 +18,7 @@ from gpuscale.attribution.sources import (
 from gpuscale.telemetry.backend import GpuBackend
 from gpuscale.telemetry.model import BackendState
 from gpuscale.telemetry.scenario import ScenarioError, builtin_scenarios, load_scenario
+from gpuscale.telemetry.scenario_file import ScenarioFile
 from gpuscale.telemetry.simulated_gpus import SimulatedBackend
 
 log = logging.getLogger("gpuscale")
@@ -33,7 +34,10 @@ def add_backend_args(p: argparse.ArgumentParser) -> None:
                         "(default: auto)")
     p.add_argument("--scenario", default=DEFAULT_SCENARIO,
                    help="simulated fleet: a YAML file or a shipped scenario "
-                        f"({', '.join(builtin_scenarios())}); default {DEFAULT_SCENARIO}")
+                        f"({', '.join(builtin_scenarios())}); default {DEFAULT_SCENARIO}. "
+                        "A file is followed: when it changes, the node's processes and "
+                        "their load are read again (its GPUs stay as at start; a file "
+                        "that is missing or invalid keeps the last good processes)")
     p.add_argument("--node", default=None,
                    help="which node of the scenario to simulate (default: the first)")
     p.add_argument("--speed", type=float, default=1.0,
@@ -95,8 +99,12 @@ def make_backend(args: argparse.Namespace) -> GpuBackend:
                                     else "no GPUs")
         log.warning("NVML not usable here (%s): using simulated GPUs from scenario %r",
                     why, scenario)
-    return SimulatedBackend(load_scenario(scenario).node(args.node), speed=args.speed,
-                            pcie=args.pcie)
+    if scenario in builtin_scenarios():  # shipped with gpuscale: never changes
+        return SimulatedBackend(load_scenario(scenario).node(args.node), speed=args.speed,
+                                pcie=args.pcie)
+    followed = ScenarioFile(Path(scenario), args.node)
+    return SimulatedBackend(followed.node, speed=args.speed, pcie=args.pcie,
+                            follow=followed.poll)
 
 
 async def make_sources(args: argparse.Namespace, backend: GpuBackend,
@@ -110,7 +118,7 @@ async def make_sources(args: argparse.Namespace, backend: GpuBackend,
     if mode == "scenario":
         if not isinstance(backend, SimulatedBackend):
             raise ScenarioError("--attribution scenario needs the simulated backend")
-        return ScenarioSources(backend.node)
+        return ScenarioSources(lambda: backend.node)  # the node as last sampled
     if not watch_pods:
         return ClusterSources(PodResourcesClient(args.kubelet_socket,
                                                  tuple(args.extra_resource)), None,

@@ -22,11 +22,13 @@ it would in a cluster.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import shutil
 import sys
 import time
 from collections.abc import Callable
+from typing import Any
 
 import grpc
 from aiohttp import web
@@ -59,7 +61,12 @@ from gpuscale.demo.world import (
     World,
 )
 from gpuscale.models.hpa import Metric, MetricSource, TargetType
-from gpuscale.models.keda import HPA_SYNC_S, ScaledObjectLoop, ScaledObjectSpec
+from gpuscale.models.keda import (
+    HPA_SYNC_S,
+    SCALER_ATTEMPTS,
+    ScaledObjectLoop,
+    ScaledObjectSpec,
+)
 from gpuscale.models.serving import needed_replicas, planner_metadata
 from gpuscale.models.slo import SLO_TTFT_S, Slo
 from gpuscale.proto import externalscaler_pb2 as pb
@@ -133,8 +140,8 @@ async def control(world: World, clock: SimClock, status: Status, address: str,
                 for name, target in targets:
                     value: float | None = None
                     try:
-                        got = await stub.GetMetrics(pb.GetMetricsRequest(
-                            scaledObjectRef=ref, metricName=name), timeout=2.0)
+                        got = await _retried(stub.GetMetrics, pb.GetMetricsRequest(
+                            scaledObjectRef=ref, metricName=name))
                         mv = got.metricValues[0]
                         value = mv.metricValueFloat or float(mv.metricValue)
                     except grpc.aio.AioRpcError as exc:
@@ -143,7 +150,7 @@ async def control(world: World, clock: SimClock, status: Status, address: str,
                                           target, value))
                     status.metrics.append((name, target, value))
                 try:
-                    status.active = (await stub.IsActive(ref, timeout=2.0)).result
+                    status.active = (await _retried(stub.IsActive, ref)).result
                 except grpc.aio.AioRpcError as exc:
                     status.active = None
                     status.error = f"IsActive: {exc.code().name}: {exc.details()}"
@@ -156,6 +163,15 @@ async def control(world: World, clock: SimClock, status: Status, address: str,
                     status.decisions.append(decision)
                     on_decision(decision)
             await asyncio.sleep(0.02)
+
+
+async def _retried(call: Callable[..., Any], request: Any) -> Any:
+    """One of KEDA's calls, tried once more after an error, as KEDA's scaler cache does
+    (``SCALER_ATTEMPTS``); the last error is raised."""
+    for _ in range(SCALER_ATTEMPTS - 1):
+        with contextlib.suppress(grpc.aio.AioRpcError):  # KEDA rebuilds its scaler
+            return await call(request, timeout=2.0)
+    return await call(request, timeout=2.0)
 
 
 async def drive(world: World, clock: SimClock, engines: Engines) -> None:

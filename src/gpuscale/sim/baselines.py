@@ -38,6 +38,9 @@ def baselines(params: ServingParams, peak: int | None = None, min_replicas: int 
     peak, e.g. ``sim.compare.static_peak``'s); ``start``: the replicas running when the
     window opens."""
     common: dict[str, Any] = {"min_replicas": min_replicas}
+    # A ScaledObject or HPA as documented sets no behavior: KEDA passes none and the HPA
+    # uses its own limits (at most max(2 x current, 4) per sync; models.hpa).
+    plain: dict[str, Any] = {"scale_down": None}
     if start is not None:
         common["start"] = start
     dcgm = dcgm_hpa()
@@ -47,10 +50,11 @@ def baselines(params: ServingParams, peak: int | None = None, min_replicas: int 
         ("gpuscale vllm-inference", {"signal": profile_signal({"profile": "vllm-inference"})}),
         ("gpuscale vllm-inference via Prometheus",
          {"signal": scraped, "decider": _observer(scraped)}),
-        ("node-max GPU util (AverageValue)", {"signal": node_max_signal}),
-        ("CPU-based HPA", {"signal": cpu_signal}),
-        ("DCGM GPU util HPA", {"signal": dcgm, "decider": _observer(dcgm)}),
-        ("KEDA prometheus vllm waiting", {"signal": waiting, "decider": _observer(waiting)}),
+        ("node-max GPU util (AverageValue)", {"signal": node_max_signal, **plain}),
+        ("CPU-based HPA", {"signal": cpu_signal, **plain}),
+        ("DCGM GPU util HPA", {"signal": dcgm, "decider": _observer(dcgm), **plain}),
+        ("KEDA prometheus vllm waiting",
+         {"signal": waiting, "decider": _observer(waiting), **plain}),
         ("Knative KPA", {"decider": knative_kpa()}),
         ("AIBrix KPA", {"decider": aibrix_kpa()}),
         ("AIBrix APA", {"decider": Apa()}),

@@ -72,7 +72,7 @@ def run_policy(name: str, requests: Sequence[TraceRequest], duration: float,
                static: int | None = None, schedule: Sequence[int] | None = None,
                min_replicas: int = 1, max_replicas: int = 64, dt: float = 1.0,
                progress: Callable[[float], None] | None = None,
-               start: int | None = None, scale_down: Rules = SCALE_DOWN,
+               start: int | None = None, scale_down: Rules | None = SCALE_DOWN,
                decider: Decider | None = None,
                slo: SloSpec = DEFAULT_SLO,
                until: Callable[[ServingModel, float], bool] | None = None,
@@ -84,9 +84,11 @@ def run_policy(name: str, requests: Sequence[TraceRequest], duration: float,
     ``idlest_first``: scale-downs remove the Ready replica with the fewest running
     requests (pod-deletion-cost; see ``ServingModel``). ``round_robin``: requests go to the
     Ready replicas in turn, not to the least loaded.
-    ``scale_down``: the HPA's scale-down behavior (Kubernetes' default). ``decider``: a
-    policy's own loop (see ``Decider``); a count it returns, clamped to [min, max],
-    replaces that step's HPA/KEDA decision. ``slo``: the objective minutes are judged by.
+    ``scale_down``: the HPA's scale-down behavior (Kubernetes' default), its scale-up the
+    default; None: no behavior at all (a ScaledObject or HPA that sets none: the HPA's own
+    limits, ``models.hpa``). ``decider``: a policy's own loop (see ``Decider``); a count it
+    returns, clamped to [min, max], replaces that step's HPA/KEDA decision. ``slo``: the
+    objective minutes are judged by.
 
     Each step [now, now + dt) serves its arrivals, then the policy reads the signals at its
     end and decides; a change takes effect at now + dt, the instant a new replica is billed

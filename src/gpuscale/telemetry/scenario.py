@@ -129,18 +129,25 @@ def load_scenario(ref: str | Path) -> Scenario:
     """Load a scenario from a file path, or by the name of a shipped one."""
     path = builtin_scenarios().get(str(ref)) or Path(ref)
     try:
-        raw = path.read_bytes()
+        data = read_scenario_document(path)
     except OSError as exc:
         names = ", ".join(builtin_scenarios())
         raise ScenarioError(f"{ref}: cannot read ({exc.strerror}); shipped scenarios: "
                             f"{names}") from exc
+    return parse_scenario(data, base_dir=path.parent)
+
+
+def read_scenario_document(path: Path) -> object:
+    """The decoded YAML of a scenario file, not yet validated. OSError when it cannot be
+    read; ScenarioError when it is larger than MAX_SCENARIO_BYTES or not YAML."""
+    with path.open("rb") as f:
+        raw = f.read(MAX_SCENARIO_BYTES + 1)  # never more than the bound into memory
     if len(raw) > MAX_SCENARIO_BYTES:
         raise ScenarioError(f"{path}: larger than {MAX_SCENARIO_BYTES} bytes")
     try:
-        data = yaml.safe_load(raw)
+        return yaml.safe_load(raw)
     except yaml.YAMLError as exc:
         raise ScenarioError(f"{path}: not valid YAML: {exc}") from exc
-    return parse_scenario(data, base_dir=path.parent)
 
 
 def parse_scenario(data: object, base_dir: Path = Path()) -> Scenario:
@@ -154,6 +161,32 @@ def parse_scenario(data: object, base_dir: Path = Path()) -> Scenario:
     if dup:
         raise ScenarioError(f"nodes: duplicate node names {sorted(dup)}")
     return Scenario(description, nodes)
+
+
+def fit_processes(data: object, node: str, gpus: tuple[GpuSpec, ...], base_dir: Path = Path(),
+                  ) -> tuple[tuple[ProcessSpec, ...], tuple[str, ...]]:
+    """The processes of node ``node`` in a document ``parse_scenario`` accepted, validated
+    against ``gpus`` instead of the document's own GPUs (a running simulation keeps the GPUs
+    it started with). A process that does not fit them (no such GPU or MIG instance, MIG
+    mode or not, more memory than there is) is left out; its problem is in the second tuple.
+    Memory fractions are of the GPU (or instance) in ``gpus``."""
+    top = _mapping(data, "scenario", required={"nodes"}, optional={"description"})
+    for i, raw in enumerate(_list(top["nodes"], "nodes", 1, MAX_NODES)):
+        m = _mapping(raw, f"nodes[{i}]", required={"name", "gpus"}, optional={"processes"})
+        if m["name"] != node:
+            continue
+        kept: list[ProcessSpec] = []
+        problems: list[str] = []
+        rows = _list(m.get("processes", []), f"nodes[{i}].processes", 0,
+                     MAX_PROCESSES_PER_NODE)
+        for k, p in enumerate(rows):
+            try:
+                kept.append(_process(p, f"nodes[{i}].processes[{k}]", k, list(gpus),
+                                     base_dir))
+            except ScenarioError as exc:
+                problems.append(str(exc))
+        return tuple(kept), tuple(problems)
+    raise ScenarioError(f"no node {node!r}")
 
 
 def _node(data: object, where: str, base_dir: Path) -> NodeSpec:

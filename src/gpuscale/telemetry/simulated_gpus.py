@@ -28,15 +28,23 @@ _NVLINK_BYTES_PER_UTIL_PERCENT = 2.0e9  # an SXM part moving ~200 GB/s at full d
 
 
 class SimulatedBackend:
-    """GPU readings for ``node`` at scenario time ``(clock() - start) * speed``."""
+    """GPU readings for ``node`` at scenario time ``(clock() - start) * speed``.
+
+    ``follow``, when given, is called at the start of each sample and returns a node to
+    swap in (same GPUs, new processes: a scenario file that changed) or None. A process
+    swapped in runs on the same scenario clock as the rest: its load curve is read at the
+    scenario time of the sample, not at the time since it appeared.
+    """
 
     name = "sim"
 
     def __init__(self, node: NodeSpec, clock: Callable[[], float] = time.time,
                  start: float | None = None, speed: float = 1.0, pcie: bool = False,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+                 monotonic: Callable[[], float] = time.monotonic,
+                 follow: Callable[[], NodeSpec | None] | None = None) -> None:
         self.node = node
         self._node = node
+        self._follow = follow
         self._clock = clock
         self._monotonic = monotonic
         self._start = clock() if start is None else start
@@ -57,6 +65,8 @@ class SimulatedBackend:
 
     def sample(self) -> NodeSnapshot:
         began = self._monotonic()
+        if self._follow is not None and (changed := self._follow()) is not None:
+            self.replace_node(changed)
         now = self._clock()
         t = (now - self._start) * self._speed
         gpus = tuple(self._gpu(spec, t, now) for spec in self._node.gpus)

@@ -5,14 +5,14 @@ The decision uses the project's own models (models.hpa, the KEDA rules of models
 per metric the HPA's proposal (tolerance included), the scale-down stabilization window
 fed with the scaler's recorded moments (each past proposal computed against that moment's
 pod count: the HPA's own replica counts then are not known to the scaler), clamped to the
-ScaledObject's bounds; KEDA's activation, scale to zero after cooldownPeriod, and fallback
-when the scaler answers UNAVAILABLE. Rate limits assume no scaling in the policies'
-periods (the scaler does not see the HPA's past scale events).
+ScaledObject's bounds, through the HPA's own limits when the ScaledObject sets no behavior
+(KEDA then passes none); KEDA's activation, scale to zero after cooldownPeriod, and fallback
+(models.keda's count and value) when the scaler answers UNAVAILABLE. Rate limits assume no
+scaling in the policies' periods (the scaler does not see the HPA's past scale events).
 """
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections.abc import Mapping
@@ -22,17 +22,12 @@ from typing import Any
 from google.protobuf.json_format import MessageToDict
 
 from gpuscale.common.errors import ConfigError
-from gpuscale.models.hpa import (
-    SCALE_DOWN,
-    SCALE_UP,
-    Hpa,
-    Metric,
-    MetricSource,
-    Policy,
-    PolicyType,
-    Rules,
-    Select,
-    TargetType,
+from gpuscale.models.hpa import Hpa, Metric, MetricSource, TargetType, parse_behavior
+from gpuscale.models.keda import (
+    FALLBACK_BEHAVIORS,
+    HPA_SYNC_S,
+    fallback_count,
+    fallback_value,
 )
 from gpuscale.proto import inspect_pb2 as pb
 from gpuscale.scaler.core.planner import CUT_SHARE
@@ -49,86 +44,15 @@ class Decision:
     lines: list[str] = field(default_factory=list)  # the reasoning, a line each
 
 
-def parse_behavior(text: str) -> tuple[Rules, Rules]:
-    """An HPA ``behavior`` (JSON) as the model's rules; the HPA's defaults for what it
-    leaves out. ConfigError for one that is not a behavior."""
-    if not text:
-        return SCALE_UP, SCALE_DOWN
-    try:
-        doc = json.loads(text)
-    except (ValueError, RecursionError) as exc:
-        raise ConfigError(f"behavior: not JSON ({exc})") from None
-    if not isinstance(doc, dict):
-        raise ConfigError("behavior: not an object")
-    return (_rules(doc.get("scaleUp"), SCALE_UP, "scaleUp"),
-            _rules(doc.get("scaleDown"), SCALE_DOWN, "scaleDown"))
-
-
-def _rules(raw: Any, default: Rules, where: str) -> Rules:
-    if raw is None:
-        return default
-    if not isinstance(raw, dict):
-        raise ConfigError(f"behavior.{where}: not an object")
-    window = raw.get("stabilizationWindowSeconds", default.stabilization_s)
-    if not isinstance(window, int | float) or isinstance(window, bool) or \
-            not 0 <= window <= 3600:
-        raise ConfigError(f"behavior.{where}.stabilizationWindowSeconds: {window!r} is "
-                          f"not 0..3600")
-    policies = default.policies
-    if "policies" in raw:
-        if not isinstance(raw["policies"], list):
-            raise ConfigError(f"behavior.{where}.policies: not a list")
-        policies = tuple(_policy(p, where) for p in raw["policies"])
-    select = raw.get("selectPolicy", default.select.value)
-    if not isinstance(select, str) or select not in {s.value for s in Select}:
-        raise ConfigError(f"behavior.{where}.selectPolicy: {select!r} is not Max, Min or "
-                          f"Disabled")
-    tolerance = raw.get("tolerance", default.tolerance)
-    if tolerance is not None:
-        try:
-            tolerance = float(tolerance)
-        except (TypeError, ValueError):
-            raise ConfigError(f"behavior.{where}.tolerance: {tolerance!r} is not a "
-                              f"number") from None
-    return Rules(float(window), policies, Select(select), tolerance)
-
-
-def _policy(raw: Any, where: str) -> Policy:
-    if not isinstance(raw, dict):
-        raise ConfigError(f"behavior.{where}.policies: an entry is not an object")
-    kind, value, period = raw.get("type"), raw.get("value"), raw.get("periodSeconds")
-    if not isinstance(kind, str) or kind not in ("Pods", "Percent") or \
-            not isinstance(value, int) or not isinstance(period, int) or value <= 0 or \
-            not 0 < period <= 1800:
-        raise ConfigError(f"behavior.{where}.policies: {json.dumps(raw)[:120]} needs type "
-                          f"Pods|Percent, value > 0, periodSeconds 1..1800")
-    return Policy(PolicyType(kind), value, float(period))
-
-
-FALLBACK_BEHAVIORS = ("static", "currentReplicas", "currentReplicasIfHigher",
-                      "currentReplicasIfLower")
-
-
-def fallback_count(behavior: str, replicas: int, current: int) -> int:
-    """The count KEDA's fallback stands for (ScaledObject spec.fallback.behavior, KEDA
-    2.15+; static, the default, for "" and for a behavior this model does not know)."""
-    if behavior == "currentReplicas":
-        return current
-    if behavior == "currentReplicasIfHigher":
-        return max(current, replicas)
-    if behavior == "currentReplicasIfLower":
-        return min(current, replicas)
-    return replicas
-
-
 def decide(reply: pb.ExplainReply, replicas: int | None = None) -> Decision:
     """What KEDA and the HPA do with the answer in ``reply`` given ``replicas`` now (None:
     the target's spec.replicas from the scaler's watch, else the pods it sees).
 
     A metric KEDA gets UNAVAILABLE for is, to the HPA, a metric it cannot read (it then
     scales up on the others but never down), or - once KEDA's fallback applies, after more
-    than failureThreshold failed polls, for AverageValue metrics only - a value of the
-    fallback's replicas x the target, which the HPA takes like any other."""
+    than failureThreshold failed polls and HPA reads - the value that makes the fallback's
+    count desired (models.keda.fallback_value), which the HPA takes like any other. At zero
+    replicas a fallback that applies counts as active: KEDA activates the workload."""
     st = reply.scale_target
     if replicas is not None:
         current, source = replicas, "given with --replicas"
@@ -145,6 +69,7 @@ def decide(reply: pb.ExplainReply, replicas: int | None = None) -> Decision:
     missing = [a for a in reply.answers if a.unavailable]
     fallback = _fallback_lines(d, st, missing, value_mode, current)
     readable = [a for a in reply.answers if not a.unavailable]
+    ready = max([a.ready for a in readable] + [0]) or current
     active = (any(a.value > a.activation for a in readable) or reply.demand == "pending")
     d.active = active if active or not missing else None
     words = ", ".join(f"{a.value:.6g} {'>' if a.value > a.activation else '<='} activation "
@@ -155,19 +80,12 @@ def decide(reply: pb.ExplainReply, replicas: int | None = None) -> Decision:
         state = {True: "active", False: "inactive", None: "activity unknown"}[d.active]
         d.lines.append(f"{state}: {words.lstrip('; ') or 'no readable metric'}")
     if current == 0:
-        if active:
-            d.desired = min(hi, max(1, lo))
-            d.lines.append(f"KEDA activates the workload: 0 -> {d.desired} (then the HPA "
-                           f"takes over)")
-        elif d.active is None:
-            d.lines.append("stays at 0: KEDA cannot tell whether it is active, and does not "
-                           "activate on errors")
-        else:
-            d.lines.append("stays at 0: nothing is active")
+        _at_zero(d, active, fallback is not None and any(
+            fallback_value(fallback, Metric(MetricSource.EXTERNAL, target_type, a.target),
+                           0) is not None for a in missing), lo, hi)  # Value: no Ready pod
         return d
     up, down = parse_behavior(st.behavior_json)
-    hpa = Hpa(max(1, lo), hi, up, down)
-    ready = max([a.ready for a in readable] + [0]) or current
+    hpa = Hpa(max(1, lo), hi, up, down, fresh=False)  # running since before ``past``
     at = reply.at or reply.now
     for past in reply.past:
         if any(a.unavailable for a in past.answers) or past.pods <= 0:
@@ -181,12 +99,14 @@ def decide(reply: pb.ExplainReply, replicas: int | None = None) -> Decision:
     metrics = []
     for a in reply.answers:
         if a.unavailable:
-            value = None if fallback is None else fallback * a.target
+            value = None if fallback is None else fallback_value(
+                fallback, Metric(MetricSource.EXTERNAL, target_type, a.target), ready)
             m = Metric(MetricSource.EXTERNAL, target_type, a.target, value)
             metrics.append(m)
             if value is not None:
-                d.lines.append(f"{a.metric_name}: fallback value {fallback} x {a.target:g} "
-                               f"-> {hpa.proposal(m, current, ready)}")
+                per = f" / {ready} ready pods" if value_mode else ""
+                d.lines.append(f"{a.metric_name}: fallback value {value:g} ({fallback}{per} "
+                               f"x {a.target:g}) -> {hpa.proposal(m, current, ready)}")
             continue
         m = Metric(MetricSource.EXTERNAL, target_type, a.target, a.value)
         metrics.append(m)
@@ -203,17 +123,35 @@ def decide(reply: pb.ExplainReply, replicas: int | None = None) -> Decision:
     d.desired = desired
     d.lines.append(f"HPA: {hpa.last_reason}; clamped to {bounds} -> {desired}"
                    f"{'' if desired != current else ' (no change)'}")
+    window = hpa.down_window_s
+    if not hpa.has_behavior:
+        d.lines.append("no HPA behavior in the ScaledObject: KEDA passes none, so the HPA "
+                       "scales up at most to max(2 x current, 4) per sync and holds "
+                       "scale-downs for its 300s window")
     if reply.past:
-        d.lines.append(f"scale-down stabilization: {down.stabilization_s:g}s window over "
+        d.lines.append(f"scale-down stabilization: {window:g}s window over "
                        f"{len(reply.past)} recorded moments")
-    elif desired < current and down.stabilization_s > 0:
+    elif desired < current and window > 0:
         d.lines.append(f"no recorded moments to replay: the HPA holds the highest "
-                       f"recommendation of its last {down.stabilization_s:g}s, which may "
-                       f"keep more than {desired}")
+                       f"recommendation of its last {window:g}s, which may keep more than "
+                       f"{desired}")
     if active is False and not missing and lo == 0:
         d.lines.append(f"inactive with minReplicaCount 0: KEDA scales to 0 after "
                        f"cooldownPeriod ({st.cooldown_period}s) without activity")
     return d
+
+
+def _at_zero(d: Decision, active: bool, falls_back: bool, lo: int, hi: int) -> None:
+    """KEDA at zero replicas: activation (a fallback that applies counts as active)."""
+    if active or falls_back:
+        d.desired = min(hi, max(1, lo))
+        d.lines.append(f"KEDA activates the workload: 0 -> {d.desired} (then the HPA takes "
+                       f"over){'' if active else '; the fallback counts as active'}")
+    elif d.active is None:
+        d.lines.append("stays at 0: KEDA cannot tell whether it is active, and does not "
+                       "activate on errors")
+    else:
+        d.lines.append("stays at 0: nothing is active")
 
 
 def _fallback_lines(d: Decision, st: pb.ScaleTarget, missing: list[pb.Answer],
@@ -234,19 +172,17 @@ def _fallback_lines(d: Decision, st: pb.ScaleTarget, missing: list[pb.Answer],
                            "ScaledObjects); without one the HPA does not scale down on a "
                            "metric it cannot read")
         return None
-    if value_mode:
-        d.lines.append("spec.fallback does not apply: KEDA falls back only for AverageValue "
-                       "metrics (this trigger's are Value); the HPA does not scale down")
-        return None
     behavior = st.fallback_behavior or "static"
     if behavior not in FALLBACK_BEHAVIORS:
         d.lines.append(f"fallback behavior {behavior!r} is not one this model knows "
                        f"({', '.join(FALLBACK_BEHAVIORS)}): taken as static")
     count = fallback_count(behavior, st.fallback_replicas, current)
-    d.lines.append(f"KEDA counts a failure per poll (every {st.polling_interval}s); after "
-                   f"more than {st.fallback_failures} in a row it answers for {count} "
-                   f"replicas ({behavior}, replicas {st.fallback_replicas}); until then the "
-                   f"HPA does not scale down. Assuming the fallback applies:")
+    per = " divided among the Ready pods (Value: KEDA 2.18+)" if value_mode else ""
+    d.lines.append(f"KEDA counts a failure at each poll (every {st.polling_interval}s) and at "
+                   f"each HPA read (every {HPA_SYNC_S:g}s); after more than "
+                   f"{st.fallback_failures} in a row it answers for {count} replicas{per} "
+                   f"({behavior}, replicas {st.fallback_replicas}); until then the HPA does "
+                   f"not scale down. Assuming the fallback applies:")
     return count
 
 

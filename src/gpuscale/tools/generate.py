@@ -354,8 +354,9 @@ def generate(w: Workload, opts: Options) -> Generated:
     if opts.keda_version >= (2, 17):
         so["spec"]["fallback"] = {"failureThreshold": 3, "replicas": fallback,
                                   "behavior": "currentReplicasIfHigher"}
-        notes.append(f"fallback: after 3 failed polls (the scaler says UNAVAILABLE when data "
-                     f"is missing) keep the current replicas, at least {fallback} (behavior "
+        notes.append(f"fallback: after more than 3 failures in a row (KEDA's polls and the "
+                     f"HPA's reads both count; the scaler says UNAVAILABLE when data is "
+                     f"missing) keep the current replicas, at least {fallback} (behavior "
                      "currentReplicasIfHigher needs KEDA 2.17 or later; --keda-version 2.16 "
                      "for older)")
     else:
