@@ -61,6 +61,33 @@ def shares(demand: int, ready: list[str]) -> dict[str, int]:
     return {uid: base + (1 if i < extra else 0) for i, uid in enumerate(sorted(ready))}
 
 
+GATEWAY_PORT = 9090
+GATEWAY_METRIC = "gateway_pending_requests"
+
+
+class Gateway:
+    """The gateway in front of every workload: it holds a workload's requests while none
+    of its pods is Ready (what wakes a workload from zero), and serves the count in the
+    Prometheus format a demand source reads (``gateway_pending_requests{workload=...}``)."""
+
+    def __init__(self) -> None:
+        self.pending: dict[str, int] = {}
+        self.runner: web.AppRunner | None = None
+
+    async def start(self, ip: str, port: int = GATEWAY_PORT) -> None:
+        self.runner = await serve_metrics(ip, port, self.render)
+
+    def render(self) -> str:
+        lines = [f"# TYPE {GATEWAY_METRIC} gauge"]
+        for key, n in sorted(self.pending.items()):
+            lines.append(f'{GATEWAY_METRIC}{{workload="{key}"}} {n}')
+        return "\n".join(lines) + "\n"
+
+    async def close(self) -> None:
+        if self.runner is not None:
+            await self.runner.cleanup()
+
+
 class Engines:
     def __init__(self) -> None:
         self.state: dict[str, EngineState] = {}

@@ -28,6 +28,7 @@ from cluster.engines import (
     BATCH_ANNOTATION,
     DEFAULT_BATCH,
     Engines,
+    Gateway,
     read_load,
     shares,
     workload_key,
@@ -71,12 +72,14 @@ class PodRunner:
     nodes: dict[str, NodeDevices] = field(default_factory=dict)
     procs: dict[str, Proc] = field(default_factory=dict)
     engines: Engines = field(default_factory=Engines)
+    gateway: Gateway = field(default_factory=Gateway)
     tokens: dict[str, Path] = field(default_factory=dict)
     scenario_text: dict[str, str] = field(default_factory=dict)
     pids: dict[tuple[str, str], int] = field(default_factory=dict)
     where: dict[str, dict[str, tuple[int, int | None]]] = field(default_factory=dict)
 
     async def start(self) -> None:
+        await self.gateway.start(self.layout.host_pod_ip)
         for shape in self.shapes:
             if not shape.gpus:
                 continue
@@ -213,6 +216,11 @@ class PodRunner:
         for key, uids in by_workload.items():
             for uid, n in shares(load.get(key, 0), uids).items():
                 self.engines.set_load(uid, n)
+        # The gateway holds what no Ready pod can take; every workload it knows has a
+        # sample (0 when its pods take the load), as a real gateway's gauge would.
+        self.gateway.pending = {k: 0 if k in by_workload else n for k, n in load.items()}
+        for key in by_workload:
+            self.gateway.pending.setdefault(key, 0)
 
     def _gpu_processes(self, pods: dict[str, dict[str, Any]]) -> None:
         """Each node's scenario: one simulated process per device a pod holds, as busy as
@@ -260,6 +268,7 @@ class PodRunner:
         for uid in list(self.procs):
             self._kill(uid)
         await self.engines.close()
+        await self.gateway.close()
         for node in self.nodes.values():
             await node.peer.stop()
 
