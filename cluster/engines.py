@@ -10,6 +10,7 @@ only after loading its model), in vLLM's /metrics format."""
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,19 +23,22 @@ from gpuscale.engines.simulated_engines import serve_metrics, vllm_metrics
 BATCH_ANNOTATION = "gpuscale.io/sim-batch"
 DEFAULT_BATCH = 16
 MAX_IN_FLIGHT = 1_000_000
+MAX_LOAD_FILE = 1 << 20  # bytes: a larger load.json is refused whole
 
 
 def read_load(path: Path) -> dict[str, int]:
-    """``load.json``; a missing or malformed file is no load (the error is logged by the
-    caller once), never a crash of the runner."""
+    """``load.json``; a missing, malformed or oversized file is no load, never a crash of
+    the runner; values are clamped to 0..MAX_IN_FLIGHT."""
     try:
-        data = json.loads(path.read_text())
+        with path.open("rb") as f:
+            raw = f.read(MAX_LOAD_FILE + 1)
+        data = json.loads(raw) if len(raw) <= MAX_LOAD_FILE else None
     except (OSError, ValueError):
         return {}
     if not isinstance(data, dict):
         return {}
-    return {str(k): max(0, min(MAX_IN_FLIGHT, int(v))) for k, v in data.items()
-            if isinstance(v, int | float) and not isinstance(v, bool)}
+    return {str(k)[:253]: max(0, min(MAX_IN_FLIGHT, int(v))) for k, v in data.items()
+            if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)}
 
 
 def workload_key(pod: Mapping[str, Any]) -> str:

@@ -16,6 +16,7 @@ import contextlib
 import logging
 import subprocess
 import sys
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,6 +42,7 @@ from gpuscale.kube.api import KubeApi
 
 log = logging.getLogger("cluster.pods")
 COMPONENT = "app.kubernetes.io/component"
+RESTART_BACKOFF_S = 10.0
 GPU_LOAD = "gpuscale.io/sim-gpu-load"  # percent, for a GPU pod without an engine
 ENGINE_DOWN = "gpuscale.io/sim-engine-down"  # "true": the pod's engine stops answering
 GPUSCALE = Path(sys.executable).parent / "gpuscale"
@@ -61,6 +63,7 @@ def _running(pod: Mapping[str, Any]) -> bool:
 class Proc:
     argv: list[str]
     popen: subprocess.Popen[bytes]
+    started: float = field(default_factory=time.monotonic)
 
 
 @dataclass
@@ -130,6 +133,9 @@ class PodRunner:
             if argv is None:
                 continue
             if proc is not None:
+                # As a kubelet restarts a failed container: after a back-off, logged.
+                if time.monotonic() - proc.started < RESTART_BACKOFF_S:
+                    continue
                 log.warning("%s exited with %s; restarting", p["metadata"]["name"],
                             proc.popen.returncode)
             self.procs[uid] = self._spawn(p, argv)
