@@ -64,10 +64,9 @@ def real_trajectory(set_load: Callable[[int], None], replicas: Callable[[], int]
     out: list[int] = []
     pending = sorted(script, key=lambda s: s.at)
     for k in range(int(duration // every) + 1):
-        due = start + k * every
-        while pending and pending[0].at <= k * every:
+        time.sleep(max(0.0, start + k * every - time.monotonic()))
+        while pending and pending[0].at <= k * every:  # at its time, not a sample early
             set_load(pending.pop(0).in_flight)
-        time.sleep(max(0.0, due - time.monotonic()))
         out.append(replicas())
     return out
 
