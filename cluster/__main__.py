@@ -33,7 +33,7 @@ def _alive(pid: object) -> bool:
     return True
 
 
-def up(layout: Layout, bin_dir: Path, timeout: float) -> int:
+def up(layout: Layout, bin_dir: Path, timeout: float, sample: bool = True) -> int:
     state = read_state(layout)
     if netns.exists(layout) or _alive(state.get("supervisor")):
         print(f"cluster: a cluster is already running in {layout.netns} (kubeconfig "
@@ -50,7 +50,7 @@ def up(layout: Layout, bin_dir: Path, timeout: float) -> int:
         return 1
     argv = netns.enter(layout, [sys.executable, "-m", "cluster", "serve",
                                 f"--root={layout.root}", f"--slot={layout.slot}",
-                                f"--bin={bin_dir}"])
+                                f"--bin={bin_dir}", *([] if sample else ["--no-sample"])])
     with (layout.logs / "supervisor.log").open("ab") as log:
         proc = subprocess.Popen(argv, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
@@ -98,6 +98,9 @@ def stop(layout: Layout, quiet: bool = False) -> int:
             time.sleep(0.2)
     left = _kill_namespace(layout)
     netns.delete(layout)
+    # Its address is gone with the namespace: a kubectl left pointing at it would dial
+    # through the host's default route instead.
+    layout.kubeconfig.unlink(missing_ok=True)
     write_state(layout, {"phase": "stopped", "step": "stopped", "at": time.time()})
     if not quiet:
         extra = f" ({left} killed after the grace period)" if left else ""
@@ -152,6 +155,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--slot", type=int, default=0)
     p.add_argument("--bin", type=Path, default=None)
     p.add_argument("--timeout", type=float, default=300.0)
+    p.add_argument("--no-sample", action="store_true",
+                   help="up: leave deploy/examples/vllm.yaml out (the tests do)")
     args = p.parse_args(argv)
     layout = Layout(args.root.resolve(), args.slot)
     layout.root.mkdir(parents=True, exist_ok=True)
@@ -170,8 +175,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "serve":
         from cluster.serve import serve
 
-        return serve(layout, args.bin.resolve())
-    return up(layout, args.bin.resolve(), args.timeout)
+        return serve(layout, args.bin.resolve(), sample=not args.no_sample)
+    return up(layout, args.bin.resolve(), args.timeout, sample=not args.no_sample)
 
 
 if __name__ == "__main__":

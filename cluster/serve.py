@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from cluster import control_plane, keda, nodes
+from cluster import control_plane, helm, keda, nodes
 from cluster.layout import ETCD_PORT, Layout
 from cluster.pki import ClusterPki, make_pki
 from cluster.supervisor import (
@@ -107,10 +107,10 @@ PROMETHEUS_CRDS = ("servicemonitors", "podmonitors", "prometheusrules")
 
 
 def gpuscale_up(sup: Supervisor, bin_dir: Path) -> None:
-    """gpuscale as a user installs it (the kustomize base, applied to the real API
-    server), and the stand-in kubelet that runs its pods."""
+    """gpuscale as a user installs it (the Helm chart, applied to the real API server,
+    with its custom metrics API), and the stand-in kubelet that runs its pods."""
     layout = sup.layout
-    step(layout, "gpuscale: the kustomize base, and the pods' stand-in kubelet")
+    step(layout, "gpuscale: the Helm chart, and the pods' stand-in kubelet")
     crd_dir = keda.module_dir(REPO / "cluster" / "go" / "prometheus-operator",
                               "github.com/prometheus-operator/prometheus-operator")
     for name in PROMETHEUS_CRDS:
@@ -119,15 +119,26 @@ def gpuscale_up(sup: Supervisor, bin_dir: Path) -> None:
                 str(path / f"monitoring.coreos.com_{name}.yaml"))
     kubectl(bin_dir, layout, "wait", "--for=condition=Established", "--timeout=60s",
             *(f"crd/{n}.monitoring.coreos.com" for n in PROMETHEUS_CRDS))
-    kubectl(bin_dir, layout, "apply", "--server-side", "-k",
-            str(REPO / "deploy" / "kustomize" / "base"))
+    apply(bin_dir, layout, helm.objects(layout.pki / "metrics-api"))
     sup.start("pods", [sys.executable, "-m", "cluster.pods", f"--root={layout.root}",
                        f"--slot={layout.slot}", f"--bin={bin_dir}"])
     sup.wait_until("pods", lambda: api_ready(
-        bin_dir, layout, "/api/v1/namespaces/gpuscale/endpoints/gpuscale-agent"), timeout=60)
+        bin_dir, layout, "/apis/custom.metrics.k8s.io/v1beta2"), timeout=120)
 
 
-def serve(layout: Layout, bin_dir: Path) -> int:
+SAMPLE = REPO / "deploy" / "examples" / "vllm.yaml"
+
+
+def sample_up(sup: Supervisor, bin_dir: Path) -> None:
+    """deploy/examples/vllm.yaml as it is: a vLLM Deployment and its ScaledObject, for a
+    newcomer to watch (``./dev cluster load llm/vllm-llama N`` moves it)."""
+    step(sup.layout, "the sample workload (deploy/examples/vllm.yaml)")
+    apply(bin_dir, sup.layout, [{"apiVersion": "v1", "kind": "Namespace",
+                                 "metadata": {"name": "llm"}}])
+    kubectl(bin_dir, sup.layout, "apply", "--server-side", "-f", str(SAMPLE))
+
+
+def serve(layout: Layout, bin_dir: Path, sample: bool = True) -> int:
     """Brings the cluster up and holds it until SIGTERM; 1 when the start failed."""
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -140,6 +151,8 @@ def serve(layout: Layout, bin_dir: Path) -> int:
         nodes_up(sup, bin_dir)
         gpuscale_up(sup, bin_dir)
         keda_up(sup, bin_dir)
+        if sample:
+            sample_up(sup, bin_dir)
         step(layout, "ready", phase="ready")
         while not stop.wait(1.0):
             if gone := sup.exited():

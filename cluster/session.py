@@ -71,7 +71,7 @@ def running(root: Path, slot: int) -> Iterator[Cluster]:
     cmd = [sys.executable, "-m", "cluster"]
     where = [f"--root={root}", f"--slot={slot}"]
     subprocess.run([*cmd, "stop", *where], cwd=REPO, check=False)
-    up = subprocess.run([*cmd, "up", *where, f"--bin={bin_dir}"], cwd=REPO,
+    up = subprocess.run([*cmd, "up", *where, f"--bin={bin_dir}", "--no-sample"], cwd=REPO,
                         capture_output=True, text=True, check=False)
     if up.returncode != 0:
         raise RuntimeError(f"the cluster did not start:\n{up.stderr[-4000:]}")

@@ -1,55 +1,28 @@
 """Scenario 2: a plain HPA reads gpuscale's custom metrics API through the real
 aggregation layer (front-proxy authentication, real RBAC and SubjectAccessReviews).
 
-gpuscale is upgraded in place from the kustomize base (what the cluster started with) to
-the Helm chart with ``metricsApi.enabled`` and a serving certificate of our own
-(``certManager: false``), as a user without cert-manager would; the stand-in kubelet mounts
-the Secret into the new scaler pods."""
+gpuscale is installed from the Helm chart with ``metricsApi.enabled`` and a serving
+certificate of our own (``certManager: false``), as a user without cert-manager would
+(cluster/helm.py); the stand-in kubelet mounts the Secret into the scaler pods."""
 
 from __future__ import annotations
 
-import base64
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-from cluster.pki import Authority
 from cluster.session import Cluster
 from tests.cluster.workloads import NAMESPACE, inference_deployment, namespace
 from tests.support.polling import until_sync
 
 pytestmark = pytest.mark.cluster
-CHART = Path(__file__).resolve().parents[2] / "deploy" / "helm" / "gpuscale"
-SERVICE_DNS = "gpuscale-metrics-api.gpuscale.svc"
-
-
-def _helm(values: dict[str, Any]) -> list[dict[str, Any]]:
-    from helm_python.chart import Chart
-
-    out = Chart.load(CHART).render(values, name="gpuscale", namespace="gpuscale",
-                                   is_install=False)
-    return [d for text in out.values() for d in yaml.safe_load_all(text) if d]
 
 
 @pytest.fixture(scope="module")
-def metrics_api(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> None:
-    d = tmp_path_factory.mktemp("metrics-api-tls")
-    ca = Authority(d, "metrics-api-ca")
-    pair = ca.issue("tls", SERVICE_DNS, hosts=(SERVICE_DNS, f"{SERVICE_DNS}.cluster.local"),
-                    client=False, server=True)
-    secret = {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
-              "metadata": {"name": "gpuscale-metrics-api-tls", "namespace": "gpuscale"},
-              "data": {"tls.crt": base64.b64encode(pair.cert.read_bytes()).decode(),
-                       "tls.key": base64.b64encode(pair.key.read_bytes()).decode()}}
-    values = {"createNamespace": False, "tls": {"enabled": False},
-              "metricsApi": {"enabled": True, "certManager": False,
-                             "caBundle": base64.b64encode(ca.pair.cert.read_bytes()).decode()}}
-    objs = [o for o in _helm(values)
-            if o["kind"] not in ("ServiceMonitor", "PrometheusRule", "Namespace")]
-    cluster.apply(secret, *objs)
+def metrics_api(cluster: Cluster) -> None:
+    """The cluster installs gpuscale from the Helm chart with its metrics API
+    (cluster/helm.py); it answers through the aggregator once the scaler pods run."""
     until_sync(lambda: cluster.kubectl("get", "--raw", "/apis/custom.metrics.k8s.io/v1beta2",
                                        check=False), within=180, every=1.0,
                what="custom.metrics.k8s.io/v1beta2 answers through the aggregator")
