@@ -5,13 +5,14 @@ Tests read replica counts from the real API with the real kubectl."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
 
 from cluster.session import Cluster, running
 
-SLOT = 1
+SLOT = int(os.environ.get("GPUSCALE_CLUSTER_TEST_SLOT", "1"))  # 0 is ./dev cluster's
 
 
 @pytest.fixture(scope="session")
