@@ -19,6 +19,7 @@ ETCD_PORT = 2379
 ETCD_PEER_PORT = 2380
 KEDA_ADAPTER_PORT = 6444
 KEDA_GRPC_PORT = 9666
+SLOTS = 4
 SERVICE_RANGE = "10.96.0.0/16"  # ClusterIPs: allocated, never routed (no kube-proxy)
 
 
@@ -28,6 +29,10 @@ class Layout:
 
     root: Path  # the state directory (``.cluster`` for ./dev cluster)
     slot: int = 0
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.slot < SLOTS:  # each slot's pod range is a /18 of 198.19.0.0/16
+            raise ValueError(f"cluster slot {self.slot}: 0..{SLOTS - 1} (0 is ./dev cluster's)")
 
     @property
     def netns(self) -> str:

@@ -42,6 +42,8 @@ def test_nodes_advertise_their_simulated_gpus_as_a_device_plugin_names_them() ->
     assert node["spec"]["podCIDR"] == "198.19.65.0/24"
     with pytest.raises(ValueError, match="out of"):
         layout.pod_cidr(62)  # the host programs' /24
+    with pytest.raises(ValueError, match=r"0\.\.3"):
+        Layout(Path("/x"), 4)
 
 
 def test_the_stand_in_kubelet_hands_out_free_devices_and_takes_them_back(
