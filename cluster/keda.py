@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from cluster.layout import KEDA_ADAPTER_PORT, KEDA_GRPC_PORT, Layout
+from cluster.layout import KEDA_ADAPTER_PORT, KEDA_GRPC_PORT, Layout, host_service
 from cluster.pki import keda_certs
 from cluster.supervisor import StartError
 
@@ -78,16 +78,7 @@ def objects(layout: Layout, cert_dir: Path) -> list[dict[str, Any]]:
     ca = base64.b64encode((cert_dir / "ca.crt").read_bytes()).decode()
     meta = {"name": SERVICE, "namespace": NAMESPACE}
     return [
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
-        {"apiVersion": "v1", "kind": "Service", "metadata": meta,
-         "spec": {"ports": [{"name": "https", "port": 443, "targetPort": KEDA_ADAPTER_PORT}]}},
-        {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-         "metadata": {"name": f"{SERVICE}-host", "namespace": NAMESPACE,
-                      "labels": {"kubernetes.io/service-name": SERVICE,
-                                 "endpointslice.kubernetes.io/managed-by": "gpuscale-cluster"}},
-         "addressType": "IPv4",
-         "endpoints": [{"addresses": [layout.host_pod_ip], "conditions": {"ready": True}}],
-         "ports": [{"name": "https", "port": KEDA_ADAPTER_PORT, "protocol": "TCP"}]},
+        *host_service(layout, NAMESPACE, SERVICE, KEDA_ADAPTER_PORT),
         {"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
          "metadata": {"name": "v1beta1.external.metrics.k8s.io"},
          "spec": {"service": {**meta, "port": 443},

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 APISERVER_PORT = 6443
 ETCD_PORT = 2379
@@ -91,3 +92,22 @@ class Layout:
     @property
     def etcd_data(self) -> Path:
         return self.root / "etcd"
+
+
+def host_service(layout: Layout, namespace: str, name: str, port: int) -> list[dict[str, Any]]:
+    """The namespace, and a Service on 443 without selector whose EndpointSlice names
+    ``layout.host_pod_ip:port``: how an aggregated API server that runs as no pod (KEDA's
+    metrics apiserver, prometheus-adapter) is reached; with aggregator routing the API
+    server dials endpoints and refuses an ExternalName Service."""
+    return [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
+        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "namespace": namespace},
+         "spec": {"ports": [{"name": "https", "port": 443, "targetPort": port}]}},
+        {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+         "metadata": {"name": f"{name}-host", "namespace": namespace,
+                      "labels": {"kubernetes.io/service-name": name,
+                                 "endpointslice.kubernetes.io/managed-by": "gpuscale-cluster"}},
+         "addressType": "IPv4",
+         "endpoints": [{"addresses": [layout.host_pod_ip], "conditions": {"ready": True}}],
+         "ports": [{"name": "https", "port": port, "protocol": "TCP"}]},
+    ]

@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from cluster.layout import Layout
+from cluster.layout import Layout, host_service
 from cluster.pki import Authority
 
 PROMETHEUS_ADDR = "127.0.0.1:9091"
@@ -99,18 +99,7 @@ def objects(layout: Layout, ca_bundle: str) -> list[dict[str, Any]]:
     """The adapter's Service (its EndpointSlice names the adapter's address) and the
     APIServices that hand it custom.metrics.k8s.io (replacing gpuscale's)."""
     meta = {"name": SERVICE, "namespace": NAMESPACE}
-    out: list[dict[str, Any]] = [
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
-        {"apiVersion": "v1", "kind": "Service", "metadata": meta,
-         "spec": {"ports": [{"name": "https", "port": 443, "targetPort": ADAPTER_PORT}]}},
-        {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-         "metadata": {"name": f"{SERVICE}-host", "namespace": NAMESPACE,
-                      "labels": {"kubernetes.io/service-name": SERVICE,
-                                 "endpointslice.kubernetes.io/managed-by": "gpuscale-cluster"}},
-         "addressType": "IPv4",
-         "endpoints": [{"addresses": [layout.host_pod_ip], "conditions": {"ready": True}}],
-         "ports": [{"name": "https", "port": ADAPTER_PORT, "protocol": "TCP"}]},
-    ]
+    out = host_service(layout, NAMESPACE, SERVICE, ADAPTER_PORT)
     for version, priority in (("v1beta1", 100), ("v1beta2", 200)):
         out.append({"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
                     "metadata": {"name": f"{version}.custom.metrics.k8s.io"},
