@@ -36,16 +36,16 @@ from gpuscale.scaler.edges.relay import (
     PING,
     PONG,
     REQ,
-    Front,
     FrontStats,
-    RelayBackend,
-    RelayFront,
     frame,
     parse_request,
     parse_status,
     read_frame,
     request,
 )
+from gpuscale.scaler.edges.relay_backend import RelayBackend
+from gpuscale.scaler.edges.relay_front import RelayFront
+from gpuscale.scaler.edges.relay_supervisor import Front
 from gpuscale.scaler.root import Scaler
 from gpuscale.scaler.state.fleet import FleetView
 from gpuscale.stream.records import PodRecord

@@ -123,7 +123,8 @@ async def test_keda_side_of_the_scaler_over_mutual_tls(tmp_path: Path,
     from gpuscale.proto import externalscaler_pb2_grpc as pb_grpc
     from gpuscale.scaler.edges.keda import ScalerServer, ScalerService
     from gpuscale.scaler.edges.keda import add_to_server as add_keda
-    from gpuscale.scaler.edges.relay import Front, RelayBackend
+    from gpuscale.scaler.edges.relay_backend import RelayBackend
+    from gpuscale.scaler.edges.relay_supervisor import Front
     from gpuscale.stream.tls import server_credentials
 
     ca = make_ca("keda-gpuscale CA")

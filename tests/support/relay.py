@@ -10,7 +10,8 @@ from typing import Any
 
 from gpuscale.scaler.edges.keda import ScalerServer, ScalerService
 from gpuscale.scaler.edges.keda import add_to_server as add_keda
-from gpuscale.scaler.edges.relay import Front, RelayBackend
+from gpuscale.scaler.edges.relay_backend import RelayBackend
+from gpuscale.scaler.edges.relay_supervisor import Front
 
 MODES = ("in-process", "answer-process")
 

@@ -40,7 +40,8 @@ from gpuscale.scaler.edges.inspect import Inspector
 from gpuscale.scaler.edges.inspect import add_to_server as add_inspect
 from gpuscale.scaler.edges.keda import ScalerServer, ScalerService
 from gpuscale.scaler.edges.keda import add_to_server as add_keda
-from gpuscale.scaler.edges.relay import Front, RelayBackend
+from gpuscale.scaler.edges.relay_backend import RelayBackend
+from gpuscale.scaler.edges.relay_supervisor import Front
 from gpuscale.scaler.recorder import Recorder
 from gpuscale.scaler.sources.demand import DemandSources
 from gpuscale.scaler.sources.roster import AgentRoster, PodRoster, Roster

@@ -12,7 +12,7 @@ from prometheus_client.registry import Collector
 
 from gpuscale.scaler.advisory import Advisor
 from gpuscale.scaler.core.planner import CUT_SHARE
-from gpuscale.scaler.edges.relay import Front
+from gpuscale.scaler.edges.relay_supervisor import Front
 from gpuscale.scaler.state.fleet import FleetView
 from gpuscale.scaler.state.plan_book import PlanBook
 from gpuscale.scaler.state.streams import KINDS, StreamBook
