@@ -1,0 +1,233 @@
+"""Scenario 5 of the real control plane: 1,000 ScaledObjects with ``external-push`` on the
+real KEDA 2.21 (kwok makes 1,000 Deployments cheap), all answered by one gpuscale scaler
+installed from the Helm chart. A few of them carry load and must scale; the rest wait at
+zero, as an idle fleet does. Prints, as Markdown rows for BENCHMARKS.md:
+
+- how long until every ScaledObject is Ready and every stream is open at the scaler;
+- errors: KEDA's own counters (``keda_scaler_errors_total``,
+  ``keda_scaled_object_errors_total``), ERROR lines in its log, and the scaler's answers
+  by gRPC code;
+- the scaler's CPU (per second of wall time) and RSS, and KEDA's and the API server's,
+  while idle with no ScaledObject (the yardstick, same run) and while serving all of them.
+
+    .venv/bin/python bench/bench_real_keda_fleet.py [--count 1000] [--soak 300]
+
+Needs root and Go (a cluster of its own, slot 2; ``cluster/build`` first if it is cold)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.proc import proc_cpu_seconds, proc_mem_mib
+from cluster.layout import Layout
+from cluster.netns import enter
+from cluster.session import Cluster, running
+from tests.cluster.workloads import NAMESPACE, inference_deployment, namespace, scaled_object
+
+SLOT = 2
+ACTIVE = 4  # workloads with load: 4 x 3 replicas fit the two 8-GPU nodes
+ACTIVE_LOAD = 24  # in flight each: 3 replicas at 8 per replica
+BATCH = 100  # objects per kubectl apply
+
+
+@dataclass(frozen=True)
+class Watched:
+    """One process whose CPU and memory the bench samples."""
+
+    name: str
+    pid: int
+
+
+def _pids(root: Path) -> list[Watched]:
+    """The scaler, KEDA's operator and the API server of the cluster in ``root``."""
+    wanted = {"scaler": ("scaler", "--agent-service"), "keda-operator": ("keda-operator",),
+              "kube-apiserver": ("kube-apiserver",)}
+    found: list[Watched] = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        line = " ".join(argv)
+        if str(root) not in line:
+            continue
+        for name, words in wanted.items():
+            if all(w in line for w in words) and not any(w.name == name for w in found):
+                found.append(Watched(name, int(proc.name)))
+    missing = set(wanted) - {w.name for w in found}
+    if missing:
+        raise SystemExit(f"processes not found for {sorted(missing)} under {root}")
+    return found
+
+
+def _sample(watched: list[Watched], seconds: float) -> dict[str, tuple[float, float]]:
+    """Per process: CPU seconds per wall second over ``seconds``, and the highest RSS."""
+    start = {w.name: proc_cpu_seconds(w.pid) for w in watched}
+    peak = {w.name: 0.0 for w in watched}
+    began = time.monotonic()
+    while time.monotonic() - began < seconds:
+        for w in watched:
+            peak[w.name] = max(peak[w.name], proc_mem_mib(w.pid)[0])
+        time.sleep(2.0)
+    wall = time.monotonic() - began
+    return {w.name: ((proc_cpu_seconds(w.pid) - start[w.name]) / wall, peak[w.name])
+            for w in watched}
+
+
+def _prometheus_text(url: str, layout: Layout | None = None) -> str:
+    """A /metrics page: from the host, or (``layout``) from inside the cluster's network
+    namespace, where KEDA's operator serves its metrics on its loopback."""
+    if layout is None:
+        with urllib.request.urlopen(url, timeout=10) as reply:
+            return str(reply.read().decode())
+    code = f"import urllib.request;print(urllib.request.urlopen({url!r}).read().decode())"
+    return subprocess.run(enter(layout, [sys.executable, "-c", code]), capture_output=True,
+                          text=True, check=True, timeout=30).stdout
+
+
+def _sums(text: str, names: tuple[str, ...]) -> dict[str, float]:
+    """Each metric's sum over its series (0 where it has none yet)."""
+    out = dict.fromkeys(names, 0.0)
+    for line in text.splitlines():
+        match = re.match(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{([^}]*)\})?\s+(\S+)", line)
+        if match and match.group(1) in out:
+            out[match.group(1)] += float(match.group(3))
+    return out
+
+
+def _by_label(text: str, name: str, label: str) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line.startswith(name + "{"):
+            continue
+        value = re.search(rf'{label}="([^"]*)"', line)
+        key = value.group(1) if value else "?"
+        out[key] = out.get(key, 0.0) + float(line.rsplit(" ", 1)[1])
+    return out
+
+
+def _until(check: Callable[[], bool], within: float, what: str) -> float:
+    began = time.monotonic()
+    while not check():
+        if time.monotonic() - began > within:
+            raise SystemExit(f"not within {within:.0f} s: {what}")
+        time.sleep(2.0)
+    return time.monotonic() - began
+
+
+def _ready_count(cluster: Cluster) -> int:
+    items = cluster.get("scaledobject", "-n", NAMESPACE)["items"]
+    return sum(1 for so in items for c in (so.get("status") or {}).get("conditions") or []
+               if c.get("type") == "Ready" and c.get("status") == "True")
+
+
+def _objects(count: int) -> list[dict[str, Any]]:
+    """``count`` Deployments and their ScaledObjects: the first ACTIVE at one replica and
+    minReplicaCount 1, the rest at zero (minReplicaCount 0, an idle fleet)."""
+    out: list[dict[str, Any]] = []
+    for i in range(count):
+        name = f"fleet-{i:04d}"
+        active = i < ACTIVE
+        out.append(inference_deployment(name, replicas=1 if active else 0))
+        out.append(scaled_object(name, name, push=True, min_replicas=1 if active else 0,
+                                 max_replicas=3, polling=30, cooldown=300))
+    return out
+
+
+def _scaler_url(cluster: Cluster) -> str:
+    pods = cluster.get("pods", "-n", "gpuscale", "-l",
+                       "app.kubernetes.io/component=scaler")["items"]
+    return f"http://{pods[0]['status']['podIP']}:9402/metrics"
+
+
+def _keda_log_errors(layout: Layout) -> list[str]:
+    text = (layout.logs / "keda-operator.log").read_text(errors="replace")
+    return [line for line in text.splitlines() if "\tERROR\t" in line or " ERROR " in line]
+
+
+def _row(name: str, idle: tuple[float, float], busy: tuple[float, float]) -> str:
+    return (f"| {name} | {idle[0]:.3f} | {busy[0]:.3f} | {idle[1]:.0f} | {busy[1]:.0f} |")
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--count", type=int, default=1000)
+    p.add_argument("--soak", type=float, default=300.0, help="seconds sampled at full load")
+    p.add_argument("--idle", type=float, default=60.0, help="seconds sampled before")
+    args = p.parse_args()
+    with tempfile.TemporaryDirectory(prefix="gs-fleet-") as tmp, \
+            running(Path(tmp), SLOT) as cluster:
+        root = Path(tmp)
+        watched = _pids(root)
+        cluster.apply(namespace())
+        print(f"idle yardstick: {args.idle:.0f} s with no ScaledObject", flush=True)
+        idle = _sample(watched, args.idle)
+        objects = _objects(args.count)
+        began = time.monotonic()
+        for i in range(0, len(objects), BATCH):
+            cluster.apply(*objects[i:i + BATCH])
+        applied = time.monotonic() - began
+        print(f"applied {args.count} Deployments + ScaledObjects in {applied:.0f} s",
+              flush=True)
+        ready = _until(lambda: _ready_count(cluster) >= args.count, 1800,
+                       f"{args.count} ScaledObjects Ready") + applied
+        url = _scaler_url(cluster)
+
+        def streams() -> float:
+            return _sums(_prometheus_text(url), ("gpuscale_scaler_streams",))[
+                "gpuscale_scaler_streams"]
+        opened = _until(lambda: streams() >= args.count, 900,
+                        f"{args.count} streams open at the scaler") + ready
+        print(f"all Ready after {ready:.0f} s, all streams open after {opened:.0f} s",
+              flush=True)
+        for i in range(ACTIVE):
+            cluster.load(f"{NAMESPACE}/fleet-{i:04d}", ACTIVE_LOAD)
+        scaled = _until(lambda: all(cluster.replicas(NAMESPACE, f"fleet-{i:04d}") >= 3
+                                    for i in range(ACTIVE)), 600,
+                        f"the {ACTIVE} loaded workloads at 3 replicas")
+        print(f"loaded workloads scaled to 3 in {scaled:.0f} s; soaking {args.soak:.0f} s",
+              flush=True)
+        busy = _sample(watched, args.soak)
+        keda = _sums(_prometheus_text("http://127.0.0.1:8080/metrics", cluster.layout),
+                     ("keda_scaler_errors_total", "keda_scaled_object_errors_total"))
+        scaler_text = _prometheus_text(url)
+        codes = _by_label(scaler_text, "gpuscale_scaler_requests_total", "code")
+        open_now = streams()
+        errors = _keda_log_errors(cluster.layout)
+        zero = sum(1 for i in range(ACTIVE, args.count, max(1, args.count // 50))
+                   if cluster.replicas(NAMESPACE, f"fleet-{i:04d}") == 0)
+    print(f"\n{args.count} ScaledObjects (external-push), {ACTIVE} loaded, soak "
+          f"{args.soak:.0f} s, {time.strftime('%Y-%m-%d')}")
+    print(f"- all Ready {ready:.0f} s after the first apply; every stream open at "
+          f"{opened:.0f} s; open at the end: {open_now:.0f}")
+    print(f"- loaded workloads at 3 replicas {scaled:.0f} s after their load; sampled idle "
+          f"ones still at 0: {zero} of {len(range(ACTIVE, args.count, max(1, args.count // 50)))}")
+    print(f"- KEDA errors: {json.dumps(keda)}; ERROR lines in its log: {len(errors)}")
+    for line in errors[:5]:
+        print(f"    {line[:300]}")
+    print(f"- the scaler's answers by gRPC code: {json.dumps(codes)}")
+    print("\n| process | CPU s/s idle (yardstick) | CPU s/s with all | RSS MiB idle | "
+          "RSS MiB with all |\n|---|---|---|---|---|")
+    for w in watched:
+        print(_row(w.name, idle[w.name], busy[w.name]))
+    failed = keda["keda_scaler_errors_total"] + keda["keda_scaled_object_errors_total"]
+    return 1 if failed or errors or open_now < args.count else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
