@@ -35,8 +35,9 @@ from gpuscale.traffic.patterns import synthetic
 from gpuscale.traffic.scale import scale_trace
 from gpuscale.traffic.trace import TraceRequest, read_trace
 
-TRACE = Path(os.environ.get("GPUSCALE_TRACE") or Path(__file__).resolve().parents[2] /
-             "shared" / "traces" / "azure-llm-inference-2023-conv.csv")
+REPO = Path(__file__).resolve().parent.parent
+TRACE = Path(os.environ.get("GPUSCALE_TRACE") or
+             REPO / "traces" / "azure-llm-inference-2023-conv.csv")  # traces/README.md
 
 
 def loads() -> list[tuple[str, list[TraceRequest]]]:

@@ -50,8 +50,9 @@ from gpuscale.traffic.patterns import synthetic
 from gpuscale.traffic.scale import scale_trace
 from gpuscale.traffic.trace import TraceRequest, read_trace
 
-TRACE = Path(os.environ.get("GPUSCALE_TRACE") or Path(__file__).resolve().parents[2] /
-             "shared" / "traces" / "azure-llm-inference-2023-conv.csv")
+REPO = Path(__file__).resolve().parent.parent
+TRACE = Path(os.environ.get("GPUSCALE_TRACE") or
+             REPO / "traces" / "azure-llm-inference-2023-conv.csv")  # traces/README.md
 SHAPE_RATE = 60.0  # requests/s at a shape's busiest: several replicas of an 8B model
 SHAPE_S = 3600.0
 TUNED_SHAPES = {("bursts", 1), ("diurnal", 1)}

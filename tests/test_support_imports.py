@@ -11,7 +11,7 @@ from pathlib import Path
 HEAVY = ("cryptography", "jsonschema", "kubernetes_validate", "helm_python")
 REPO = Path(__file__).resolve().parents[1]
 LIGHT_HELPERS = ("agents", "clock", "kubeconfig", "polling", "ports", "processes",
-                 "strategies")
+                 "repo", "strategies")
 
 
 def heavy_after(*modules: str) -> list[str]:

@@ -20,7 +20,8 @@ import yaml
 
 from gpuscale.kube import access
 from gpuscale.scaler.core.trigger import parse_metadata
-from tests.support.schemas import SCHEMAS, validate
+from tests.support.repo import SCHEMAS
+from tests.support.schemas import validate
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"

@@ -26,9 +26,9 @@ from gpuscale.sim.simulate import run_policy
 from gpuscale.traffic.patterns import synthetic
 from gpuscale.traffic.scale import scale_trace
 from gpuscale.traffic.trace import TraceRequest, read_trace
+from tests.support.repo import AZURE_CONV
 
-TRACE = Path(__file__).resolve().parents[3] / "shared" / "traces" / \
-    "azure-llm-inference-2023-conv.csv"
+TRACE = AZURE_CONV
 FAST = ServingParams(cold_start_s=60.0, cold_start_spread=(45.0, 90.0))
 
 

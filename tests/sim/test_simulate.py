@@ -18,13 +18,13 @@ from gpuscale.sim.compare import compare, opening
 from gpuscale.sim.simulate import Result, run_policy
 from gpuscale.traffic.scale import scale_trace
 from gpuscale.traffic.trace import TraceRequest, read_trace
+from tests.support.repo import AZURE_CONV
 
 # Round figures for arithmetic by hand (not the calibrated defaults).
 HAND = ServingParams(max_batch=64, kv_tokens=400_000, prefill_tps=20_000.0,
                      decode_tps_per_seq=60.0, decode_tps_max=2_500.0, cold_start_s=90.0,
                      cold_start_spread=(90.0, 90.0))
-TRACE = Path(__file__).resolve().parents[3] / "shared" / "traces" / \
-    "azure-llm-inference-2023-conv.csv"
+TRACE = AZURE_CONV
 
 
 def test_policies_side_by_side_on_a_slice() -> None:

@@ -1,17 +1,17 @@
 """Manifests checked against the Kubernetes schemas of a pinned version (through
-kubernetes_validate) and against the CRDs in the shared schemas folder (jsonschema)."""
+kubernetes_validate) and against the published CRDs in tests/schemas (jsonschema)."""
 
 from __future__ import annotations
 
 from functools import cache
-from pathlib import Path
 from typing import Any
 
 import jsonschema
 import kubernetes_validate
 import yaml
 
-SCHEMAS = Path(__file__).resolve().parents[3] / "shared" / "schemas"  # ../shared
+from tests.support.repo import SCHEMAS
+
 K8S_VERSION = "1.33.0"  # the oldest Kubernetes release the manifests promise to support
 CRDS = {
     ("keda.sh/v1alpha1", "ScaledObject"): "keda.sh_scaledobjects.yaml",
@@ -20,7 +20,7 @@ CRDS = {
     ("monitoring.coreos.com/v1", "PodMonitor"): "monitoring.coreos.com_podmonitors.yaml",
     ("monitoring.coreos.com/v1", "PrometheusRule"): "monitoring.coreos.com_prometheusrules.yaml",
 }
-# Kinds whose schemas /work/shared/schemas does not hold: the KEDA HTTP add-on's, and
+# Kinds whose schemas tests/schemas does not hold: the KEDA HTTP add-on's, and
 # cert-manager's (overlays/metrics-api); test_metrics_api checks the fields these objects
 # are there for (issuer chain, Secret, DNS names) instead.
 NOT_OURS = {("http.keda.sh/v1alpha1", "HTTPScaledObject"),

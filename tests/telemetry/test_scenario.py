@@ -20,9 +20,9 @@ from gpuscale.telemetry.scenario import (
     parse_scenario,
 )
 from gpuscale.traffic.trace import TraceError, read_trace
+from tests.support.repo import AZURE_CONV
 
-TRACE = Path(__file__).resolve().parents[3] / "shared" / "traces" / \
-    "azure-llm-inference-2023-conv.csv"
+TRACE = AZURE_CONV
 
 
 def node(**kw: Any) -> dict[str, Any]:
