@@ -1,11 +1,10 @@
-"""The planner's terms, checked against hand-computed values."""
+"""The planner's terms, checked against hand-computed values (its burst term in
+test_planner_bursts, its drain floor in test_planner_drain)."""
 
 from __future__ import annotations
 
 import math
-from collections import deque
 from dataclasses import replace
-from itertools import pairwise
 
 import pytest
 
@@ -17,24 +16,7 @@ from gpuscale.scaler.core.planner import (
     PlanUnavailable,
     PodLoad,
 )
-
-CFG = PlannerConfig(delay_s=2.0, startup_s=100.0, prefill_tps=30_000.0, decode_tps=12_000.0,
-                    max_batch=256, utilization=0.8, memory_s=600.0)
-# One request of the configured 1000 prompt + 250 output tokens, in replica-seconds.
-REQUEST = 1000 / 30_000 + 250 / 12_000
-
-
-def busy(fraction: float, *, waiting: float = 0.0, running: float = 0.0, ready: int = 1,
-         starting: int = 0, kv: float = 0.0, finished: float = 0.0) -> Observation:
-    """Engines serving ``fraction`` replica-seconds per second, half prefill, half decode."""
-    return Observation(prompt_tps=fraction / 2 * 30_000, generation_tps=fraction / 2 * 12_000,
-                       finished_rate=finished, waiting=waiting, running=running,
-                       kv_cache=kv, ready=ready, starting=starting)
-
-
-def run(planner: Planner, seconds: range, obs: Observation) -> None:
-    for t in seconds:
-        planner.observe(float(t), obs)
+from tests.scaler.planner_load import CFG, REQUEST, busy, run
 
 
 def test_steady_load_is_carried_at_the_target_utilization() -> None:
@@ -47,35 +29,6 @@ def test_steady_load_is_carried_at_the_target_utilization() -> None:
     assert plan.replicas == 3
     assert plan.unheld == 3
     assert not plan.warming  # 200 s seen, hold window 100 s
-
-
-def test_a_short_burst_is_planned_for_and_remembered_then_forgotten() -> None:
-    p = Planner(CFG)
-    run(p, range(0, 200), busy(0.4))
-    run(p, range(200, 205), busy(10.0))  # 5 s at 10 replica-seconds per second
-    run(p, range(205, 400), busy(0.4))
-    plan = p.current(399.0)
-    # The worst interval is the 5-s burst plus 0.4/s on either side within the longest
-    # span that still raises the rate: check the 5-s span alone is at least met.
-    assert plan.burst >= 50 / (5 + 2)
-    assert plan.replicas == math.ceil(plan.burst)
-    # Remembered for memory_s (600 s) from the second it ended ...
-    run(p, range(400, 804), busy(0.4))
-    assert p.current(803.0).unheld == 8
-    # ... then the spans that still hold part of it (up to 120 s long) fade, and the hold
-    # (100 s) keeps each count a while: back to one replica within 120 + 100 s.
-    run(p, range(804, 1030), busy(0.4))
-    assert p.current(1029.0).replicas == 1
-
-
-def test_the_burst_term_is_the_delay_bound_of_a_constant_rate_server() -> None:
-    p = Planner(PlannerConfig(delay_s=3.0, memory_s=600.0))
-    run(p, range(0, 10), busy(0.0))
-    run(p, range(10, 11), busy(8.0))  # one second of 8 replica-seconds
-    run(p, range(11, 20), busy(0.0))
-    # c must satisfy 8 <= c * (1 + 3) for the 1-s interval; every longer interval holding
-    # it needs less.
-    assert p.current(19.0).burst == pytest.approx(8 / 4)
 
 
 def test_queue_growth_counts_as_arrived_work_and_the_queue_as_backlog() -> None:
@@ -302,9 +255,9 @@ def test_capacity_is_learned_per_pod_one_saturated_pod_lowers_it_to_its_own() ->
 def test_windows_stay_exact_for_the_life_of_a_process() -> None:
     """The running sums are rebased: after many pushes (a year at 1 Hz would be 3e7) the
     slope and sums of the last values are what they are for a fresh window."""
-    from gpuscale.scaler.core.planner import REBASE_AFTER, _Window
+    from gpuscale.scaler.core.windows import REBASE_AFTER, Window
 
-    old, fresh = _Window(300, slopes=True), _Window(300, slopes=True)
+    old, fresh = Window(300, slopes=True), Window(300, slopes=True)
     for k in range(3 * REBASE_AFTER + 123):
         old.push(1000.0 + (k % 7))
     for k in range(3 * REBASE_AFTER + 123 - 300, 3 * REBASE_AFTER + 123):
@@ -322,22 +275,6 @@ def test_the_plan_is_never_below_the_work_served_now() -> None:
     # (the steady term's minute and the burst's delay budget would take longer).
     run(p, range(300, 310), busy(10.0, running=30.0, ready=10))
     assert p.current(309.0).replicas >= 10
-
-
-def test_a_long_gap_does_not_turn_the_queue_into_a_burst() -> None:
-    p = Planner(CFG)
-    run(p, range(0, 100), busy(1.0, ready=2))
-    p.observe(160.0, busy(1.0, waiting=300.0, ready=2))  # 60 s unseen: history restarts
-    plan = p.current(160.0)
-    assert plan.arrived == pytest.approx(1.0)  # the queue is the backlog term's
-    assert plan.backlog == pytest.approx(300 * REQUEST / 100.0)
-
-
-def test_burst_memory_is_bounded_by_buckets() -> None:
-    p = Planner(PlannerConfig(memory_s=900.0))
-    for t in range(2000):  # a slow decline: every second a new, lower rate
-        p.observe(float(t), busy(max(0.1, 20.0 - 0.01 * t), ready=20))
-    assert len(p._bursts) <= 900 // 10 + 2
 
 
 def test_the_start_up_is_measured_from_the_pods_unless_configured() -> None:
@@ -392,38 +329,6 @@ def test_a_measured_start_up_moves_the_backlog_and_the_hold() -> None:
     assert fast.current(699.0).replicas < slow.current(699.0).replicas == 5
 
 
-def test_a_burst_keeps_its_excess_over_the_level_not_the_old_level() -> None:
-    """Headroom for the workload's own bursts, not for a level it has left: after a busy
-    hour with 5-s bursts on top, the load falls to a fifth; the burst term follows the
-    new level plus the bursts' excess, not the old level's rate for the memory's span."""
-    p = Planner(CFG)  # memory 600 s
-    for t in range(0, 1200):  # level 4/s, and every 5 min a 5-s burst of +6/s
-        run(p, range(t, t + 1), busy(10.0 if t % 300 < 5 else 4.0, ready=5))
-    plan = p.current(1199.0)
-    high = plan.burst
-    assert plan.burst_excess > 0
-    run(p, range(1200, 1500), busy(0.8, ready=5))  # 5 minutes at a fifth of the level
-    plan = p.current(1499.0)
-    # The remembered rate (the old level with a burst: above 4) is still in memory ...
-    assert p._bursts[0][1] > 4.0
-    # ... but the term is the level now plus the excess the bursts showed.
-    assert plan.burst == pytest.approx(0.8 + plan.burst_excess)
-    assert plan.burst < high
-
-
-def test_bursts_that_recur_within_the_window_are_not_hidden_in_their_level() -> None:
-    """A level taken as the window's mean would rise with bursts that come every few
-    minutes and shrink their excess; the quietest minute does not: between two bursts
-    the term still carries the whole burst."""
-    cfg = replace(CFG, memory_s=900.0)
-    p = Planner(cfg)
-    for t in range(0, 1800):  # level 1/s, a 90-s burst at 6/s every 4 minutes
-        run(p, range(t, t + 1), busy(6.0 if t % 240 < 90 else 1.0, ready=6))
-    plan = p.current(1799.0)  # 150 s after the last burst began: quiet for 60 s
-    absolute = p._bursts[0][1]
-    assert plan.burst == pytest.approx(absolute)  # level + excess >= the burst's own rate
-
-
 def test_the_hold_keeps_the_load_not_its_forecast_growth() -> None:
     """A step in the load makes the 5-minute slope positive for 5 minutes although the
     load is flat after it: that growth is planned for while the slope shows it, but the
@@ -450,169 +355,3 @@ def test_the_hold_does_not_keep_the_replicas_that_drain_a_queue() -> None:
     assert (plan.held, plan.replicas) == (1, 2)
     p.observe(1.0, busy(0.4, ready=1))  # drained
     assert p.current(1.0).replicas == 1
-
-
-def _long(ready: int, fraction: float, *, running: float, finished: float) -> Observation:
-    return busy(fraction, ready=ready, running=running, finished=finished)
-
-
-def _share(request_s: float, drain_s: float = 30.0) -> float:
-    """Of a minute's requests, what removing every pod cuts (the module's formula)."""
-    return math.exp(-drain_s / request_s) * request_s / 60 * (1 - math.exp(-60 / request_s))
-
-
-def test_a_scale_down_cuts_at_most_the_cut_share_of_long_requests() -> None:
-    """Requests that run 200 s (100 running, 0.5 finishing a second) outlive a 30-s
-    grace: removing one of 5 pods would cut ~15 % of a minute's requests, so the plan
-    keeps the 5 Ready pods while they run, however far the load falls."""
-    p = Planner(CFG)  # memory 600 s, hold 100 s
-    run(p, range(0, 300), _long(5, 4.0, running=100.0, finished=0.5))
-    run(p, range(300, 1200), _long(5, 0.4, running=100.0, finished=0.5))
-    plan = p.current(1199.0)
-    assert plan.request_s == pytest.approx(200.0)
-    assert _share(200.0) / 5 > 0.02
-    assert plan.unheld == 1
-    assert plan.drain_floor == 5
-    assert plan.replicas == 5
-    assert plan.terms()["drain_floor"] == 5.0
-    # Nothing running: nothing to cut.
-    run(p, range(1200, 1201), _long(5, 0.0, running=0.0, finished=0.5))
-    assert p.current(1200.0).drain_floor == 0
-    # Chat-length requests (2 s) end within the grace: the plan goes down freely.
-    short = Planner(CFG)
-    run(short, range(0, 300), _long(5, 4.0, running=10.0, finished=5.0))
-    run(short, range(300, 1200), _long(5, 0.4, running=10.0, finished=5.0))
-    assert (short.current(1199.0).replicas, short.current(1199.0).drain_floor) == (1, 0)
-    # A grace longer than the requests (drainSeconds with terminationGracePeriodSeconds).
-    graced = Planner(replace(CFG, drain_s=1800.0))
-    run(graced, range(0, 300), _long(5, 4.0, running=100.0, finished=0.5))
-    run(graced, range(300, 1200), _long(5, 0.4, running=100.0, finished=0.5))
-    assert graced.current(1199.0).replicas == 1
-
-
-def test_twenty_second_requests_step_down_a_pod_a_minute() -> None:
-    """Requests of 20 s on 5 pods and a 30-s grace: one pod of 5 cuts 1.4 % of a
-    minute's requests (within 2 %), two would cut 2.8 %: one pod at a time, a minute
-    apart (the minute whose requests a step cut is over before the next), down to the
-    3 pods of which one would cut 2.4 % - kept while requests run."""
-    assert _share(20.0) / 5 < 0.02 < 2 * _share(20.0) / 5
-    assert _share(20.0) / 4 < 0.02 < _share(20.0) / 3
-    p = Planner(CFG)
-    run(p, range(0, 300), _long(5, 4.0, running=20.0, finished=1.0))
-    ready, steps = 5, []
-    for t in range(300, 900):
-        plan = p.observe(float(t), _long(ready, 0.4, running=20.0, finished=1.0))
-        if plan.replicas < ready:  # the HPA removes them at once
-            steps.append((t, ready - plan.replicas))
-            ready = plan.replicas
-    assert [n for _, n in steps] == [1, 1]
-    assert all(b - a >= 60 for (a, _), (b, _) in pairwise(steps))
-    assert ready == 3
-    assert p.current(899.0).drain_floor == 3
-
-
-def test_a_large_fleet_steps_down_by_the_cut_share_and_waits_for_the_cut_minutes() -> None:
-    """100 Ready pods, 200-s requests, 30-s grace: a step of m pods cuts m/100 x 74 % of a
-    minute's requests, so 2 % allows 2 pods; then none until the requests that step cut
-    would have ended (200 s)."""
-    p = Planner(CFG)
-    run(p, range(0, 300), _long(100, 80.0, running=4000.0, finished=20.0))  # 100 planned
-    t = 300
-    while p.observe(float(t), _long(100, 7.0, running=4000.0, finished=20.0)).replicas == 100:
-        t += 1
-    first = p.current(float(t)).replicas
-    assert 100 - math.floor(0.02 * 100 / _share(200.0)) <= first < 100
-    # The HPA removes them; those left run on while the cut requests would have run.
-    run(p, range(t + 1, t + 200), _long(first, 7.0, running=4000.0, finished=20.0))
-    assert p.current(t + 199.0).replicas == first
-    assert p.current(t + 199.0).drain_floor == first
-    p.observe(t + 200.0, _long(first, 7.0, running=4000.0, finished=20.0))
-    allowed = math.floor(0.02 * first / _share(200.0))
-    assert p.current(t + 200.0).replicas == first - allowed
-
-
-def test_the_wait_after_a_step_follows_the_pods_not_an_old_count() -> None:
-    """A wait begun on 10 Ready pods must not let a fleet that grew to 40 fall to the old
-    step's count: with pods added the floor is the new fleet's."""
-    p = Planner(CFG)
-    run(p, range(0, 300), _long(10, 8.0, running=2000.0, finished=10.0))  # 200-s requests
-    run(p, range(300, 600), _long(10, 0.8, running=2000.0, finished=10.0))
-    assert p.current(599.0).replicas == 10  # one pod of 10 would cut 7 %
-    run(p, range(600, 900), _long(40, 32.0, running=8000.0, finished=40.0))
-    for t in range(900, 1000):
-        plan = p.observe(float(t), _long(40, 3.2, running=8000.0, finished=40.0))
-        assert plan.replicas >= 40 - math.floor(0.02 * 40 / _share(200.0)), t
-
-
-def test_requests_running_with_few_finished_still_keep_their_pods() -> None:
-    """3 requests running and 4.5 finishing in 5 minutes (200-s runs): too few for a
-    mean request's work, enough for Little's law; with none finished, at least the
-    window. Before a minute is seen, the pods that run requests are kept."""
-    p = Planner(replace(CFG, hold_s=0.0))
-    p.observe(0.0, _long(5, 0.1, running=3.0, finished=0.015))
-    first = p.current(0.0)
-    assert math.isnan(first.request_s)
-    assert math.isnan(first.terms()["request_s"])
-    assert first.replicas == 5
-    run(p, range(1, 600), _long(5, 0.1, running=3.0, finished=0.015))
-    plan = p.current(599.0)
-    assert plan.request_s == pytest.approx(200.0)
-    assert plan.replicas == 5
-    none = Planner(replace(CFG, hold_s=0.0))
-    run(none, range(0, 600), _long(5, 0.1, running=3.0, finished=0.0))
-    assert none.current(599.0).request_s == pytest.approx(3.0 * 300)
-    assert none.current(599.0).replicas == 5
-
-
-def test_a_warming_planner_does_not_start_the_wait_before_its_step() -> None:
-    """Held at the Ready pods while warming, the planner takes no step, so the first
-    step's wait starts when the step does: two steps are a request's run apart."""
-    p = Planner(CFG)  # hold 100 s: warming for the first 100 s
-    ready, steps = 100, []
-    for t in range(0, 700):
-        plan = p.observe(float(t), _long(ready, 7.0, running=4000.0, finished=20.0))
-        if plan.replicas < ready:
-            steps.append(t)
-            ready = plan.replicas
-    assert len(steps) >= 2
-    assert steps[0] >= 100
-    assert all(b - a >= 200 for a, b in pairwise(steps))
-
-
-def test_a_step_the_load_keeps_is_its_level_not_a_burst_to_remember() -> None:
-    """A step up that lasts 12 minutes is a new level: once the load has kept it for 5
-    whole minutes it is no burst, and after the step back down the plan is the old
-    level's, not the step's height held as headroom for the memory's span. A 2-minute
-    burst on the same level is still remembered."""
-    p = Planner(CFG)  # memory 600 s, hold 100 s, utilization 0.8
-    run(p, range(0, 700), busy(1.0, ready=5))
-    run(p, range(700, 1420), busy(4.0, ready=5))
-    run(p, range(1420, 1800), busy(1.0, ready=5))
-    plan = p.current(1799.0)
-    assert plan.burst_excess == pytest.approx(0.0, abs=0.05)
-    assert plan.replicas == math.ceil(1.0 / 0.8) == 2
-    short = Planner(CFG)
-    run(short, range(0, 700), busy(1.0, ready=5))
-    run(short, range(700, 820), busy(4.0, ready=5))
-    run(short, range(820, 1200), busy(1.0, ready=5))
-    plan = short.current(1199.0)
-    assert plan.burst_excess > 2.5  # 4/s over 120 s within the 2-s delay, over 1/s
-    assert plan.replicas == math.ceil(plan.burst) >= 4
-
-
-def test_an_older_burst_with_a_higher_rate_outlives_a_newer_excess() -> None:
-    """A newer excess as large but from a lower rate (its level had fallen) does not push
-    out an older burst of a higher rate: when a level reaches the newer rate and forgets
-    it, the older burst's excess still counts."""
-    from gpuscale.scaler.core.planner import _remember
-
-    memory: deque[tuple[int, float, float]] = deque()
-    _remember(memory, 0, 10.0, 20.0, 10, 900)  # a burst to 20 over a level of 10
-    _remember(memory, 100, 11.0, 12.0, 10, 900)  # to 12 over a level of 1
-    assert [e[1] for e in memory] == [10.0, 11.0]
-    _remember(memory, 200, 12.0, 25.0, 10, 900)  # higher in both: the others go
-    assert memory == deque([(200, 12.0, 25.0)])
-    _remember(memory, 205, 1.0, 2.0, 10, 900)  # same bucket, smaller: kept longer
-    assert memory == deque([(205, 12.0, 25.0)])
-    _remember(memory, 1106, 0.5, 1.0, 10, 900)  # past the span
-    assert memory == deque([(1106, 0.5, 1.0)])

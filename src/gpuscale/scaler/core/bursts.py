@@ -1,0 +1,118 @@
+"""The planner's burst term (``scaler.core.planner``, **burst**): the smallest service rate
+that keeps every arrival of the remembered history within the queueing-delay budget, and
+the excess of each burst over the level it stood on, remembered for ``memory_s``.
+
+A server of rate c keeps each arrival's wait within D exactly when the work arriving in
+every interval of length L is at most c x (L + D); that is taken over ``BURST_SPANS``. The
+level is the quietest whole minute of the ``BURST_BASE_S`` before the longest span; a rate
+the load keeps for ``LEVEL_S`` (every whole minute at least ``LEVEL_SHARE`` of it) is a
+level, not a burst, and the excess remembered on the way up to it is forgotten. The term is
+the smaller of the largest remembered rate and the current level plus the largest
+remembered excess.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+
+from gpuscale.scaler.core.plan_values import PlannerConfig
+from gpuscale.scaler.core.windows import BASE_BLOCK_S, Window
+
+#: Burst lengths looked at, seconds: a grid, so a burst between two of them is counted at
+#: the nearest shorter one plus its neighbours' quiet seconds (at most ~4 % low at 10 s).
+BURST_SPANS = (1, 2, 3, 4, 5, 6, 8, 10, 12, 15, 20, 25, 30, 40, 50, 60, 75, 90, 105, 120)
+BURST_BUCKET_S = 10  # remembered burst rates within this many seconds share one entry
+BURST_BASE_S = 600  # a burst's excess is over the quietest minute of this window before it
+LEVEL_S = 300  # a burst rate the load keeps this long is its level (whole minutes)
+LEVEL_SHARE = 0.9  # ... every minute of it at least this share of the rate
+
+
+class Bursts:
+    """One workload's remembered bursts, and the minutes of arrived work they stand on."""
+
+    def __init__(self, config: PlannerConfig) -> None:
+        self.config = config
+        # Arrived work per whole minute (BASE_BLOCK_S), the newest last, and the minute
+        # being filled: the levels bursts stand on, kept small (a number a minute).
+        self._blocks: deque[float] = deque(maxlen=math.ceil(
+            (BURST_BASE_S + BURST_SPANS[-1]) / BASE_BLOCK_S) + 1)
+        self._block = (0, 0.0)  # (bins in it, their sum)
+        # (second, rate, rate), decreasing, and (second, excess, its rate): see remember
+        self.rates: deque[tuple[int, float, float]] = deque()
+        self.excess: deque[tuple[int, float, float]] = deque()
+        self._minutes = 0  # whole minutes of arrivals seen (blocks made)
+        self._pruned = 0  # ... when the excess was last pruned of levels
+
+    def add(self, arrived: float) -> None:
+        """One bin's arrived work, into the minute being filled."""
+        block = self.config.bins(BASE_BLOCK_S)
+        n, total = self._block
+        self._block = (n + 1, total + arrived)
+        if n + 1 == block:
+            self._blocks.append((total + arrived) / block)
+            self._block = (0, 0.0)
+            self._minutes += 1
+
+    def clear(self) -> None:
+        """Forget the history (a long gap: what came before says nothing about now)."""
+        self.rates.clear()
+        self.excess.clear()
+        self._blocks.clear()
+        self._block = (0, 0.0)
+
+    def term(self, now_rate: float) -> tuple[float, float]:
+        """(the burst term before the capacity, the largest remembered excess), with the
+        load's level at ``now_rate``."""
+        excess = max((e[1] for e in self.excess), default=0.0)
+        return min(self.rates[0][1] if self.rates else 0.0, now_rate + excess), excess
+
+    def remember(self, second: int, arrived: Window, delay: float) -> None:
+        """Remember this second's burst rate over ``arrived`` and its excess."""
+        c = self.config
+        spans = [span for span in BURST_SPANS if span <= c.burst_s]
+        rates = [arrived.last(c.bins(span)) * c.resolution_s / (span + delay)
+                 for span in spans]
+        rate = max(rates)
+        # The level the bursts stand on: the quietest whole minute of the BURST_BASE_S
+        # before the longest span (a minute, not the window's mean: bursts that recur
+        # within the window would raise a mean and hide their own excess).
+        recent = math.ceil(spans[-1] / BASE_BLOCK_S)  # minutes the spans may cover
+        minutes = list(self._blocks)
+        blocks = minutes[:-recent or None][-(BURST_BASE_S // BASE_BLOCK_S):]
+        # (Until a minute before the longest span is known, the level is taken as 0: the
+        # whole rate is excess, as the burst term was before it had a level.)
+        excess = max(0.0, rate - (min(blocks) if blocks else 0.0))
+        # A rate the load has kept for LEVEL_S (every whole minute of it at least
+        # LEVEL_SHARE of the rate) is a level - a step, a day's peak - not a burst: it is
+        # no excess, and what was remembered as one on the way up is forgotten.
+        kept = minutes[-(LEVEL_S // BASE_BLOCK_S):]
+        level = min(kept) if len(kept) == LEVEL_S // BASE_BLOCK_S else None
+        if level is not None and level >= LEVEL_SHARE * rate:
+            excess = 0.0
+        if level is not None and self._pruned != self._minutes:
+            self._pruned = self._minutes
+            self.excess = deque(e for e in self.excess if level < LEVEL_SHARE * e[2])
+        bucket, memory = c.bins(BURST_BUCKET_S), c.bins(c.memory_s)
+        remember(self.rates, second, rate, rate, bucket, memory)
+        remember(self.excess, second, excess, rate, bucket, memory)
+
+
+def remember(memory: deque[tuple[int, float, float]], second: int, value: float,
+              rate: float, bucket: int, span: int) -> None:
+    """Keep (``second``, ``value``, the burst ``rate`` it came from) in ``memory`` for
+    ``span`` seconds, one entry a ``bucket`` (its largest value; a smaller value just after
+    keeps it a few seconds longer instead). An entry goes early only when a newer one has
+    as large a value *and* as high a rate: for an excess, one with a higher rate stays,
+    since a level that reaches the newer rate (and forgets it as a level, see ``LEVEL_S``)
+    may still lie below the older burst's. With ``value`` the rate itself (the remembered
+    rates) the entries decrease: the first is the largest."""
+    while memory and memory[-1][1] <= value and memory[-1][2] <= rate:
+        memory.pop()
+    if memory and memory[-1][0] // bucket == second // bucket:
+        last = memory[-1]
+        memory[-1] = (second, value, rate) if value > last[1] else (second, last[1], last[2])
+    else:
+        memory.append((second, value, rate))
+    while memory[0][0] <= second - span:
+        memory.popleft()

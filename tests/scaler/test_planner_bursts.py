@@ -1,0 +1,132 @@
+"""The planner's burst term: the delay bound of a constant-rate server over the remembered
+history, and each burst's excess over the level it stood on."""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import replace
+
+import pytest
+
+from gpuscale.scaler.core.planner import (
+    Planner,
+    PlannerConfig,
+)
+from tests.scaler.planner_load import CFG, REQUEST, busy, run
+
+
+def test_a_short_burst_is_planned_for_and_remembered_then_forgotten() -> None:
+    p = Planner(CFG)
+    run(p, range(0, 200), busy(0.4))
+    run(p, range(200, 205), busy(10.0))  # 5 s at 10 replica-seconds per second
+    run(p, range(205, 400), busy(0.4))
+    plan = p.current(399.0)
+    # The worst interval is the 5-s burst plus 0.4/s on either side within the longest
+    # span that still raises the rate: check the 5-s span alone is at least met.
+    assert plan.burst >= 50 / (5 + 2)
+    assert plan.replicas == math.ceil(plan.burst)
+    # Remembered for memory_s (600 s) from the second it ended ...
+    run(p, range(400, 804), busy(0.4))
+    assert p.current(803.0).unheld == 8
+    # ... then the spans that still hold part of it (up to 120 s long) fade, and the hold
+    # (100 s) keeps each count a while: back to one replica within 120 + 100 s.
+    run(p, range(804, 1030), busy(0.4))
+    assert p.current(1029.0).replicas == 1
+
+
+def test_the_burst_term_is_the_delay_bound_of_a_constant_rate_server() -> None:
+    p = Planner(PlannerConfig(delay_s=3.0, memory_s=600.0))
+    run(p, range(0, 10), busy(0.0))
+    run(p, range(10, 11), busy(8.0))  # one second of 8 replica-seconds
+    run(p, range(11, 20), busy(0.0))
+    # c must satisfy 8 <= c * (1 + 3) for the 1-s interval; every longer interval holding
+    # it needs less.
+    assert p.current(19.0).burst == pytest.approx(8 / 4)
+
+
+def test_a_long_gap_does_not_turn_the_queue_into_a_burst() -> None:
+    p = Planner(CFG)
+    run(p, range(0, 100), busy(1.0, ready=2))
+    p.observe(160.0, busy(1.0, waiting=300.0, ready=2))  # 60 s unseen: history restarts
+    plan = p.current(160.0)
+    assert plan.arrived == pytest.approx(1.0)  # the queue is the backlog term's
+    assert plan.backlog == pytest.approx(300 * REQUEST / 100.0)
+
+
+def test_burst_memory_is_bounded_by_buckets() -> None:
+    p = Planner(PlannerConfig(memory_s=900.0))
+    for t in range(2000):  # a slow decline: every second a new, lower rate
+        p.observe(float(t), busy(max(0.1, 20.0 - 0.01 * t), ready=20))
+    assert len(p._bursts.rates) <= 900 // 10 + 2
+
+
+def test_a_burst_keeps_its_excess_over_the_level_not_the_old_level() -> None:
+    """Headroom for the workload's own bursts, not for a level it has left: after a busy
+    hour with 5-s bursts on top, the load falls to a fifth; the burst term follows the
+    new level plus the bursts' excess, not the old level's rate for the memory's span."""
+    p = Planner(CFG)  # memory 600 s
+    for t in range(0, 1200):  # level 4/s, and every 5 min a 5-s burst of +6/s
+        run(p, range(t, t + 1), busy(10.0 if t % 300 < 5 else 4.0, ready=5))
+    plan = p.current(1199.0)
+    high = plan.burst
+    assert plan.burst_excess > 0
+    run(p, range(1200, 1500), busy(0.8, ready=5))  # 5 minutes at a fifth of the level
+    plan = p.current(1499.0)
+    # The remembered rate (the old level with a burst: above 4) is still in memory ...
+    assert p._bursts.rates[0][1] > 4.0
+    # ... but the term is the level now plus the excess the bursts showed.
+    assert plan.burst == pytest.approx(0.8 + plan.burst_excess)
+    assert plan.burst < high
+
+
+def test_bursts_that_recur_within_the_window_are_not_hidden_in_their_level() -> None:
+    """A level taken as the window's mean would rise with bursts that come every few
+    minutes and shrink their excess; the quietest minute does not: between two bursts
+    the term still carries the whole burst."""
+    cfg = replace(CFG, memory_s=900.0)
+    p = Planner(cfg)
+    for t in range(0, 1800):  # level 1/s, a 90-s burst at 6/s every 4 minutes
+        run(p, range(t, t + 1), busy(6.0 if t % 240 < 90 else 1.0, ready=6))
+    plan = p.current(1799.0)  # 150 s after the last burst began: quiet for 60 s
+    absolute = p._bursts.rates[0][1]
+    assert plan.burst == pytest.approx(absolute)  # level + excess >= the burst's own rate
+
+
+def test_a_step_the_load_keeps_is_its_level_not_a_burst_to_remember() -> None:
+    """A step up that lasts 12 minutes is a new level: once the load has kept it for 5
+    whole minutes it is no burst, and after the step back down the plan is the old
+    level's, not the step's height held as headroom for the memory's span. A 2-minute
+    burst on the same level is still remembered."""
+    p = Planner(CFG)  # memory 600 s, hold 100 s, utilization 0.8
+    run(p, range(0, 700), busy(1.0, ready=5))
+    run(p, range(700, 1420), busy(4.0, ready=5))
+    run(p, range(1420, 1800), busy(1.0, ready=5))
+    plan = p.current(1799.0)
+    assert plan.burst_excess == pytest.approx(0.0, abs=0.05)
+    assert plan.replicas == math.ceil(1.0 / 0.8) == 2
+    short = Planner(CFG)
+    run(short, range(0, 700), busy(1.0, ready=5))
+    run(short, range(700, 820), busy(4.0, ready=5))
+    run(short, range(820, 1200), busy(1.0, ready=5))
+    plan = short.current(1199.0)
+    assert plan.burst_excess > 2.5  # 4/s over 120 s within the 2-s delay, over 1/s
+    assert plan.replicas == math.ceil(plan.burst) >= 4
+
+
+def test_an_older_burst_with_a_higher_rate_outlives_a_newer_excess() -> None:
+    """A newer excess as large but from a lower rate (its level had fallen) does not push
+    out an older burst of a higher rate: when a level reaches the newer rate and forgets
+    it, the older burst's excess still counts."""
+    from gpuscale.scaler.core.bursts import remember
+
+    memory: deque[tuple[int, float, float]] = deque()
+    remember(memory, 0, 10.0, 20.0, 10, 900)  # a burst to 20 over a level of 10
+    remember(memory, 100, 11.0, 12.0, 10, 900)  # to 12 over a level of 1
+    assert [e[1] for e in memory] == [10.0, 11.0]
+    remember(memory, 200, 12.0, 25.0, 10, 900)  # higher in both: the others go
+    assert memory == deque([(200, 12.0, 25.0)])
+    remember(memory, 205, 1.0, 2.0, 10, 900)  # same bucket, smaller: kept longer
+    assert memory == deque([(205, 12.0, 25.0)])
+    remember(memory, 1106, 0.5, 1.0, 10, 900)  # past the span
+    assert memory == deque([(1106, 0.5, 1.0)])
