@@ -26,7 +26,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from gpuscale.attribution.model import (
@@ -88,32 +88,7 @@ def attribute(snapshot: NodeSnapshot,
     reasons: list[str] = []
     if isinstance(pods, Absent):
         reasons.append(f"pod metadata {pods.value}")
-    gpus = {g.uuid: g for g in snapshot.gpus}
-    pcis = [g.pci_bus_id.lower() for g in snapshot.gpus if g.pci_bus_id]
-    by_pci = {g.pci_bus_id.lower(): g for g in snapshot.gpus  # an address two devices
-              if g.pci_bus_id and pcis.count(g.pci_bus_id.lower()) == 1  # share: neither
-              and not g.mig_enabled}  # a partitioned GPU: by its partitions' names only
-    names = [m.device_id.lower() for g in snapshot.gpus for m in g.migs if m.device_id]
-    by_name = {m.device_id.lower(): (g, m) for g in snapshot.gpus for m in g.migs
-               if m.device_id and names.count(m.device_id.lower()) == 1}
-    migs = {m.uuid: (g, m) for g in snapshot.gpus for m in g.migs}
-    mig_ids = {(g.uuid, m.gpu_instance_id, m.compute_instance_id): (g, m)
-               for g in snapshot.gpus for m in g.migs}
-
-    def resolve(ref: DeviceRef) -> _Target | None:
-        if ref.kind is DeviceKind.GPU:
-            g = gpus.get(ref.uuid)
-            return _Target(g, None) if g else None
-        if ref.kind in (DeviceKind.PCI, DeviceKind.PLATFORM):  # AMD: a GPU or partition
-            part = by_name.get(ref.uuid)
-            if part:
-                return _Target(*part)
-            g = by_pci.get(ref.uuid) if ref.kind is DeviceKind.PCI else None
-            return _Target(g, None) if g else None
-        hit = (migs.get(ref.uuid) if ref.gpu_instance_id is None
-               else mig_ids.get((ref.uuid, ref.gpu_instance_id, ref.compute_instance_id or 0)))
-        return _Target(*hit) if hit else None
-
+    resolve = _resolver(snapshot)
     holders: dict[str, set[Holder]] = defaultdict(set)
     resolved: list[tuple[Allocation, list[tuple[DeviceRef, _Target]], list[str]]] = []
     unknown: list[str] = []
@@ -177,6 +152,39 @@ def attribute(snapshot: NodeSnapshot,
     state = AttributionState.PARTIAL if reasons else AttributionState.OK
     return NodeAttribution(state, tuple(reasons), tuple(usages), tuple(idle), orphans,
                            tuple(unknown))
+
+
+def _resolver(snapshot: NodeSnapshot) -> Callable[[DeviceRef], _Target | None]:
+    """The device (GPU, MIG instance or AMD partition) of ``snapshot`` a device reference of
+    the kubelet names, or None: by UUID; by PCI address or partition name (AMD), only where
+    exactly one device has it; by GPU and instance ids (MIG)."""
+    gpus = {g.uuid: g for g in snapshot.gpus}
+    pcis = [g.pci_bus_id.lower() for g in snapshot.gpus if g.pci_bus_id]
+    by_pci = {g.pci_bus_id.lower(): g for g in snapshot.gpus  # an address two devices
+              if g.pci_bus_id and pcis.count(g.pci_bus_id.lower()) == 1  # share: neither
+              and not g.mig_enabled}  # a partitioned GPU: by its partitions' names only
+    names = [m.device_id.lower() for g in snapshot.gpus for m in g.migs if m.device_id]
+    by_name = {m.device_id.lower(): (g, m) for g in snapshot.gpus for m in g.migs
+               if m.device_id and names.count(m.device_id.lower()) == 1}
+    migs = {m.uuid: (g, m) for g in snapshot.gpus for m in g.migs}
+    mig_ids = {(g.uuid, m.gpu_instance_id, m.compute_instance_id): (g, m)
+               for g in snapshot.gpus for m in g.migs}
+
+    def resolve(ref: DeviceRef) -> _Target | None:
+        if ref.kind is DeviceKind.GPU:
+            g = gpus.get(ref.uuid)
+            return _Target(g, None) if g else None
+        if ref.kind in (DeviceKind.PCI, DeviceKind.PLATFORM):  # AMD: a GPU or partition
+            part = by_name.get(ref.uuid)
+            if part:
+                return _Target(*part)
+            g = by_pci.get(ref.uuid) if ref.kind is DeviceKind.PCI else None
+            return _Target(g, None) if g else None
+        hit = (migs.get(ref.uuid) if ref.gpu_instance_id is None
+               else mig_ids.get((ref.uuid, ref.gpu_instance_id, ref.compute_instance_id or 0)))
+        return _Target(*hit) if hit else None
+
+    return resolve
 
 
 def _device_usage(ref: DeviceRef, t: _Target, sharers: int, info: PodInfo | None,
