@@ -4,6 +4,7 @@ reflection v1, and the stream's answer when data goes missing."""
 from __future__ import annotations
 
 import asyncio
+import gc
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -15,11 +16,17 @@ from gpuscale.proto import externalscaler_pb2 as pb
 from gpuscale.proto import externalscaler_pb2_grpc as pb_grpc
 from gpuscale.scaler.answers import Answers
 from gpuscale.scaler.core.selector import Selector
-from gpuscale.scaler.edges.keda import ScalerServer, ScalerService
+from gpuscale.scaler.edges.keda import (
+    MAX_DETAILS,
+    MAX_MESSAGE,
+    ScalerServer,
+    ScalerService,
+)
 from gpuscale.scaler.state.fleet import FleetView
 from gpuscale.stream.records import PodRecord
 from gpuscale.telemetry.model import Absent
 from tests.scaler.test_keda_service import code_of, metrics, rec, ref
+from tests.support.relay import MODES, keda_port
 
 
 def engine_rec(name: str, signal: str, value: float) -> PodRecord:
@@ -39,14 +46,15 @@ async def served(fleet: FleetView) -> AsyncIterator[tuple[ScalerService, grpc.ai
 
 
 @pytest.mark.parametrize(("namespace", "name", "what"), [
-    ("x" * 1_000_000, "so", "namespace"), ("Llm", "so", "namespace"), ("", "so", "namespace"),
+    ("x" * 70_000, "so", "namespace"), ("Llm", "so", "namespace"), ("", "so", "namespace"),
     ("llm/../kube-system", "so", "namespace"), ("llm", "../../deployments", "name"),
     ("llm", "", "name"), ("llm", "S" * 300, "name"), ("ll\u00e9", "so", "namespace")])
 async def test_references_that_cannot_be_kubernetes_names_are_refused(
         served: tuple[ScalerService, grpc.aio.Channel], namespace: str, name: str,
         what: str) -> None:
     """Checked before anything is cached or looked up: 300 calls with 1 MB namespaces
-    used to hold 340 MiB in the selector cache."""
+    used to hold 340 MiB in the selector cache (a 70 KB one is under the message limit:
+    it reaches this check)."""
     service, channel = served
     stub = pb_grpc.ExternalScalerStub(channel)
     bad = pb.ScaledObjectRef(name=name, namespace=namespace,
@@ -59,6 +67,59 @@ async def test_references_that_cannot_be_kubernetes_names_are_refused(
         assert details.startswith(f"{what}: ")
         assert len(details) < 300
     assert service.fleet._select_cache == {}
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_an_oversized_message_is_refused_and_the_port_serves_on(
+        fleet: FleetView, mode: str) -> None:
+    """A request past MAX_MESSAGE (no KEDA message is near it) is refused by gRPC itself,
+    RESOURCE_EXHAUSTED with its reason, on every method; the connection and the port go
+    on serving well-formed calls. In process and behind the --answer-process front."""
+    fleet.update_node("node-a", [rec("v-0", 40.0)])
+    async with keda_port(ScalerService(Answers(fleet)), mode) as (port, _), \
+            grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        stub = pb_grpc.ExternalScalerStub(channel)
+        huge = pb.ScaledObjectRef(name="so", namespace="x" * (MAX_MESSAGE + 1),
+                                  scalerMetadata={"podSelector": "app=vllm"})
+        calls = [stub.IsActive, stub.GetMetricSpec, lambda r: stub.GetMetrics(
+            pb.GetMetricsRequest(scaledObjectRef=r, metricName="x"))]
+        for i in range(48):
+            code, details = await code_of(calls[i % 3](huge))
+            assert code is grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert "larger than max" in details
+        for stream in (stub.StreamIsActive(huge), stub.StreamMetricSpec(huge)):
+            assert (await code_of(stream.read()))[0] is grpc.StatusCode.RESOURCE_EXHAUSTED
+        got = await stub.GetMetrics(metrics())
+        assert got.metricValues[0].metricValueFloat == 40.0
+
+
+async def test_a_refused_call_keeps_nothing_of_its_request(
+        served: tuple[ScalerService, grpc.aio.Channel]) -> None:
+    """grpc.aio keeps an aborted call's exception in a reference cycle with the call
+    (freed only by the collector, whose young generation the scaler makes large): the
+    frames it passed through must not hold the request. With the collector off, no
+    refused request is left among Python's objects after its call."""
+    stub = pb_grpc.ExternalScalerStub(served[1])
+    bad = pb.ScaledObjectRef(name="so", namespace="y" * 60_000,
+                             scalerMetadata={"podSelector": "app=vllm"})
+    unknown = pb.ScaledObjectRef(name="so", namespace="llm",
+                                 scalerMetadata={"podSelector": "app=vllm",
+                                                 "profile": "z" * 4000})
+    gc.collect()
+    gc.disable()
+    try:
+        for request in (bad, unknown):
+            for call in (stub.IsActive, stub.GetMetricSpec, stub.StreamMetricSpec):
+                got = call(request)
+                code, details = await code_of(got.read() if hasattr(got, "read") else got)
+                assert code is grpc.StatusCode.INVALID_ARGUMENT
+                assert len(details) <= MAX_DETAILS
+        sent = {id(bad), id(unknown)}  # the client's own (its calls may keep them)
+        kept = [o for o in gc.get_objects() if isinstance(o, pb.ScaledObjectRef)
+                and id(o) not in sent and o.ByteSize() > 4000]
+    finally:
+        gc.enable()
+    assert kept == []
 
 
 @pytest.mark.parametrize("value", [-43.0, float("nan"), float("inf"), 1e300, 1e8])

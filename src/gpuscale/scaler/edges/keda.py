@@ -18,9 +18,10 @@ answers both.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from contextlib import aclosing, contextmanager
 from typing import Any, TypeVar
 
 import grpc
@@ -34,12 +35,17 @@ from gpuscale.common.errors import (
     GpuscaleError,
     Unavailable,
 )
-from gpuscale.common.grpc_bind import bind
+from gpuscale.common.grpc_bind import bind, server_options
 from gpuscale.proto import externalscaler_pb2 as pb
 from gpuscale.proto import externalscaler_pb2_grpc as pb_grpc
 from gpuscale.scaler import DEFAULT_PORT
 from gpuscale.scaler.answers import Answers, Workload
-from gpuscale.scaler.core.trigger import TriggerConfig, check_object_name, parse_metadata
+from gpuscale.scaler.core.trigger import (
+    MAX_TOTAL,
+    TriggerConfig,
+    check_object_name,
+    parse_metadata,
+)
 from gpuscale.scaler.state.fleet import FleetView
 from gpuscale.scaler.state.history import TriggerHistory
 from gpuscale.scaler.state.plan_book import PlanBook
@@ -55,11 +61,66 @@ REFLECTION_V1 = "grpc.reflection.v1.ServerReflection"
 UNARY_ROOM = 10_000  # unary calls one connection may have in flight beside every stream
 MAX_PENDING_CALLS = 20_000  # arrived, not yet picked up by the server (a burst of streams)
 MAX_VALUE = 9.2e15  # KEDA's quantities are exact below this; nothing real is near it
+# The largest request KEDA can send that this scaler would not refuse anyway: a
+# GetMetricsRequest whose ScaledObjectRef carries metadata at parse_metadata's bound
+# (MAX_TOTAL characters, up to 4 bytes each in UTF-8), a name (<= 253) and namespace
+# (<= 63), a metric name and protobuf's framing, with room to spare. KEDA's client sets
+# no send limit of its own (grpc.NewClient with a service config only), so this is the
+# bound: a larger message is refused by gRPC itself (RESOURCE_EXHAUSTED) before any of it
+# reaches Python, and what a refused call costs stays this small.
+MAX_MESSAGE = 4 * MAX_TOTAL + 16 * 1024  # 80 KiB
+MAX_DETAILS = 1024  # characters of a status message: reasons never echo a request whole
 
 Context = grpc.aio.ServicerContext[Any, Any]
 
 _Reply = TypeVar("_Reply")
+_Request = TypeVar("_Request")
+_Self = TypeVar("_Self")
 Count = Callable[[str, str], None]  # (method, status code name) -> record one answer
+
+
+def _forgets_request(handler: Callable[[_Self, _Request, Context], Awaitable[_Reply]],
+                     ) -> Callable[[_Self, _Request, Context], Awaitable[_Reply]]:
+    """A unary method that aborts keeps nothing of its request after the call (_bare)."""
+    @functools.wraps(handler)
+    async def call(self: _Self, request: _Request, context: Context) -> _Reply:
+        try:
+            return await handler(self, request, context)
+        except grpc.aio.AbortError as exc:
+            del request  # this frame is in what grpc keeps (_bare)
+            raise _bare(exc) from None
+    return call
+
+
+def _stream_forgets_request(
+        handler: Callable[[_Self, _Request, Context], AsyncGenerator[_Reply, None]],
+) -> Callable[[_Self, _Request, Context], AsyncGenerator[_Reply, None]]:
+    """The same for a streaming method (the handler's generator closed as it ends)."""
+    @functools.wraps(handler)
+    async def call(self: _Self, request: _Request,
+                   context: Context) -> AsyncGenerator[_Reply, None]:
+        try:
+            async with aclosing(handler(self, request, context)) as replies:
+                async for reply in replies:
+                    yield reply
+        except grpc.aio.AbortError as exc:
+            del request
+            raise _bare(exc) from None
+    return call
+
+
+def _bare(exc: grpc.aio.AbortError) -> grpc.aio.AbortError:
+    """``exc`` without the frames it passed through or the error it was raised over.
+
+    grpc.aio keeps an aborted call's AbortError in the call's state, which the exception's
+    frames reference in turn (through the servicer context): a cycle that only Python's
+    collector frees, and the scaler makes its young generation large (scaler.root). The
+    frames hold the request (the handler's argument, a closure over it, the validation
+    that refused it), so each refused call kept its whole message - 1.9 MB a call with
+    1 MB namespaces - until the next collection. Bare, the cycle holds the call's own
+    small state only."""
+    exc.__context__ = None
+    return exc.with_traceback(None)
 
 
 class _Answered:
@@ -164,13 +225,15 @@ class ScalerService(pb_grpc.ExternalScalerServicer):
             self._answered(method, context)
         raise AssertionError("unreachable")
 
+    @_forgets_request
     async def IsActive(self, request: pb.ScaledObjectRef,
                        context: Context) -> pb.IsActiveResponse:
         return await self._unary("IsActive", context, request, lambda: pb.IsActiveResponse(
             result=self._active(self._workload(request))))
 
+    @_stream_forgets_request
     async def StreamIsActive(self, request: pb.ScaledObjectRef,
-                             context: Context) -> AsyncIterator[pb.IsActiveResponse]:
+                             context: Context) -> AsyncGenerator[pb.IsActiveResponse, None]:
         """Push the state when it changes (driven by fleet updates) and at least every
         ``resend_s``; KEDA acts on pushed ``true`` at once. When the state cannot be known
         for ``unavailable_grace_s``, the stream ends with UNAVAILABLE and the reason, so
@@ -196,13 +259,16 @@ class ScalerService(pb_grpc.ExternalScalerServicer):
         finally:
             self.pushes.close(sub)
 
+    @_forgets_request
     async def GetMetricSpec(self, request: pb.ScaledObjectRef,
                             context: Context) -> pb.GetMetricSpecResponse:
         return await self._unary("GetMetricSpec", context, request,
                                  lambda: self._spec(self._workload(request).trigger))
 
+    @_stream_forgets_request
     async def StreamMetricSpec(self, request: pb.ScaledObjectRef,
-                               context: Context) -> AsyncIterator[pb.GetMetricSpecResponse]:
+                               context: Context,
+                               ) -> AsyncGenerator[pb.GetMetricSpecResponse, None]:
         """The spec at once (KEDA's first rule); it depends only on the metadata, which a
         stream cannot change, so GetMetricSpec for the same reference always equals it
         (the second rule) and the stream then stays open with nothing to re-send until
@@ -217,6 +283,7 @@ class ScalerService(pb_grpc.ExternalScalerServicer):
         except GpuscaleError as exc:
             await abort(context, exc, request)
 
+    @_forgets_request
     async def GetMetrics(self, request: pb.GetMetricsRequest,
                          context: Context) -> pb.GetMetricsResponse:
         return await self._unary("GetMetrics", context, request.scaledObjectRef,
@@ -240,13 +307,19 @@ async def abort(context: Context, exc: GpuscaleError, ref: pb.ScaledObjectRef) -
     message = str(exc)
     if isinstance(exc, DataUnavailable):
         message = f"{ref.namespace}/{ref.name}: {message}"
-    await context.abort(grpc.StatusCode[exc.grpc_code], message)
+    await context.abort(grpc.StatusCode[exc.grpc_code], _cut(message))
+
+
+def _cut(message: str) -> str:
+    """At most MAX_DETAILS characters: a status message rides in a header (a client
+    refuses headers past its own limit, 8 KiB by default in gRPC) and is logged by KEDA."""
+    return message if len(message) <= MAX_DETAILS else f"{message[:MAX_DETAILS - 3]}..."
 
 
 async def internal(context: Context, method: str, exc: Exception) -> None:
     """A bug reached the edge: log it with its traceback, answer INTERNAL (KEDA counts a
     failure and, past its threshold, applies the fallback)."""
-    log.error("%s failed: %s", method, exc, exc_info=exc)
+    log.error("%s failed: %s", method, _cut(str(exc)), exc_info=exc)
     await context.abort(grpc.StatusCode.INTERNAL,
                         f"internal error in gpuscale ({type(exc).__name__}); see the "
                         f"scaler's log")
@@ -295,8 +368,8 @@ class ScalerServer:
     @staticmethod
     def options(service: ScalerService) -> list[tuple[str, int]]:
         """The gRPC server's options (also for benches that build a bare server)."""
-        return [
-            ("grpc.max_receive_message_length", 1024 * 1024),
+        return server_options([
+            ("grpc.max_receive_message_length", MAX_MESSAGE),
             # Every stream the budget allows may share one connection (KEDA's), with room
             # for unary calls beside them: gRPC queues calls past this per connection.
             ("grpc.max_concurrent_streams", service.streams.max_streams() + UNARY_ROOM),
@@ -304,7 +377,7 @@ class ScalerServer:
             # defaults (1,000 soft, 3,000 hard) cancel part of a burst - KEDA re-opening
             # thousands of streams after a restart lost a third of them (bench_streams).
             ("grpc.server.max_pending_requests", MAX_PENDING_CALLS),
-            ("grpc.server.max_pending_requests_hard_limit", 2 * MAX_PENDING_CALLS)]
+            ("grpc.server.max_pending_requests_hard_limit", 2 * MAX_PENDING_CALLS)])
 
     async def start(self) -> None:
         await self._server.start()
