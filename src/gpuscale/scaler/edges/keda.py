@@ -18,10 +18,9 @@ answers both.
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator, Sequence
-from contextlib import aclosing, contextmanager
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import grpc
@@ -35,6 +34,7 @@ from gpuscale.common.errors import (
     GpuscaleError,
     Unavailable,
 )
+from gpuscale.common.grpc_abort import forgets_request, stream_forgets_request
 from gpuscale.common.grpc_bind import bind, server_options
 from gpuscale.proto import externalscaler_pb2 as pb
 from gpuscale.proto import externalscaler_pb2_grpc as pb_grpc
@@ -74,53 +74,7 @@ MAX_DETAILS = 1024  # characters of a status message: reasons never echo a reque
 Context = grpc.aio.ServicerContext[Any, Any]
 
 _Reply = TypeVar("_Reply")
-_Request = TypeVar("_Request")
-_Self = TypeVar("_Self")
 Count = Callable[[str, str], None]  # (method, status code name) -> record one answer
-
-
-def _forgets_request(handler: Callable[[_Self, _Request, Context], Awaitable[_Reply]],
-                     ) -> Callable[[_Self, _Request, Context], Awaitable[_Reply]]:
-    """A unary method that aborts keeps nothing of its request after the call (_bare)."""
-    @functools.wraps(handler)
-    async def call(self: _Self, request: _Request, context: Context) -> _Reply:
-        try:
-            return await handler(self, request, context)
-        except grpc.aio.AbortError as exc:
-            del request  # this frame is in what grpc keeps (_bare)
-            raise _bare(exc) from None
-    return call
-
-
-def _stream_forgets_request(
-        handler: Callable[[_Self, _Request, Context], AsyncGenerator[_Reply, None]],
-) -> Callable[[_Self, _Request, Context], AsyncGenerator[_Reply, None]]:
-    """The same for a streaming method (the handler's generator closed as it ends)."""
-    @functools.wraps(handler)
-    async def call(self: _Self, request: _Request,
-                   context: Context) -> AsyncGenerator[_Reply, None]:
-        try:
-            async with aclosing(handler(self, request, context)) as replies:
-                async for reply in replies:
-                    yield reply
-        except grpc.aio.AbortError as exc:
-            del request
-            raise _bare(exc) from None
-    return call
-
-
-def _bare(exc: grpc.aio.AbortError) -> grpc.aio.AbortError:
-    """``exc`` without the frames it passed through or the error it was raised over.
-
-    grpc.aio keeps an aborted call's AbortError in the call's state, which the exception's
-    frames reference in turn (through the servicer context): a cycle that only Python's
-    collector frees, and the scaler makes its young generation large (scaler.root). The
-    frames hold the request (the handler's argument, a closure over it, the validation
-    that refused it), so each refused call kept its whole message - 1.9 MB a call with
-    1 MB namespaces - until the next collection. Bare, the cycle holds the call's own
-    small state only."""
-    exc.__context__ = None
-    return exc.with_traceback(None)
 
 
 class _Answered:
@@ -225,13 +179,13 @@ class ScalerService(pb_grpc.ExternalScalerServicer):
             self._answered(method, context)
         raise AssertionError("unreachable")
 
-    @_forgets_request
+    @forgets_request
     async def IsActive(self, request: pb.ScaledObjectRef,
                        context: Context) -> pb.IsActiveResponse:
         return await self._unary("IsActive", context, request, lambda: pb.IsActiveResponse(
             result=self._active(self._workload(request))))
 
-    @_stream_forgets_request
+    @stream_forgets_request
     async def StreamIsActive(self, request: pb.ScaledObjectRef,
                              context: Context) -> AsyncGenerator[pb.IsActiveResponse, None]:
         """Push the state when it changes (driven by fleet updates) and at least every
@@ -259,13 +213,13 @@ class ScalerService(pb_grpc.ExternalScalerServicer):
         finally:
             self.pushes.close(sub)
 
-    @_forgets_request
+    @forgets_request
     async def GetMetricSpec(self, request: pb.ScaledObjectRef,
                             context: Context) -> pb.GetMetricSpecResponse:
         return await self._unary("GetMetricSpec", context, request,
                                  lambda: self._spec(self._workload(request).trigger))
 
-    @_stream_forgets_request
+    @stream_forgets_request
     async def StreamMetricSpec(self, request: pb.ScaledObjectRef,
                                context: Context,
                                ) -> AsyncGenerator[pb.GetMetricSpecResponse, None]:
@@ -283,7 +237,7 @@ class ScalerService(pb_grpc.ExternalScalerServicer):
         except GpuscaleError as exc:
             await abort(context, exc, request)
 
-    @_forgets_request
+    @forgets_request
     async def GetMetrics(self, request: pb.GetMetricsRequest,
                          context: Context) -> pb.GetMetricsResponse:
         return await self._unary("GetMetrics", context, request.scaledObjectRef,
