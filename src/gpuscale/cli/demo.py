@@ -87,14 +87,15 @@ def run(args: argparse.Namespace) -> int:
     if loop_only:
         return fail(f"{', '.join(loop_only)} drive the closed loop; a --scenario runs its own "
                     "load", 2)
-    args.speed = args.speed or 1.0
     if args.history_step is not None and not 0.1 <= args.history_step <= 60:
         return fail("--history-step must be 0.1 to 60 seconds", 2)
-    args.host = args.host or "0.0.0.0"
     try:
-        from gpuscale.demo.scenario import serve_scenario
+        from gpuscale.demo.scenario import ScenarioOptions, serve_scenario
 
-        return _serve(serve_scenario(args))
+        return _serve(serve_scenario(ScenarioOptions(
+            args.scenario, host=args.host or "0.0.0.0", port=args.port,
+            speed=args.speed or 1.0, interval=args.interval, metrics_port=args.metrics_port,
+            scaler_config=args.scaler_config, history_step=args.history_step)))
     except ConfigError as exc:  # ScenarioError is one
         return fail(exc)
 

@@ -196,14 +196,8 @@ async def run_live(cfg: LiveConfig, tty: bool | None = None,
     """Run the loop for ``cfg.duration`` simulated seconds; returns the summary."""
     tty = sys.stdout.isatty() if tty is None else tty
     write = out or (lambda text: print(text, flush=True))
-    if cfg.max_replicas > cfg.nodes * GPUS_PER_NODE:
-        raise ValueError(f"max replicas {cfg.max_replicas} do not fit on {cfg.nodes} nodes "
-                         f"of {GPUS_PER_NODE} GPUs")
     clock = SimClock(cfg.speed)
-    world = World(cfg)
-    # What runs when the demo starts: what the first minute's load needs, within bounds.
-    first = needed_replicas([r for r in cfg.requests if r.arrival_s < 60.0], 60.0, cfg.params)
-    world.scale(min(cfg.max_replicas, max(cfg.min_replicas, first[0])), warm=True)
+    world = _warm_world(cfg)
     interval = min(1.0, max(MIN_INTERVAL_S, 1.0 / cfg.speed))  # ~1 simulated s, <= 5 Hz
     agents = [Agent(b, AgentConfig("127.0.0.1", 0, interval, b.node.name, stream_port=0), s)
               for b, s in zip(world.backends, world.sources, strict=True)]
@@ -264,13 +258,7 @@ async def run_live(cfg: LiveConfig, tty: bool | None = None,
                           f"https://127.0.0.1:{local.port}; the HPA reads it every "
                           f"{HPA_SYNC_S:g} s. What it gets:\n  {kubectl}")
             if not tty:
-                write(f"KEDA external scaler on {address}; {cfg.nodes} simulated nodes of "
-                      f"{GPUS_PER_NODE}x {GPU_MODEL}; profile {cfg.profile}; simulated "
-                      f"{fmt_time(cfg.duration)} at x{cfg.speed:g}. Ask it what KEDA "
-                      f"gets:\n  {grpcurl_hint(address, trigger_metadata(cfg))}\n"
-                      f"Watch it: gpuscale top --scaler {address}; why this count: "
-                      f"gpuscale explain {NAMESPACE}/{WORKLOAD} --scaler {address}; "
-                      f"idle GPUs and their cost: gpuscale idle --scaler {address}")
+                write(_serving(cfg, address))
             tasks.append(tg.create_task(view.run(), name="view"))
             tasks.append(tg.create_task(
                 control(world, clock, status, address, view.decision) if local is None else
@@ -298,6 +286,30 @@ async def run_live(cfg: LiveConfig, tty: bool | None = None,
         write("\x1b[H\x1b[2J" + "\n".join(view.screen(terminal_width())))
     write("\n".join(["", *summary.lines()]))
     return summary
+
+
+def _warm_world(cfg: LiveConfig) -> World:
+    """The simulated cluster, running what the first minute's load needs (within the
+    replica bounds) warm when the demo starts."""
+    if cfg.max_replicas > cfg.nodes * GPUS_PER_NODE:
+        raise ValueError(f"max replicas {cfg.max_replicas} do not fit on {cfg.nodes} nodes "
+                         f"of {GPUS_PER_NODE} GPUs")
+    world = World(cfg)
+    first = needed_replicas([r for r in cfg.requests if r.arrival_s < 60.0], 60.0, cfg.params)
+    world.scale(min(cfg.max_replicas, max(cfg.min_replicas, first[0])), warm=True)
+    return world
+
+
+def _serving(cfg: LiveConfig, address: str) -> str:
+    """What a run without a terminal says once the scaler serves: where, what runs, and
+    the commands that ask it what KEDA gets and why."""
+    return (f"KEDA external scaler on {address}; {cfg.nodes} simulated nodes of "
+            f"{GPUS_PER_NODE}x {GPU_MODEL}; profile {cfg.profile}; simulated "
+            f"{fmt_time(cfg.duration)} at x{cfg.speed:g}. Ask it what KEDA "
+            f"gets:\n  {grpcurl_hint(address, trigger_metadata(cfg))}\n"
+            f"Watch it: gpuscale top --scaler {address}; why this count: "
+            f"gpuscale explain {NAMESPACE}/{WORKLOAD} --scaler {address}; "
+            f"idle GPUs and their cost: gpuscale idle --scaler {address}")
 
 
 def terminal_width() -> int:

@@ -9,11 +9,12 @@ the demo runs the closed loop instead: demo/loop.)
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 
 from aiohttp import web
 
@@ -33,9 +34,22 @@ from gpuscale.telemetry.simulated_gpus import SimulatedBackend
 log = logging.getLogger(__name__)
 
 
-async def serve_scenario(args: argparse.Namespace) -> None:
-    """Serve ``args.scenario``'s nodes until cancelled (the options of ``gpuscale demo
-    --scenario``: speed, interval, host, port, metrics_port, scaler_config)."""
+@dataclass(frozen=True, slots=True)
+class ScenarioOptions:
+    """What ``gpuscale demo --scenario`` serves, and where (the CLI checks the values)."""
+
+    scenario: str  # the name of a shipped scenario, or a YAML file
+    host: str  # the scaler's and the agents' listen address
+    port: int  # the scaler's gRPC port (0: one free)
+    speed: float = 1.0  # simulated time runs this many times faster
+    interval: float = 1.0  # the agents' sample interval, seconds
+    metrics_port: int = 0  # the first agent's /metrics port, node i's this + i (0: free)
+    scaler_config: Path | None = None  # the scaler's YAML (demand sources, advisory)
+    history_step: float | None = None  # seconds between history records (None: STEP_S)
+
+
+async def serve_scenario(args: ScenarioOptions) -> None:
+    """Serve ``args.scenario``'s nodes until cancelled."""
     scenario = load_scenario(args.scenario)
     agents = []
     engines: list[web.AppRunner] = []
