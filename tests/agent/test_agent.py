@@ -11,12 +11,15 @@ from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 import aiohttp
+import grpc
 import pytest
 from prometheus_client import CollectorRegistry
 
-from gpuscale.agent.app import Agent, AgentConfig
+from gpuscale.agent.app import STREAM_MAX_REQUEST, Agent, AgentConfig
 from gpuscale.agent.http import MAX_CONNECTIONS
 from gpuscale.agent.sampler import Sampler
+from gpuscale.proto import telemetry_pb2
+from gpuscale.proto import telemetry_pb2_grpc as telemetry_grpc
 from gpuscale.telemetry.model import BackendState, NodeSnapshot
 from gpuscale.telemetry.scenario import load_scenario
 from gpuscale.telemetry.simulated_gpus import SimulatedBackend
@@ -245,3 +248,30 @@ def test_scenario_path_is_used(tmp_path: Path) -> None:
     path.write_text("nodes: [{name: a, gpus: [{model: T4}]}]\n")
     snap = SimulatedBackend(load_scenario(path).nodes[0]).sample()
     assert [g.name for g in snap.gpus] == ["Tesla T4"]
+
+
+async def test_the_stream_refuses_an_oversized_subscribe_and_serves_on() -> None:
+    """A SubscribeRequest past STREAM_MAX_REQUEST is RESOURCE_EXHAUSTED from gRPC itself
+    (each open stream would otherwise hold what its request carried); a subscriber with
+    a name gets its updates on the same connection afterwards."""
+    node = load_scenario("timesliced-node").nodes[0]
+    agent = Agent(SimulatedBackend(node), AgentConfig(host="127.0.0.1", port=0, interval=0.2,
+                                                      hostname="node-x", stream_port=0))
+    task, _ = await start(agent)
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{agent.stream_port}") as channel:
+            stub = telemetry_grpc.AgentTelemetryStub(channel)
+            for _ in range(20):
+                call = stub.Subscribe(telemetry_pb2.SubscribeRequest(
+                    subscriber="s" * (STREAM_MAX_REQUEST + 1)))
+                with pytest.raises(grpc.aio.AioRpcError) as err:
+                    await call.read()
+                assert err.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+            good = stub.Subscribe(telemetry_pb2.SubscribeRequest(subscriber="scaler"))
+            update = await asyncio.wait_for(good.read(), 10)
+            assert update.node == node.name
+            good.cancel()
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task

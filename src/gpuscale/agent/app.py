@@ -27,7 +27,7 @@ from gpuscale.agent.report import tick
 from gpuscale.agent.sampler import Sampler
 from gpuscale.attribution.model import NodeAttribution
 from gpuscale.attribution.sources import AttributionSources, attribute_tick
-from gpuscale.common.grpc_bind import bind
+from gpuscale.common.grpc_bind import bind, server_options
 from gpuscale.common.shutdown import cancel_on_signals
 from gpuscale.engines.scrape import MAX_BODY_BYTES, EngineScraper
 from gpuscale.proto import telemetry_pb2_grpc as pb_grpc
@@ -43,6 +43,10 @@ DEFAULT_METRICS_PORT = 9400  # dcgm-exporter's port, so existing scrape configs 
 
 
 DEFAULT_STREAM_PORT = 9401
+# What a subscriber may send: one SubscribeRequest, a name for the logs (cut to 64 there).
+# gRPC's default (4 MB) would let each of a connection's 64 streams hold 4 MB for as long
+# as it stays open.
+STREAM_MAX_REQUEST = 4096
 
 
 @dataclass(frozen=True)
@@ -97,7 +101,9 @@ class Agent:
         stream = None
         try:
             if self.publisher is not None:
-                stream = grpc.aio.server(options=[("grpc.max_concurrent_streams", 64)])
+                stream = grpc.aio.server(options=server_options([
+                    ("grpc.max_concurrent_streams", 64),
+                    ("grpc.max_receive_message_length", STREAM_MAX_REQUEST)]))
                 pb_grpc.add_AgentTelemetryServicer_to_server(self.publisher, stream)  # type: ignore[no-untyped-call]
                 address = f"{self.config.host}:{self.config.stream_port}"
                 self.stream_port = bind(stream, address,
