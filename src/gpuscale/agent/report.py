@@ -19,7 +19,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from gpuscale.attribution.model import AttributionState, NodeAttribution, PodUsage
+from gpuscale.attribution.model import (
+    AttributionState,
+    DeviceUsage,
+    NodeAttribution,
+    PodUsage,
+)
 from gpuscale.common.errors import Unavailable
 from gpuscale.common.freshness import staleness_bound
 from gpuscale.stream.records import DeviceRecord, NodeReport, PodRecord
@@ -144,6 +149,10 @@ def pod_records(snapshot: NodeSnapshot, attribution: NodeAttribution,
                                else ""))
             reasons = dict.fromkeys(("gpu-utilization", "gpu-memory", "gpu-memory-used"),
                                     why)
+        elif known and isinstance(signals["gpu-memory"], Absent):
+            said = _memory_reason(snapshot, devices)
+            if said:
+                reasons = dict.fromkeys(("gpu-memory", "gpu-memory-used"), said)
         if engines and (ns, name) in engines:
             signals.update(engines[(ns, name)].signals)
             reasons.update(engines[(ns, name)].reasons)
@@ -180,6 +189,17 @@ def node_devices(snapshot: NodeSnapshot, attribution: NodeAttribution) -> list[D
 
 _SHARING = {SharingMode.EXCLUSIVE: "exclusive", SharingMode.TIME_SLICED: "time-sliced",
             SharingMode.MPS: "mps", SharingMode.MIG: "mig"}
+
+
+def _memory_reason(snapshot: NodeSnapshot, devices: list[DeviceUsage]) -> str:
+    """Why the backend says a device's memory is not a number (the first of the pod's
+    devices that says), or ""."""
+    said: dict[str, str] = {}
+    for g in snapshot.gpus:
+        said[g.uuid] = g.memory_reason
+        said.update((m.uuid, m.memory_reason) for m in g.migs)
+    return next((said[key] for d in devices
+                 if said.get(key := d.mig_uuid or d.gpu_uuid)), "")
 
 
 def _to_mib(value: IntReading) -> Reading:

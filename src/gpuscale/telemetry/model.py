@@ -106,6 +106,9 @@ class MigSample:
     #: or the GPU is lost); None when it is.
     processes_unknown: Absent | None = None
     device_id: str = ""
+    #: Why the memory readings are Absent, in words a person can act on ("" when the
+    #: Absent says enough): carried to the pods' memory signals as their reason.
+    memory_reason: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +153,7 @@ class GpuSample:
     migs: tuple[MigSample, ...] = ()
     processes: tuple[ProcessSample, ...] = ()
     processes_unknown: Absent | None = None
+    memory_reason: str = ""  # as MigSample's: why the memory readings are Absent
 
 
 @dataclass(frozen=True, slots=True)

@@ -69,12 +69,15 @@ def metrics_header() -> str:
     return "\n".join(out) + "\n"
 
 
-def build(cache_dir: Path | None = None) -> Path:
-    """Compile the fake; return a ROCm root holding ``lib/libamd_smi.so``."""
+def build(cache_dir: Path | None = None, missing: tuple[str, ...] = ()) -> Path:
+    """Compile the fake; return a ROCm root holding ``lib/libamd_smi.so``. ``missing``:
+    functions the package binds that this library lacks (an older library than the
+    package: the package's import fails on the first one)."""
     source = SOURCE.read_text()
     defined = set(re.findall(r"^int (amdsmi_\w+)\(", source, re.MULTILINE))
+    assert not set(missing) & defined, "only functions the fake stubs can be left out"
     stubs = "".join(f"int {name}(void) {{ return 2; }}\n"  # AMDSMI_STATUS_NOT_SUPPORTED
-                    for name in symbols() if name not in defined)
+                    for name in symbols() if name not in defined and name not in missing)
     stubs = stubs.replace("int amdsmi_free_name_value_pairs(void) { return 2; }\n",
                           "void amdsmi_free_name_value_pairs(void *p) { (void)p; }\n")
     header = metrics_header()
@@ -120,11 +123,14 @@ def xcp_name(gpu: int, partition: int, partitions: int = 8) -> str:
 
 def partitioned_gpu(gpu: int, *, partitions: int = 8, compute: str = "CPX",
                     memory: str = "NPS1", busy: tuple[int, ...] = (),
-                    bdf_function_is_partition: bool = False,
+                    bdf_function_is_partition: bool = False, shared_uuid: bool = False,
                     **kw: Any) -> tuple[list[str], dict[int, str]]:
     """One physical GPU in a partition mode: its processors' ``gpu`` lines, and each
     partition's render minor -> device plugin name (for ``tests.support.sysfs``).
     Processor ``gpu * partitions + p`` is partition p; ``busy[p]`` its XCCs' busy share;
+    each partition's own VRAM is 1/N of the GPU's (what the library reports for its handle
+    is ``vram_report=``: "own", "gpu" or "pool", see fakeamdsmi.c); ``shared_uuid``: every
+    partition answers the first one's UUID (ROCm before 7.12);
     power and temperature are the first partition's (the socket's readings): the others
     answer power 0 and no temperature (AMD's device metrics exporter documents both for
     partitions other than 0, docs/configuration/metricslist.md)."""
@@ -137,6 +143,8 @@ def partitioned_gpu(gpu: int, *, partitions: int = 8, compute: str = "CPX",
             "memory": memory, "vram_total": 196592 // partitions, **kw}
         if p < len(busy):
             fields["busy"] = busy[p]
+        if shared_uuid:
+            fields["uuid"] = f"{gpu * partitions:08x}-0000-1000-8000-74a1aaaaaaaa"
         if p > 0:
             fields["power"] = 0
             fields["unsupported"] = ",".join(

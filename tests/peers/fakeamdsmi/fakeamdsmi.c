@@ -24,7 +24,22 @@
  *     on the KFD's queues never adds to it, so it says nothing of a ROCm program's use;
  *   - calls before amdsmi_init answer AMDSMI_STATUS_NOT_INIT; amdsmi_init without
  *     AMDSMI_INIT_AMD_GPUS finds no GPU sockets; FAKEAMDSMI_DRIVER=absent makes
- *     amdsmi_init answer AMDSMI_STATUS_DRIVER_NOT_LOADED.
+ *     amdsmi_init answer AMDSMI_STATUS_DRIVER_NOT_LOADED;
+ *   - power_limit inside amdsmi_power_info_t is the hwmon power1_cap in microwatts
+ *     (ROCm/amdsmi#174), though amdsmi.h's comment says watts: power_limit= on a line is
+ *     in watts and written as uW; power_limit_uw= writes a raw value (a stack that gave
+ *     watts after all);
+ *   - VRAM used: a booted GPU always has some in use (the kernel's own allocations), so
+ *     vram_used defaults to 284 MiB (what an idle MI300X reads in ROCm issue 4750); when
+ *     reading the used counter fails while the total succeeds, rocm_smi answers SUCCESS
+ *     with used = 0 (key used_read_fails=1);
+ *   - the enumeration is fixed at amdsmi_init: a config rewritten under a running process
+ *     (a repartition) changes what the enumerated handles answer, adds no processor, and a
+ *     handle whose processor is gone answers AMDSMI_STATUS_NOT_FOUND until the library is
+ *     initialised again;
+ *   - amdsmi_get_lib_version gives FAKEAMDSMI_LIB_VERSION ("26.0.2" unless set; the
+ *     number is illustrative). A symbol the package binds can be left out of the library
+ *     altogether (build(missing=...) in __init__.py): an older library than the package.
  * Partitions (an MI300X in CPX mode is 8 processors on one socket): processors with the
  * same socket= key are one physical GPU, enumerated under one socket handle in the order
  * of their partition= (the KFD's current_partition_id). Each has its own UUID, render
@@ -39,7 +54,15 @@
  * table's accumulators: the accumulation counter counts cycles (a millisecond each here)
  * and each XCC's gfx_busy_acc adds its busy share each cycle (busy_avg=: a partition whose
  * instantaneous share, busy=, caught a quiet moment) - our reading of "Utilization
- * Accumulated (%)" in amdsmi.h, to be checked on hardware.
+ * Accumulated (%)" in amdsmi.h, to be checked on hardware. The table's num_partition is the
+ * GPU's current number of partitions (its lines in the config, enumerated or not).
+ * VRAM of partitions (key vram_report= on each partition's line): "own" (default) - each
+ * handle answers its own partition's vram_total/vram_used; "gpu" - every handle answers
+ * the whole GPU's pool, the sums over all partitions of its socket (ROCm 6.3.3, ROCm issue
+ * 4750); "pool" - every handle answers its memory partition's pool (memory=NPS4: the
+ * partitions p with the same p / (N / 4)).
+ * UUIDs: each line's uuid=; before ROCm 7.12 every partition of a GPU answers the same
+ * one (partitioned_gpu(shared_uuid=True) writes it so).
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -112,8 +135,10 @@ typedef struct {
     char uuid[256], name[256], serial[256], unsupported[264], compute[16], memory[16];
     unsigned domain, bus, device, function;
     uint32_t vram_total, vram_used, gfx, umc, mm, power, power_limit, busy, busy_avg;
-    uint64_t vram_used_bytes;
+    uint64_t vram_used_bytes, power_limit_uw;
     int64_t temp;
+    int used_read_fails;
+    char vram_report[8];
 } gpu_t;
 
 typedef struct {
@@ -138,6 +163,8 @@ typedef struct {
 static gpu_t gpus[MAX_GPUS];
 static proc_t procs[MAX_PROCS];
 static int ngpus, nprocs, initialized;
+static int nenumerated; /* processors enumerated at init: their handles stay valid */
+static int nconfigured; /* processors in the config as last read (the GPUs' truth) */
 static struct timespec initialized_at; /* the accumulators count from here */
 static struct timespec loaded_at; /* the config file's mtime when last read */
 /* A socket handle is the address of its slot here (slot i: the i-th distinct socket= in
@@ -203,13 +230,17 @@ static void load(void) {
                 g->domain = 0; g->bus = (unsigned)(5 + ngpus); g->device = 0; g->function = 0;
             }
             g->vram_total = (uint32_t)num(line, "vram_total", 196592);
-            g->vram_used = (uint32_t)num(line, "vram_used", 0);
+            g->vram_used = (uint32_t)num(line, "vram_used", 284);
+            g->used_read_fails = (int)num(line, "used_read_fails", 0);
+            snprintf(g->vram_report, sizeof g->vram_report, "%.7s",
+                     value_of(line, "vram_report", buf, sizeof buf) ? buf : "own");
             g->vram_used_bytes = num(line, "vram_used_bytes", 0);
             g->gfx = (uint32_t)num(line, "gfx", 0);
             g->umc = (uint32_t)num(line, "umc", 0);
             g->mm = (uint32_t)num(line, "mm", NA);
             g->power = (uint32_t)num(line, "power", 150);
             g->power_limit = (uint32_t)num(line, "power_limit", 750);
+            g->power_limit_uw = num(line, "power_limit_uw", (uint64_t)g->power_limit * 1000000u);
             g->temp = (int64_t)num(line, "temp", 40);
             g->socket = (int)num(line, "socket", (uint64_t)(ngpus - 1));
             g->partition = (int)num(line, "partition", 0);
@@ -232,6 +263,7 @@ static void load(void) {
         }
     }
     fclose(f);
+    nconfigured = ngpus;
 }
 
 /* The distinct sockets, in the order of their first processor. */
@@ -250,6 +282,13 @@ static gpu_t *gpu_of(void *handle) {
     return NULL;
 }
 
+/* A handle enumerated at init whose processor is gone since (repartitioned away). */
+static int stale(void *handle) {
+    for (int i = ngpus; i < nenumerated; i++)
+        if (handle == &gpus[i]) return 1;
+    return 0;
+}
+
 /* A test may rewrite the config under a running process: read it again when its mtime
  * changed (the GPUs stay at their addresses, so handles stay valid). */
 static void reload_if_changed(void) {
@@ -257,9 +296,8 @@ static void reload_if_changed(void) {
     const char *cfg = getenv("FAKEAMDSMI_CONFIG");
     if (!cfg || stat(cfg, &st) != 0) return;
     if (st.st_mtim.tv_sec != loaded_at.tv_sec || st.st_mtim.tv_nsec != loaded_at.tv_nsec) {
-        int keep = ngpus;
         load();
-        if (ngpus > keep) ngpus = keep; /* enumeration is fixed at init, as the library's */
+        if (ngpus > nenumerated) ngpus = nenumerated; /* fixed at init, as the library's */
     }
 }
 
@@ -269,7 +307,7 @@ static int check(void *h, const char *field, gpu_t **out) {
     if (!initialized) return S_NOT_INIT;
     reload_if_changed();
     gpu_t *g = gpu_of(h);
-    if (!g) return S_INVAL;
+    if (!g) return stale(h) ? S_NOT_FOUND : S_INVAL;
     g->calls++;
     if (g->lost_after && g->calls > g->lost_after) g->lost = 1;
     if (g->lost) return S_NOT_FOUND;
@@ -286,6 +324,7 @@ int amdsmi_init(uint64_t flags) {
     load();
     if (!(flags & INIT_AMD_GPUS)) ngpus = 0;
     index_sockets();
+    nenumerated = ngpus;
     clock_gettime(CLOCK_MONOTONIC, &initialized_at);
     initialized = 1;
     return S_SUCCESS;
@@ -378,13 +417,40 @@ int amdsmi_get_gpu_activity(void *h, engine_usage_t *usage) {
     return S_SUCCESS;
 }
 
+/* Whether processor k's VRAM is in what g's handle reports (vram_report=, see above). */
+static int reported_with(const gpu_t *g, const gpu_t *k) {
+    if (strcmp(g->vram_report, "gpu") != 0 && strcmp(g->vram_report, "pool") != 0)
+        return k == g;
+    if (k->socket != g->socket) return 0;
+    if (strcmp(g->vram_report, "gpu") == 0) return 1;
+    int parts = 0, nps = 1;
+    for (int i = 0; i < nconfigured; i++) parts += gpus[i].socket == g->socket;
+    if (strncmp(g->memory, "NPS", 3) == 0) nps = atoi(g->memory + 3);
+    int per = nps > 0 && parts >= nps ? parts / nps : 1;
+    return k->partition / per == g->partition / per;
+}
+
+/* VRAM total and used in bytes as g's handle reports them. */
+static void vram_of(const gpu_t *g, uint64_t *total, uint64_t *used) {
+    *total = *used = 0;
+    for (int i = 0; i < nconfigured; i++) {
+        const gpu_t *k = &gpus[i];
+        if (!reported_with(g, k)) continue;
+        *total += (uint64_t)k->vram_total * 1048576u;
+        *used += k->vram_used_bytes ? k->vram_used_bytes : (uint64_t)k->vram_used * 1048576u;
+    }
+    if (g->used_read_fails) *used = 0; /* rocm_smi: SUCCESS, and 0 */
+}
+
 int amdsmi_get_gpu_vram_usage(void *h, vram_usage_t *vram) {
     gpu_t *g;
     int s = check(h, "vram", &g);
     if (s) return s;
+    uint64_t total, used;
+    vram_of(g, &total, &used);
     memset(vram, 0, sizeof *vram);
-    vram->vram_total = g->vram_total;
-    vram->vram_used = g->vram_used;
+    vram->vram_total = (uint32_t)(total / 1048576u);
+    vram->vram_used = (uint32_t)(used / 1048576u);
     return S_SUCCESS;
 }
 
@@ -395,7 +461,8 @@ int amdsmi_get_gpu_memory_total(void *h, int type, uint64_t *total) {
     int s = check(h, "vram", &g);
     if (s) return s;
     if (type != 0) return S_NOT_SUPPORTED;
-    *total = (uint64_t)g->vram_total * 1048576u;
+    uint64_t used;
+    vram_of(g, total, &used);
     return S_SUCCESS;
 }
 
@@ -404,7 +471,8 @@ int amdsmi_get_gpu_memory_usage(void *h, int type, uint64_t *used) {
     int s = check(h, "vram", &g);
     if (s) return s;
     if (type != 0) return S_NOT_SUPPORTED;
-    *used = g->vram_used_bytes ? g->vram_used_bytes : (uint64_t)g->vram_used * 1048576u;
+    uint64_t total;
+    vram_of(g, &total, used);
     return S_SUCCESS;
 }
 
@@ -417,7 +485,7 @@ int amdsmi_get_power_info(void *h, power_info_t *info) {
     info->current_socket_power = g->power;
     info->average_socket_power = NA; /* MI300: only the current reading */
     info->gfx_voltage = info->soc_voltage = info->mem_voltage = NA;
-    info->power_limit = g->power_limit;
+    info->power_limit = (uint32_t)g->power_limit_uw; /* uW: the hwmon cap, unchanged */
     return S_SUCCESS;
 }
 
@@ -521,11 +589,11 @@ int amdsmi_get_gpu_metrics_info(void *h, struct_amdsmi_gpu_metrics_t *m) {
     uint64_t cycles = (uint64_t)(now.tv_sec - initialized_at.tv_sec) * 1000u +
                       (uint64_t)((now.tv_nsec - initialized_at.tv_nsec) / 1000000);
     m->accumulation_counter = cycles + 1;
-    int parts = 0;
-    for (int k = 0; k < ngpus; k++) parts += gpus[k].socket == g->socket;
+    int parts = 0; /* the GPU's partitions now, enumerated or not */
+    for (int k = 0; k < nconfigured; k++) parts += gpus[k].socket == g->socket;
     m->num_partition = (uint16_t)parts;
     int xccs = parts > 0 && parts <= 8 ? 8 / parts : 1; /* an MI300X has 8 XCCs */
-    for (int k = 0; k < ngpus; k++) {
+    for (int k = 0; k < nconfigured; k++) {
         if (gpus[k].socket != g->socket || gpus[k].partition < 0 || gpus[k].partition >= 8)
             continue;
         for (int x = 0; x < xccs; x++) {
@@ -535,5 +603,22 @@ int amdsmi_get_gpu_metrics_info(void *h, struct_amdsmi_gpu_metrics_t *m) {
                     (uint64_t)gpus[k].busy_avg * (cycles + 1);
         }
     }
+    return S_SUCCESS;
+}
+
+typedef struct {
+    uint32_t major, minor, release;
+    uint8_t padding[4];
+    const char *build;
+} lib_version_t;
+
+/* Needs no amdsmi_init, as the library's. */
+int amdsmi_get_lib_version(lib_version_t *v) {
+    const char *text = getenv("FAKEAMDSMI_LIB_VERSION");
+    if (!v) return S_INVAL;
+    memset(v, 0, sizeof *v);
+    if (sscanf(text ? text : "26.0.2", "%u.%u.%u", &v->major, &v->minor, &v->release) != 3)
+        return S_INVAL;
+    v->build = "fake";
     return S_SUCCESS;
 }
