@@ -1,5 +1,7 @@
 """The push loop behind StreamIsActive: one decision per trigger per round, streams woken
-only with something to send, a broken trigger ending only its own stream."""
+only with something to send, a broken trigger ending only its own stream. The loop judges
+re-sends and the unavailable grace on a clock the tests move by hand, and the tests wait
+for rounds by counting them: nothing here depends on how fast the machine is."""
 
 from __future__ import annotations
 
@@ -10,6 +12,8 @@ import pytest
 from gpuscale.common.errors import ConfigError, DataUnavailable
 from gpuscale.scaler.answers import Answers
 from gpuscale.scaler.state.pushes import ActivityPushes, Subscription
+from tests.support.clock import Clock
+from tests.support.polling import until
 
 
 class World:
@@ -19,6 +23,7 @@ class World:
         self.unknown = False
         self.checks = 0
         self.stopping = asyncio.Event()
+        self.clock = Clock()  # the push loop's clock: re-sends and the grace
 
     def check(self) -> bool:
         self.checks += 1
@@ -28,11 +33,16 @@ class World:
 
     def pushes(self, **kw: float) -> ActivityPushes:
         return ActivityPushes(lambda: self.generation, self.stopping, resend_s=30.0,
-                              grace_s=3.0, **kw)  # type: ignore[arg-type]
+                              grace_s=3.0, monotonic=self.clock, **kw)  # type: ignore[arg-type]
 
 
-async def first(sub: Subscription, within: float = 2.0) -> bool | None:
+async def first(sub: Subscription, within: float = 10.0) -> bool | None:
     return await asyncio.wait_for(sub.next(), within)
+
+
+async def rounds_after(pushes: ActivityPushes, seen: int) -> None:
+    """Until the loop has finished a round past ``seen`` rounds."""
+    await until(lambda: pushes.rounds > seen, what=f"push round {seen + 1}")
 
 
 async def test_many_streams_on_one_trigger_share_each_decision() -> None:
@@ -52,24 +62,28 @@ async def test_many_streams_on_one_trigger_share_each_decision() -> None:
 async def test_unchanged_state_wakes_nobody_until_a_resend_is_due() -> None:
     world = World()
     pushes = world.pushes(min_period=0.01)
-    pushes.resend_s = 0.3
     sub = pushes.open("so", world.check)
     assert await first(sub) is False
-    for g in range(1, 6):  # the fleet changes, the state does not
+    for g in range(1, 6):  # the fleet changes, the state does not: five rounds decide it
+        seen = pushes.rounds
         world.generation = g
-        await asyncio.sleep(0.02)
+        await rounds_after(pushes, seen)
     assert sub.outbox is None
-    assert await first(sub, 1.0) is False  # the re-send
+    assert world.checks >= 6
+    world.clock.now += pushes.resend_s  # nothing changes but the clock: the re-send is due
+    assert await first(sub) is False
     pushes.close(sub)
 
 
 async def test_unknown_for_the_grace_ends_the_stream_with_the_reason() -> None:
     world = World()
     pushes = world.pushes(min_period=0.01)
-    pushes.grace_s = 0.2
     sub = pushes.open("so", world.check)
     assert await first(sub) is False
     world.unknown, world.generation = True, 1
+    await until(lambda: sub.unknown_since is not None, what="the unknown state decided")
+    assert not sub.done
+    world.clock.now += pushes.grace_s
     with pytest.raises(DataUnavailable, match="stale"):
         await first(sub)
     pushes.close(sub)
@@ -78,11 +92,13 @@ async def test_unknown_for_the_grace_ends_the_stream_with_the_reason() -> None:
 async def test_unknown_for_less_than_the_grace_does_not_end_the_stream() -> None:
     world = World()
     pushes = world.pushes(min_period=0.01)
-    pushes.grace_s = 0.5
     sub = pushes.open("so", world.check)
     assert await first(sub) is False
     world.unknown, world.generation = True, 1
-    await asyncio.sleep(0.2)  # unknown, within the grace
+    await until(lambda: sub.unknown_since is not None, what="the unknown state decided")
+    world.clock.now += pushes.grace_s - 0.5  # unknown, within the grace ...
+    await rounds_after(pushes, pushes.rounds)  # ... as a round past the clock's move judges
+    assert not sub.done
     world.unknown, world.active, world.generation = False, True, 2
     assert await first(sub) is True
     assert not sub.done
@@ -123,6 +139,7 @@ async def test_rounds_leave_the_event_loop_time() -> None:
     world = World()
     pushes = world.pushes(min_period=0.001, chunk=10)
     subs = [pushes.open(f"so{i}", world.check) for i in range(200)]
+    await asyncio.sleep(0)  # the loop starts, from this generation
     turns = 0
 
     async def other_work() -> None:
@@ -134,10 +151,11 @@ async def test_rounds_leave_the_event_loop_time() -> None:
     task = asyncio.create_task(other_work())
     rounds = pushes.rounds
     for g in range(1, 4):
+        seen = pushes.rounds
         world.generation = g
-        await asyncio.sleep(0.05)
+        await rounds_after(pushes, seen)
     task.cancel()
-    assert pushes.rounds > rounds
+    assert pushes.rounds >= rounds + 3
     assert turns >= 20 * (pushes.rounds - rounds)  # 20 chunks a round, a turn after each
     for s in subs:
         pushes.close(s)
