@@ -30,6 +30,7 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from contextlib import suppress
 from pathlib import Path
 from typing import Any
@@ -244,29 +245,37 @@ async def latency(seconds: float) -> None:
                   f"{pct(handler_times, 0.5):.3f} ms p99 {pct(handler_times, 0.99):.3f} ms; "
                   f"errors {res['errors']}; {server_cost(cpu, wall, calls)}; client CPU "
                   f"{res['cpu'] / seconds * 100:.0f} % of its core")
-        for label, paced in (("KEDA-like, h2load, 200 calls/s spread evenly", True),
-                             ("closed loop, h2load (4 connections x 50 streams)", False)):
-            handler_times.clear()
-            before = answered()
-            cpu0, wall0 = time.process_time(), time.perf_counter()
-            got = await h2load(server.port, seconds, paced)
-            cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
-            after = answered()
-            if got is None:
-                print(f"  {label}: h2load not installed (apt install nghttp2-client)")
-                continue
-            summary, lat = got
-            ok = after["OK"] - before["OK"]
-            other = sum(after.values()) - sum(before.values()) - ok
-            client = (f"client p50 {pct(lat, 0.5):.2f} ms p99 {pct(lat, 0.99):.2f} ms p99.9 "
-                      f"{pct(lat, 0.999):.2f} ms; " if lat else "")
-            print(f"  {label}: {ok / wall:,.0f} OK calls/s over {wall:.1f} s, {other:.0f} not "
-                  f"OK; {client}handler p50 {pct(handler_times, 0.5):.3f} ms p99 "
-                  f"{pct(handler_times, 0.99):.3f} ms; {server_cost(cpu, wall, ok)}; "
-                  f"h2load: {summary}")
+        await through_h2load(server.port, seconds, handler_times, answered, server_cost)
     finally:
         feeder.cancel()
         await server.stop(0.5)
+
+
+async def through_h2load(port: int, seconds: float, handler_times: list[float],
+                         answered: Callable[[], dict[str, float]],
+                         server_cost: Callable[[float, float, float], str]) -> None:
+    """latency()'s runs with h2load as the client (a C client: the server's own cost
+    alone), KEDA-like and closed loop."""
+    for label, paced in (("KEDA-like, h2load, 200 calls/s spread evenly", True),
+                         ("closed loop, h2load (4 connections x 50 streams)", False)):
+        handler_times.clear()
+        before = answered()
+        cpu0, wall0 = time.process_time(), time.perf_counter()
+        got = await h2load(port, seconds, paced)
+        cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+        after = answered()
+        if got is None:
+            print(f"  {label}: h2load not installed (apt install nghttp2-client)")
+            continue
+        summary, lat = got
+        ok = after["OK"] - before["OK"]
+        other = sum(after.values()) - sum(before.values()) - ok
+        client = (f"client p50 {pct(lat, 0.5):.2f} ms p99 {pct(lat, 0.99):.2f} ms p99.9 "
+                  f"{pct(lat, 0.999):.2f} ms; " if lat else "")
+        print(f"  {label}: {ok / wall:,.0f} OK calls/s over {wall:.1f} s, {other:.0f} not "
+              f"OK; {client}handler p50 {pct(handler_times, 0.5):.3f} ms p99 "
+              f"{pct(handler_times, 0.99):.3f} ms; {server_cost(cpu, wall, ok)}; "
+              f"h2load: {summary}")
 
 
 async def freshness(trials: int) -> None:
