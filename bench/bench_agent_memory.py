@@ -177,7 +177,8 @@ class Records:
         self.latest: list[object] = []
         self.updates = 0
 
-    def update_node(self, node: str, records: Iterable[object], devices: object = ()) -> None:
+    def update_node(self, node: str, records: Iterable[object], devices: object = (),
+                    stale_after: float = 0.0) -> None:
         self.latest = list(records)
         self.updates += 1
 

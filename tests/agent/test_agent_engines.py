@@ -84,7 +84,8 @@ class Records:
         self.latest: dict[str, PodRecord] = {}
 
     def update_node(self, source: str, records: Iterable[PodRecord],
-                    devices: Sequence[DeviceRecord] | None = None) -> None:
+                    devices: Sequence[DeviceRecord] | None = None,
+                    stale_after: float = 0.0) -> None:
         self.latest = {r.name: r for r in records}
 
     def remove_node(self, source: str) -> None:

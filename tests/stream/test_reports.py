@@ -71,7 +71,8 @@ class Sink:
         self.calls: list[tuple[str, list[PodRecord], Sequence[DeviceRecord] | None]] = []
 
     def update_node(self, source: str, records: Iterable[PodRecord],
-                    devices: Sequence[DeviceRecord] | None = None) -> None:
+                    devices: Sequence[DeviceRecord] | None = None,
+                    stale_after: float = 0.0) -> None:
         self.calls.append((source, list(records), devices))
 
     def remove_node(self, source: str) -> None:

@@ -14,10 +14,13 @@ from pathlib import Path
 import grpc
 import pytest
 
-from gpuscale.common.errors import ConfigError
+from gpuscale.common.errors import ConfigError, Unavailable
 from gpuscale.proto import externalscaler_pb2 as kpb
 from gpuscale.proto import externalscaler_pb2_grpc as kpb_grpc
 from gpuscale.proto import inspect_pb2 as pb
+from gpuscale.scaler.answers import Value
+from gpuscale.scaler.answers import activity as activity_rule
+from gpuscale.scaler.core.profiles import Target
 from gpuscale.telemetry.scenario import builtin_scenarios
 from gpuscale.tools.explain import decide, parse_time, render
 from tests.support.polling import until_sync
@@ -30,9 +33,19 @@ NOW = 1_800_000_000.0
 def reply(*values: float, target: float = 70.0, activation: float = 5.0, pods: int = 2,
           unavailable: str = "", known: bool = False, replicas: int = -1,
           fallback: int = -1, minimum: int = 0, maximum: int = 100,
-          behavior: str = "") -> pb.ExplainReply:
+          behavior: str = "", activity: str = "") -> pb.ExplainReply:
+    """``activity``: the scaler's IsActive answer; "" - what its rule gives for these
+    values (scaler.answers.activity)."""
+    if not activity:
+        got = activity_rule([(Target("gpu-utilization", target, activation),
+                              Unavailable(unavailable) if unavailable else
+                              Value(v, Target("gpu-utilization", target, activation), ()))
+                             for v in values])
+        activity = ("unavailable" if isinstance(got, Unavailable) else
+                    "active" if got else "inactive")
     r = pb.ExplainReply(now=NOW, namespace="llm", name="so", value_mode="sum",
-                        pod_count=pods, planned_replicas=-1)
+                        pod_count=pods, planned_replicas=-1, activity=activity,
+                        activity_reason=unavailable)
     for v in values:
         r.answers.add(metric_name="gpuscale-gpu-utilization", signal="gpu-utilization",
                       target=target, activation=activation, value=v, counted=pods,

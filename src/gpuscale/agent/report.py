@@ -26,7 +26,7 @@ from gpuscale.attribution.model import (
     PodUsage,
 )
 from gpuscale.common.errors import Unavailable
-from gpuscale.common.freshness import staleness_bound
+from gpuscale.common.freshness import is_stale, staleness_bound
 from gpuscale.stream.records import DeviceRecord, NodeReport, PodRecord
 from gpuscale.telemetry.model import (
     Absent,
@@ -110,7 +110,7 @@ def engine_signals(readings: Mapping[PodKey, EngineReading], now: float,
     out: dict[PodKey, EngineSignals] = {}
     for key, r in readings.items():
         age = now - r.scraped_at
-        if age > stale_after:
+        if is_stale(age, stale_after):
             why = f"last engine scrape {age:.1f}s ago ({r.error or 'no answer since'})"
             out[key] = EngineSignals(dict.fromkeys(r.signals, Absent.UNAVAILABLE),
                                      dict.fromkeys(r.signals, why))

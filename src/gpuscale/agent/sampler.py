@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from gpuscale.attribution.model import AttributionState, NodeAttribution
-from gpuscale.common.freshness import staleness_bound
+from gpuscale.common.freshness import is_stale, staleness_bound
 from gpuscale.telemetry.backend import GpuBackend
 from gpuscale.telemetry.model import BackendState, NodeSnapshot
 
@@ -90,7 +90,7 @@ class Sampler:
         if snap.state is not BackendState.OK:
             return False, f"GPU backend {snap.backend} unavailable: {snap.reason}"
         age = self._monotonic() - snap.monotonic
-        if age > self.stale_after:
+        if is_stale(age, self.stale_after):
             return False, f"latest sample is {age:.1f}s old (bound {self.stale_after:.1f}s)"
         why = f"ok: {len(snap.gpus)} GPUs, sample {snap.seq}, {age:.2f}s old"
         att = self._attribution

@@ -164,10 +164,9 @@ class MetricAnswers:
                 self._targets.target(namespace, kind, name) is None:
             raise NotFound(f'{kind.lower()}s.apps "{name}" not found in namespace '
                            f"{namespace}")
-        check = self.answers.demand
-        if check is None:
-            raise ConfigError("demandSource: this scaler has no demand sources configured")
-        pending = check(source)  # ConfigError: no such source; DataUnavailable: cannot tell
+        # the one activity rule (scaler.answers.activity), of the source alone: ConfigError
+        # when no such source is declared, DataUnavailable when it cannot tell
+        pending = _known(self.answers.demand_active(source))
         return Item(kind, api_version, namespace, name, "gpuscale_demand_pending",
                     1.0 if pending else 0.0, self._wall(), None, metric_selector)
 

@@ -98,6 +98,18 @@ def scaled_object_spec(spec: Mapping[str, Any]) -> ScaledObjectSpec:
         behavior_json=json.dumps(behavior, sort_keys=True)[:16384] if behavior else "")
 
 
+def builtin_active(metrics: Sequence[Metric]) -> bool | None:
+    """IsActive of a scaler built into KEDA (prometheus, the per-node GPU scaler), which
+    compares its one value with ``activationThreshold`` - 0 by default, as the baselines
+    configure it: active when a value is above 0; None (an error) when every value
+    failed. Pods metrics (the cpu and memory triggers) are ``observe``'s to judge.
+    gpuscale's own triggers are not judged here: scaler.answers.activity is their rule."""
+    values = [m.value for m in metrics if m.kind is not MetricSource.PODS]
+    if values and all(v is None for v in values):
+        return None
+    return any(v is not None and v > 0.0 for v in values)
+
+
 def fallback_count(behavior: str, replicas: int, current: int) -> int:
     """The count a fallback stands for (doFallback, fallback.behavior): ``current`` is the
     target's spec.replicas; static - the default, and what an unknown behavior reads as -
@@ -193,6 +205,17 @@ class Keda:
             any_active = True
         self.fallback_active = fallback
         return Observation(tuple(out), any_active, error, fallback)
+
+    def settled(self, current: int, ready: int, metrics: Sequence[Metric],
+                active: bool | None) -> Observation:
+        """``observe`` once this moment has lasted: every failing metric has failed more
+        than failureThreshold times in a row, so its fallback (if any) applies - what
+        ``gpuscale explain`` shows ("assuming the fallback applies")."""
+        s = self.spec
+        if s.has_fallback:
+            for i in range(max(1, len(metrics))):
+                self._failures[i] = max(self._failures.get(i, 0), s.failure_threshold)
+        return self.observe(current, ready, metrics, active)
 
     def poll(self, now: float, current: int, active: bool | None,
              metrics: Sequence[Metric] = (), ready: int | None = None,

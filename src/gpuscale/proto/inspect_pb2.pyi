@@ -30,20 +30,22 @@ class FleetReply(_message.Message):
     def __init__(self, now: _Optional[float] = ..., nodes: _Optional[_Iterable[_Union[Node, _Mapping]]] = ..., pods: _Optional[_Iterable[_Union[Pod, _Mapping]]] = ..., workloads: _Optional[_Iterable[_Union[Workload, _Mapping]]] = ..., stale_after: _Optional[float] = ...) -> None: ...
 
 class Node(_message.Message):
-    __slots__ = ("name", "address", "connected", "age", "problem", "devices")
+    __slots__ = ("name", "address", "connected", "age", "problem", "devices", "stale_after")
     NAME_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     CONNECTED_FIELD_NUMBER: _ClassVar[int]
     AGE_FIELD_NUMBER: _ClassVar[int]
     PROBLEM_FIELD_NUMBER: _ClassVar[int]
     DEVICES_FIELD_NUMBER: _ClassVar[int]
+    STALE_AFTER_FIELD_NUMBER: _ClassVar[int]
     name: str
     address: str
     connected: bool
     age: float
     problem: str
     devices: _containers.RepeatedCompositeFieldContainer[_telemetry_pb2.Device]
-    def __init__(self, name: _Optional[str] = ..., address: _Optional[str] = ..., connected: _Optional[bool] = ..., age: _Optional[float] = ..., problem: _Optional[str] = ..., devices: _Optional[_Iterable[_Union[_telemetry_pb2.Device, _Mapping]]] = ...) -> None: ...
+    stale_after: float
+    def __init__(self, name: _Optional[str] = ..., address: _Optional[str] = ..., connected: _Optional[bool] = ..., age: _Optional[float] = ..., problem: _Optional[str] = ..., devices: _Optional[_Iterable[_Union[_telemetry_pb2.Device, _Mapping]]] = ..., stale_after: _Optional[float] = ...) -> None: ...
 
 class Pod(_message.Message):
     __slots__ = ("namespace", "name", "node", "owner_kind", "owner_name", "ready", "age", "stale_after", "signals", "labels", "gpus")
@@ -136,7 +138,7 @@ class ExplainRequest(_message.Message):
     def __init__(self, namespace: _Optional[str] = ..., name: _Optional[str] = ..., at: _Optional[float] = ..., history: _Optional[float] = ...) -> None: ...
 
 class ExplainReply(_message.Message):
-    __slots__ = ("now", "namespace", "name", "metadata", "selector", "value_mode", "seen", "answers", "pods", "missing", "plan_terms", "planned_replicas", "at", "scale_target", "demand_source", "demand", "pod_count", "past", "step")
+    __slots__ = ("now", "namespace", "name", "metadata", "selector", "value_mode", "seen", "answers", "pods", "missing", "plan_terms", "planned_replicas", "at", "scale_target", "demand_source", "demand", "pod_count", "past", "step", "activity", "activity_reason")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -170,6 +172,8 @@ class ExplainReply(_message.Message):
     POD_COUNT_FIELD_NUMBER: _ClassVar[int]
     PAST_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
+    ACTIVITY_FIELD_NUMBER: _ClassVar[int]
+    ACTIVITY_REASON_FIELD_NUMBER: _ClassVar[int]
     now: float
     namespace: str
     name: str
@@ -189,7 +193,9 @@ class ExplainReply(_message.Message):
     pod_count: int
     past: _containers.RepeatedCompositeFieldContainer[Past]
     step: float
-    def __init__(self, now: _Optional[float] = ..., namespace: _Optional[str] = ..., name: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., selector: _Optional[str] = ..., value_mode: _Optional[str] = ..., seen: _Optional[float] = ..., answers: _Optional[_Iterable[_Union[Answer, _Mapping]]] = ..., pods: _Optional[_Iterable[_Union[Pod, _Mapping]]] = ..., missing: _Optional[_Iterable[str]] = ..., plan_terms: _Optional[_Mapping[str, float]] = ..., planned_replicas: _Optional[int] = ..., at: _Optional[float] = ..., scale_target: _Optional[_Union[ScaleTarget, _Mapping]] = ..., demand_source: _Optional[str] = ..., demand: _Optional[str] = ..., pod_count: _Optional[int] = ..., past: _Optional[_Iterable[_Union[Past, _Mapping]]] = ..., step: _Optional[float] = ...) -> None: ...
+    activity: str
+    activity_reason: str
+    def __init__(self, now: _Optional[float] = ..., namespace: _Optional[str] = ..., name: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., selector: _Optional[str] = ..., value_mode: _Optional[str] = ..., seen: _Optional[float] = ..., answers: _Optional[_Iterable[_Union[Answer, _Mapping]]] = ..., pods: _Optional[_Iterable[_Union[Pod, _Mapping]]] = ..., missing: _Optional[_Iterable[str]] = ..., plan_terms: _Optional[_Mapping[str, float]] = ..., planned_replicas: _Optional[int] = ..., at: _Optional[float] = ..., scale_target: _Optional[_Union[ScaleTarget, _Mapping]] = ..., demand_source: _Optional[str] = ..., demand: _Optional[str] = ..., pod_count: _Optional[int] = ..., past: _Optional[_Iterable[_Union[Past, _Mapping]]] = ..., step: _Optional[float] = ..., activity: _Optional[str] = ..., activity_reason: _Optional[str] = ...) -> None: ...
 
 class Past(_message.Message):
     __slots__ = ("at", "answers", "pods", "planned_replicas")

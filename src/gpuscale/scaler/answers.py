@@ -24,7 +24,7 @@ Nothing here does I/O.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
 from enum import Enum
@@ -221,25 +221,30 @@ class Answers:
     # -- activity ------------------------------------------------------------------------
 
     def active(self, workload: Workload, plans: Plans = Plans.ASK) -> bool | Unavailable:
-        """IsActive: any target's value strictly above its activation threshold, or the
-        demand source shows pending work. When the pods say inactive and the demand source
-        cannot tell, Unavailable, not "inactive": a workload at zero replicas has no pods
-        to show its load. The pods are selected once for every target, and the targets
-        are evaluated in order until one is active (an Unavailable one first ends it)."""
+        """IsActive (``activity``'s rule). The pods are selected once for every target,
+        and the targets are evaluated in order until one is active."""
         trigger = workload.trigger
         selection = None if trigger.planner is not None else self.selection(workload)
-        for target in trigger.targets:
-            got = self.value(workload, target, plans, selection)
-            if isinstance(got, Unavailable):
-                return got
-            if got.value > target.activation:
-                return True
-        if trigger.demand_source and self.demand is not None:
-            try:
-                return self.demand(trigger.demand_source)
-            except DataUnavailable as exc:
-                return Unavailable(str(exc))
-        return False
+        return self.activity(workload, (self.value(workload, t, plans, selection)
+                                        for t in trigger.targets))
+
+    def activity(self, workload: Workload,
+                 values: Iterable[Value | Unavailable]) -> bool | Unavailable:
+        """``activity`` over the trigger's values (in the order of its targets: one per
+        target, from ``value``) and its demand source, for callers that have the values
+        already (the recorder)."""
+        source = workload.trigger.demand_source
+        check = self.demand
+        demand = None if not source or check is None else (lambda: check(source))
+        return activity(zip(workload.trigger.targets, values, strict=False), demand)
+
+    def demand_active(self, source: str) -> bool | Unavailable:
+        """``activity`` of a demand source alone (the metrics API's demand metric, which
+        needs no pod). ConfigError when no such source is declared."""
+        check = self.demand
+        if check is None:
+            raise ConfigError("demandSource: this scaler has no demand sources configured")
+        return activity((), lambda: check(source))
 
     def pending(self, workload: Workload) -> str:
         """The demand source's word for the record: "pending", "none", why it cannot tell,
@@ -251,3 +256,32 @@ class Answers:
             return "pending" if self.demand(source) else "none"
         except (DataUnavailable, ConfigError) as exc:
             return f"cannot tell: {exc}"
+
+
+def activity(values: Iterable[tuple[Target, Value | Unavailable]],
+             demand: Callable[[], bool] | None = None) -> bool | Unavailable:
+    """The one rule of whether a workload is active (IsActive, StreamIsActive, the
+    metrics API's demand metric, ``explain``, the simulator): active when any target's
+    value is strictly above its activation threshold, or the demand source shows pending
+    work; inactive only when every target's value is known and at or below its threshold
+    and the demand source (if any) shows none. Anything else is Unavailable, with the
+    first reason: a workload at zero replicas has no pods to show its load, and a target
+    that cannot be read may be the busy one.
+
+    An active target is enough whatever the others say (the workload is active at least
+    that much; KEDA's GetMetrics of the unreadable one still fails on its own). Values are
+    consumed lazily and the first active one ends it. ``demand``: pending work? It raises
+    DataUnavailable when the source cannot tell."""
+    unknown: Unavailable | None = None
+    for target, got in values:
+        if isinstance(got, Unavailable):
+            unknown = unknown or got
+        elif got.value > target.activation:
+            return True
+    if demand is not None:
+        try:
+            if demand():
+                return True
+        except DataUnavailable as exc:
+            unknown = unknown or Unavailable(str(exc))
+    return False if unknown is None else unknown

@@ -17,6 +17,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from gpuscale.common.errors import GpuscaleError, Unavailable
+from gpuscale.common.freshness import is_stale
 from gpuscale.scaler.answers import Answers, Plans, Selection, Workload
 from gpuscale.scaler.state.history import (
     MAX_NAMED,
@@ -60,10 +61,15 @@ def moment(answers: Answers, namespace: str, name: str, asked: AskedTrigger,
         whole = str(exc)
     out = []
     plan = None
-    for t in cfg.targets:
+    values = [answers.value(workload, t, Plans.PEEK,
+                            selection if selection is not None else Unavailable(whole))
+              for t in cfg.targets]
+    try:
+        active = answers.activity(workload, values)  # IsActive's, by the same rule
+    except GpuscaleError as exc:  # a demand source this scaler does not declare
+        active = Unavailable(str(exc))
+    for t, value in zip(cfg.targets, values, strict=True):
         base = TargetAnswer(cfg.metric_name(t), t.signal, t.target, t.activation)
-        value = answers.value(workload, t, Plans.PEEK,
-                              selection if selection is not None else Unavailable(whole))
         if isinstance(value, Unavailable):
             out.append(replace(base, unavailable=value.reason))
             continue
@@ -75,7 +81,9 @@ def moment(answers: Answers, namespace: str, name: str, asked: AskedTrigger,
     recorded = RecordedAnswers(at, tuple(out), pods,
                                plan.replicas if plan is not None else -1,
                                tuple(plan.terms().items()) if plan is not None else (),
-                               tuple(gaps[:MAX_NAMED]), answers.pending(workload))
+                               tuple(gaps[:MAX_NAMED]), answers.pending(workload),
+                               None if isinstance(active, Unavailable) else active,
+                               active.reason if isinstance(active, Unavailable) else "")
     return recorded, selection
 
 
@@ -100,14 +108,16 @@ class Recorder:
         return moment(self.answers, namespace, name, asked, self.wall())
 
     def live_devices(self) -> dict[str, Sequence[DeviceRecord]]:
-        """The devices of nodes heard from within the staleness bound, by node name (the
-        agent's identity where the links know it, else its address). A silent or departed
-        agent's last readings are not data: its minutes stay absent rather than repeat."""
+        """The devices of nodes heard from within their agent's own staleness bound, by
+        node name (the agent's identity where the links know it, else its address). A
+        silent or departed agent's last readings are not data: its minutes stay absent
+        rather than repeat."""
         fleet = self.answers.fleet
-        ages = fleet.nodes()
+        ages, bounds = fleet.nodes(), fleet.bounds()
         names = {s.address: s.identity for s in self.links()} if self.links else {}
         return {names.get(node) or node: devs for node, devs in fleet.devices().items()
-                if ages.get(node, math.inf) <= fleet.stale_after}
+                if not is_stale(ages.get(node, math.inf),
+                                bounds.get(node, fleet.stale_after))}
 
     async def run(self, chunk: int = CHUNK) -> None:
         """Record until cancelled."""

@@ -47,7 +47,8 @@ def baselines(params: ServingParams, peak: int | None = None, min_replicas: int 
     waiting = prometheus_scraped(vllm_waiting_signal)
     scraped = prometheus_scraped(profile_signal({"profile": "vllm-inference"}))
     out: list[tuple[str, dict[str, Any]]] = [
-        ("gpuscale vllm-inference", {"signal": profile_signal({"profile": "vllm-inference"})}),
+        ("gpuscale vllm-inference",
+         {"signal": profile_signal({"profile": "vllm-inference"}, min_replicas)}),
         ("gpuscale vllm-inference via Prometheus",
          {"signal": scraped, "decider": _observer(scraped)}),
         ("node-max GPU util (AverageValue)", {"signal": node_max_signal, **plain}),

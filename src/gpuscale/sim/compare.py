@@ -28,7 +28,7 @@ from gpuscale.models.slo import DEFAULT_SLO, SloSpec
 from gpuscale.sim.baselines import baselines
 from gpuscale.sim.fluid_bound import Bound, lower_bound
 from gpuscale.sim.reference import MAX_RUNS, Reference, hindsight_reference
-from gpuscale.sim.scaler_adapter import planner_policy, profile_signal
+from gpuscale.sim.scaler_adapter import planner_policy, profile_signal, wakes
 from gpuscale.sim.simulate import Result, run_policy
 from gpuscale.traffic.trace import TraceRequest
 
@@ -134,9 +134,10 @@ def policy_runs(params: ServingParams, requests: Sequence[TraceRequest],
     common = {"min_replicas": min_replicas, "start": start}
     named = {name: kw for name, kw in baselines(params, min_replicas=min_replicas,
                                                     start=start)}
-    named[POLICIES["planner"]] = {**planner_policy(params, target), **common}
+    named[POLICIES["planner"]] = {**planner_policy(params, target, False,
+                                                   **wakes({}, min_replicas)), **common}
     named[POLICIES["gpu-utilization"]] = {
-        "signal": profile_signal({"profile": "gpu-utilization"}), **common}
+        "signal": profile_signal({"profile": "gpu-utilization"}, min_replicas), **common}
     keys = {name: key for key, name in POLICIES.items()}
     unknown = set(named) - set(keys)
     if unknown:  # a baseline added without a key: it would never be shown

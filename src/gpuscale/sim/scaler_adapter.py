@@ -2,8 +2,11 @@
 
 Every simulated step the replicas' telemetry becomes PodRecords in a FleetView (one node,
 fed in process: complete by construction), and KEDA's and the HPA's models read what
-``Answers.value`` gives for the trigger - the very code that answers GetMetrics - so what
-``gpuscale simulate`` measures is what ships.
+``Answers.value`` gives for the trigger - the very code that answers GetMetrics - and what
+``Answers.active`` gives - IsActive's, by the one activity rule - so what ``gpuscale
+simulate`` measures is what ships. A trigger scaled to zero wakes only as the real one
+does: on a declared demand source (``GATEWAY``: the serving model's queue of requests
+waiting for a replica, as the live demo's gateway serves it), not on any queue.
 
 The planner (profile vllm-planner): every simulated second, each Ready replica's engine
 counters (prompt and generated tokens, finished requests) become per-pod rates over the
@@ -17,14 +20,14 @@ plan.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from gpuscale.common.errors import Unavailable
+from gpuscale.common.errors import ConfigError, Unavailable
 from gpuscale.models.hpa import SCALE_DOWN, Metric, MetricSource, TargetType
 from gpuscale.models.serving import ServingModel, ServingParams, planner_metadata
-from gpuscale.scaler.answers import Answers, Workload
+from gpuscale.scaler.answers import Answers, DemandCheck, Workload
 from gpuscale.scaler.core.planner import Plan
 from gpuscale.scaler.core.selector import Selector, parse_selector
 from gpuscale.scaler.core.trigger import parse_metadata
@@ -35,6 +38,7 @@ from gpuscale.telemetry.model import Reading
 
 _SELECTOR = parse_selector("app=llm")
 NAMESPACE, NAME, NODE = "sim", "llm", "node"
+GATEWAY = "gateway"  # the demand source a trigger may name: the serving model's queue
 
 
 class _OneNode:
@@ -51,26 +55,40 @@ class _OneNode:
 class _SimScaler:
     """A fleet view on the simulation's clock and the answer function over it."""
 
-    def __init__(self, metadata: Mapping[str, str]) -> None:
+    def __init__(self, metadata: Mapping[str, str],
+                 demand: DemandCheck | None = None) -> None:
+        """``demand``: the demand sources (default: ``GATEWAY``, the queue ``report``
+        was last given)."""
         self.trigger = parse_metadata({"podSelector": _SELECTOR.text, **metadata})
         self.now = 0.0
+        self.queue = 0  # requests waiting for a replica, as last reported
         self.fleet = FleetView(monotonic=lambda: self.now)
         self.roster = _OneNode()
         self.started: tuple[tuple[str, float], ...] = ()  # the pod watch's start-ups
         # Asked at every HPA sync and KEDA poll: a planner is never idle long enough to go.
         self.answers = Answers(self.fleet, self.roster, plans=PlanBook(idle_s=math.inf),
-                               startups=self)
+                               demand=demand or self._gateway, startups=self)
         self.workload = Workload(NAMESPACE, NAME, self.trigger)
+        self.answers.check(self.workload)  # a demand source not declared: ConfigError
+
+    def _gateway(self, source: str) -> bool:
+        if source != GATEWAY:
+            raise ConfigError(f"demandSource: {source!r}: the simulator declares only "
+                              f"{GATEWAY!r} (the requests waiting for a replica)")
+        return self.queue > 0
 
     def startups(self, namespace: str, selector: Selector) -> tuple[tuple[str, float], ...]:
         """The Ready replicas' creation to Ready, as the scaler's pod watch reads them."""
         return self.started
 
     def report(self, now: float, signals: list[tuple[bool, dict[str, Reading]]],
-               numbers: list[int] | None = None) -> None:
+               numbers: list[int] | None = None, queue: int | None = None) -> None:
         """This step's replicas: (Ready, signals) each; ``numbers`` name their pods (a
-        replica keeps its name while others come and go), else their positions."""
+        replica keeps its name while others come and go), else their positions;
+        ``queue``: the requests waiting for a replica (None: as before)."""
         self.now = now
+        if queue is not None:
+            self.queue = queue
         self.roster.reported = True
         names = numbers if numbers is not None else range(len(signals))
         self.fleet.update_node(NODE, [
@@ -88,20 +106,46 @@ class _SimScaler:
                               value))
         return out
 
+    def active(self, now: float) -> bool | None:
+        """IsActive as KEDA would get it (None: UNAVAILABLE): ``Answers.active``."""
+        self.now = now
+        got = self.answers.active(self.workload)
+        return None if isinstance(got, Unavailable) else got
 
-def profile_signal(metadata: dict[str, str]) -> Callable[[ServingModel, float], list[Metric]]:
-    """A gpuscale profile as the HPA's signal: the replicas' signals, summed by the
-    scaler's answer function."""
-    sim = _SimScaler(metadata)
 
-    def signal(model: ServingModel, now: float) -> list[Metric]:
-        sim.report(now, [(s.ready, {"gpu-utilization": s.duty_cycle, "vllm-waiting": s.waiting,
-                                    "vllm-running": float(s.running),
-                                    "vllm-requests": s.running + s.waiting,
-                                    "vllm-kv-cache": s.kv_cache} if s.ready else {})
-                         for s in model.signals(now)])
-        return sim.metrics(now)
-    return signal
+class ProfileSignal:
+    """A gpuscale profile as the HPA's signal (``__call__``: the replicas' signals, summed
+    by the scaler's answer function) and KEDA's IsActive (``active``), at the same
+    instant."""
+
+    def __init__(self, metadata: Mapping[str, str]) -> None:
+        self.scaler = _SimScaler(metadata)
+
+    def __call__(self, model: ServingModel, now: float) -> list[Metric]:
+        self.scaler.report(now, [
+            (s.ready, {"gpu-utilization": s.duty_cycle, "vllm-waiting": s.waiting,
+                       "vllm-running": float(s.running), "vllm-requests": s.running + s.waiting,
+                       "vllm-kv-cache": s.kv_cache} if s.ready else {})
+            for s in model.signals(now)], queue=len(model.queue))
+        return self.scaler.metrics(now)
+
+    def active(self, now: float) -> bool | None:
+        return self.scaler.active(now)
+
+
+def profile_signal(metadata: dict[str, str], min_replicas: int = 1) -> ProfileSignal:
+    """A gpuscale profile as the HPA's signal and KEDA's IsActive; ``min_replicas`` 0
+    declares the trigger's ``demandSource: gateway`` (what wakes it at zero, as the live
+    demo's trigger does) unless it names one."""
+    return ProfileSignal(wakes(metadata, min_replicas))
+
+
+def wakes(metadata: Mapping[str, str], min_replicas: int) -> dict[str, str]:
+    """``metadata`` with the gateway's queue as its demand source when the workload may
+    be at zero replicas (where no pod shows the load)."""
+    if min_replicas == 0 and "demandSource" not in metadata:
+        return {**metadata, "demandSource": GATEWAY}
+    return dict(metadata)
 
 
 class PlannerPolicy:
@@ -153,7 +197,7 @@ class PlannerPolicy:
             (f"{NAME}-{rep.number}", rep.ready_at - rep.created if rep.ready_at > rep.created
              else model.p.cold_start(rep.number))
             for rep in model.replicas if now >= rep.ready_at)
-        sim.report(now, replicas, [rep.number for rep in model.replicas])
+        sim.report(now, replicas, [rep.number for rep in model.replicas], len(model.queue))
         if sim.workload.plan_key in self.plans:
             self.plans.tick(now)  # the scaler's plan loop, once a planner second
         else:
@@ -166,6 +210,10 @@ class PlannerPolicy:
 
     def __call__(self, model: ServingModel, now: float) -> list[Metric]:
         return self._sim.metrics(now)
+
+    def active(self, now: float) -> bool | None:
+        """IsActive as KEDA would get it (None: UNAVAILABLE)."""
+        return self._sim.active(now)
 
 
 def planner_policy(params: ServingParams, slo_s: float = 2.0, measure_startup: bool = False,

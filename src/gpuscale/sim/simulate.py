@@ -14,15 +14,28 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
 
 from gpuscale.models.hpa import SCALE_DOWN, Metric, MetricSource, Rules, TargetType
-from gpuscale.models.keda import ScaledObjectLoop, ScaledObjectSpec
+from gpuscale.models.keda import ScaledObjectLoop, ScaledObjectSpec, builtin_active
 from gpuscale.models.serving import InFlightRequest, ServingModel, ServingParams
 from gpuscale.models.slo import DEFAULT_SLO, Slo, SloSpec
 from gpuscale.traffic.scale import sharpest_rise
 from gpuscale.traffic.trace import TraceRequest
 
 Signal = Callable[[ServingModel, float], list[Metric]]
+
+
+@runtime_checkable
+class ScalerSignal(Protocol):
+    """A Signal read through gpuscale's scaler (``sim.scaler_adapter``): it answers KEDA's
+    IsActive too, by the scaler's one activity rule, for the instant it was last read.
+    Any other Signal stands for a scaler built into KEDA (``models.keda.builtin_active``)."""
+
+    def __call__(self, model: ServingModel, now: float) -> list[Metric]: ...
+
+    def active(self, now: float) -> bool | None: ...
+
 # A policy with its own control loop (not the HPA's), called every step with (model, now,
 # current replicas): the replica count it wants, or None to leave the decision to the
 # HPA/KEDA loop (when a signal is given) or keep the current count.
@@ -129,11 +142,9 @@ def run_policy(name: str, requests: Sequence[TraceRequest], duration: float,
         elif wanted is not None:
             desired = max(min_replicas, min(max_replicas, wanted))
         elif signal is not None and loop.due(now, replicas):
-            metrics = signal(model, now)
-            values = [m.value for m in metrics]
-            active: bool | None = None  # every metric failed: a scaler error
-            if not values or any(v is not None for v in values):
-                active = len(model.queue) > 0 or any(v is not None and v > 0 for v in values)
+            metrics = signal(model, now)  # GetMetrics, then IsActive (None: UNAVAILABLE)
+            active = signal.active(now) if isinstance(signal, ScalerSignal) \
+                else builtin_active(metrics)
             ready = sum(1 for s in model.signals(now) if s.ready)
             desired = loop.decide(now, replicas, ready, metrics, active)
         if desired != replicas:

@@ -17,6 +17,7 @@ from typing import Protocol
 
 from gpuscale.attribution.model import OwnerRef
 from gpuscale.common.errors import Unavailable
+from gpuscale.common.freshness import staleness_bound
 from gpuscale.telemetry.model import Absent, Reading
 
 
@@ -100,9 +101,11 @@ class NodeSink(Protocol):
     when the agent runs in the same process."""
 
     def update_node(self, source: str, records: Iterable[PodRecord],
-                    devices: Sequence[DeviceRecord] | None = None) -> None:
+                    devices: Sequence[DeviceRecord] | None = None,
+                    stale_after: float = 0.0) -> None:
         """Replace what ``source`` reported with ``records`` (and its devices with
-        ``devices``; None: keep the last ones)."""
+        ``devices``; None: keep the last ones). ``stale_after``: the reporting agent's
+        staleness bound, from its interval (common.freshness; 0: the sink's default)."""
         ...
 
     def remove_node(self, source: str) -> None:
@@ -116,5 +119,6 @@ def deliver(report: NodeReport, sink: NodeSink, source: str) -> bool:
     age (see ``NodeReport``)."""
     if isinstance(report.pods, Unavailable):
         return False
-    sink.update_node(source, report.pods, report.devices)
+    sink.update_node(source, report.pods, report.devices,
+                     stale_after=staleness_bound(report.interval))
     return True

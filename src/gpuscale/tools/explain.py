@@ -1,7 +1,8 @@
 """``gpuscale explain``: one ScaledObject's answer, why, and what KEDA and the HPA do with
 it (pure: from the scaler's ExplainReply to a decision and its text).
 
-The decision uses the project's own models (models.hpa, the KEDA rules of models.keda):
+The decision uses the scaler's IsActive answer (its one activity rule, sent in the reply)
+and the project's own models (models.hpa, and models.keda's ``Keda`` for KEDA's part):
 per metric the HPA's proposal (tolerance included), the scale-down stabilization window
 fed with the scaler's recorded moments (each past proposal computed against that moment's
 pod count: the HPA's own replica counts then are not known to the scaler), clamped to the
@@ -15,19 +16,21 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from google.protobuf.json_format import MessageToDict
 
 from gpuscale.common.errors import ConfigError
+from gpuscale.common.freshness import is_stale
 from gpuscale.models.hpa import Hpa, Metric, MetricSource, TargetType, parse_behavior
 from gpuscale.models.keda import (
     FALLBACK_BEHAVIORS,
     HPA_SYNC_S,
+    Keda,
+    ScaledObjectSpec,
     fallback_count,
-    fallback_value,
 )
 from gpuscale.proto import inspect_pb2 as pb
 from gpuscale.scaler.core.planner import CUT_SHARE
@@ -48,11 +51,14 @@ def decide(reply: pb.ExplainReply, replicas: int | None = None) -> Decision:
     """What KEDA and the HPA do with the answer in ``reply`` given ``replicas`` now (None:
     the target's spec.replicas from the scaler's watch, else the pods it sees).
 
-    A metric KEDA gets UNAVAILABLE for is, to the HPA, a metric it cannot read (it then
-    scales up on the others but never down), or - once KEDA's fallback applies, after more
-    than failureThreshold failed polls and HPA reads - the value that makes the fallback's
-    count desired (models.keda.fallback_value), which the HPA takes like any other. At zero
-    replicas a fallback that applies counts as active: KEDA activates the workload."""
+    Whether the workload is active is the scaler's answer (``reply.activity``: IsActive's,
+    by its one rule), never decided here. What KEDA makes of the answers is models.keda's
+    ``Keda``, once the moment has lasted (``Keda.settled``): a metric KEDA cannot read -
+    every metric, while IsActive fails (KEDA reads each metric with IsActive) - is, to the
+    HPA, a metric it cannot read (it then scales up on the others but never down), or,
+    once KEDA's fallback applies, the value that makes the fallback's count desired, which
+    the HPA takes like any other; at zero replicas KEDA's RequestScale decides (a fallback
+    that applies counts as active)."""
     st = reply.scale_target
     if replicas is not None:
         current, source = replicas, "given with --replicas"
@@ -61,55 +67,35 @@ def decide(reply: pb.ExplainReply, replicas: int | None = None) -> Decision:
     else:
         current, source = reply.pod_count, ("pods of the selection the agents report "
                                             "(pass --replicas for the HPA's count)")
-    lo, hi = st.min_replicas, st.max_replicas
-    d = Decision(current, source, current, None)
+    spec = scaled_object_spec(st)
+    lo, hi = spec.min_replicas, spec.max_replicas
+    d = Decision(current, source, current, _ACTIVITY.get(reply.activity))
     bounds = f"min {lo}, max {hi}" + ("" if st.known else f" ({KEDA_DEFAULTS})")
     value_mode = reply.value_mode == "average"
     target_type = TargetType.VALUE if value_mode else TargetType.AVERAGE_VALUE
-    missing = [a for a in reply.answers if a.unavailable]
-    fallback = _fallback_lines(d, st, missing, value_mode, current)
     readable = [a for a in reply.answers if not a.unavailable]
     ready = max([a.ready for a in readable] + [0]) or current
-    active = (any(a.value > a.activation for a in readable) or reply.demand == "pending")
-    d.active = active if active or not missing else None
-    words = ", ".join(f"{a.value:.6g} {'>' if a.value > a.activation else '<='} activation "
-                      f"{a.activation:g}" for a in readable)
-    if reply.demand_source:
-        words += f"; demand source {reply.demand_source}: {reply.demand or 'unknown'}"
-    if readable or reply.demand_source:
-        state = {True: "active", False: "inactive", None: "activity unknown"}[d.active]
-        d.lines.append(f"{state}: {words.lstrip('; ') or 'no readable metric'}")
-    if current == 0:
-        _at_zero(d, active, fallback is not None and any(
-            fallback_value(fallback, Metric(MetricSource.EXTERNAL, target_type, a.target),
-                           0) is not None for a in missing), lo, hi)  # Value: no Ready pod
-        return d
-    up, down = parse_behavior(st.behavior_json)
-    hpa = Hpa(max(1, lo), hi, up, down, fresh=False)  # running since before ``past``
+    _activity_line(d, reply, readable)
+    failing = [i for i, a in enumerate(reply.answers) if a.unavailable or d.active is None]
+    fallback = _fallback_lines(d, st, [reply.answers[i] for i in failing], value_mode,
+                               current)
+    keda = Keda(spec)
+    seen = keda.settled(current, ready, [
+        Metric(MetricSource.EXTERNAL, target_type, a.target,
+               None if a.unavailable else a.value) for a in reply.answers], d.active)
     at = reply.at or reply.now
-    for past in reply.past:
-        if any(a.unavailable for a in past.answers) or past.pods <= 0:
-            continue
-        props = [hpa.proposal(Metric(MetricSource.EXTERNAL, target_type, a.target, a.value),
-                              past.pods, max(a.ready for a in past.answers) or past.pods)
-                 for a in past.answers]
-        valid = [p for p in props if p is not None]
-        if valid:
-            hpa.remember(past.at, max(valid))
-    metrics = []
-    for a in reply.answers:
-        if a.unavailable:
-            value = None if fallback is None else fallback_value(
-                fallback, Metric(MetricSource.EXTERNAL, target_type, a.target), ready)
-            m = Metric(MetricSource.EXTERNAL, target_type, a.target, value)
-            metrics.append(m)
-            if value is not None:
+    if current == 0:
+        _at_zero(d, keda.poll(at, 0, d.active, seen=seen))
+        return d
+    hpa = Hpa(max(1, lo), hi, *parse_behavior(st.behavior_json), fresh=False)  # running
+    _replay(hpa, reply.past, target_type)  # since before ``past``
+    for i, (a, m) in enumerate(zip(reply.answers, seen.metrics, strict=True)):
+        if i in failing:
+            if m.value is not None:
                 per = f" / {ready} ready pods" if value_mode else ""
-                d.lines.append(f"{a.metric_name}: fallback value {value:g} ({fallback}{per} "
+                d.lines.append(f"{a.metric_name}: fallback value {m.value:g} ({fallback}{per} "
                                f"x {a.target:g}) -> {hpa.proposal(m, current, ready)}")
             continue
-        m = Metric(MetricSource.EXTERNAL, target_type, a.target, a.value)
-        metrics.append(m)
         proposal = hpa.proposal(m, current, ready)
         if value_mode:
             formula = f"ratio {a.value:.6g}/{a.target:g} x {ready} ready pods"
@@ -119,7 +105,7 @@ def decide(reply: pb.ExplainReply, replicas: int | None = None) -> Decision:
         within = hpa.within(ratio)
         d.lines.append(f"{a.metric_name}: {formula} -> {proposal}"
                        f"{' (within tolerance: keep ' + str(current) + ')' if within else ''}")
-    desired = hpa.step(at, current, metrics, ready)
+    desired = hpa.step(at, current, list(seen.metrics), ready)
     d.desired = desired
     d.lines.append(f"HPA: {hpa.last_reason}; clamped to {bounds} -> {desired}"
                    f"{'' if desired != current else ' (no change)'}")
@@ -135,18 +121,62 @@ def decide(reply: pb.ExplainReply, replicas: int | None = None) -> Decision:
         d.lines.append(f"no recorded moments to replay: the HPA holds the highest "
                        f"recommendation of its last {window:g}s, which may keep more than "
                        f"{desired}")
-    if active is False and not missing and lo == 0:
+    if d.active is False and not seen.error and lo == 0:
         d.lines.append(f"inactive with minReplicaCount 0: KEDA scales to 0 after "
                        f"cooldownPeriod ({st.cooldown_period}s) without activity")
     return d
 
 
-def _at_zero(d: Decision, active: bool, falls_back: bool, lo: int, hi: int) -> None:
-    """KEDA at zero replicas: activation (a fallback that applies counts as active)."""
-    if active or falls_back:
-        d.desired = min(hi, max(1, lo))
-        d.lines.append(f"KEDA activates the workload: 0 -> {d.desired} (then the HPA takes "
-                       f"over){'' if active else '; the fallback counts as active'}")
+_ACTIVITY = {"active": True, "inactive": False}  # else (unavailable, not said): None
+
+
+def scaled_object_spec(st: pb.ScaleTarget) -> ScaledObjectSpec:
+    """The ScaledObject as the scaler reports it (KEDA's defaults where it does not know
+    it), for models.keda."""
+    return ScaledObjectSpec(
+        polling_s=float(st.polling_interval), cooldown_s=float(st.cooldown_period),
+        min_replicas=st.min_replicas, max_replicas=st.max_replicas,
+        fallback_replicas=None if st.fallback_replicas < 0 else st.fallback_replicas,
+        failure_threshold=st.fallback_failures,
+        fallback_behavior=st.fallback_behavior or "static",
+        target_kind=st.kind or "Deployment", target_name=st.name,
+        behavior_json=st.behavior_json)
+
+
+def _activity_line(d: Decision, reply: pb.ExplainReply, readable: list[pb.Answer]) -> None:
+    """The scaler's IsActive answer, with the values and thresholds it was made from."""
+    words = ", ".join(f"{a.value:.6g} (activation {a.activation:g})" for a in readable)
+    if reply.demand_source:
+        words += f"; demand source {reply.demand_source}: {reply.demand or 'unknown'}"
+    if d.active is None:
+        why = reply.activity_reason or ("this scaler does not say (older than this "
+                                        "explain)" if not reply.activity else "")
+        state = f"activity unknown (IsActive: UNAVAILABLE{': ' + why if why else ''})"
+    else:
+        state = "active" if d.active else "inactive"
+    d.lines.append(f"{state}: {words.lstrip('; ') or 'no readable metric'}")
+
+
+def _replay(hpa: Hpa, past: Iterable[pb.Past], target_type: TargetType) -> None:
+    """Feed the HPA's scale-down window with the recorded moments' proposals (each
+    against that moment's pod count: the HPA's own counts then are not known here)."""
+    for moment in past:
+        if any(a.unavailable for a in moment.answers) or moment.pods <= 0:
+            continue
+        props = [hpa.proposal(Metric(MetricSource.EXTERNAL, target_type, a.target, a.value),
+                              moment.pods, max(a.ready for a in moment.answers) or moment.pods)
+                 for a in moment.answers]
+        valid = [p for p in props if p is not None]
+        if valid:
+            hpa.remember(moment.at, max(valid))
+
+
+def _at_zero(d: Decision, set_to: int | None) -> None:
+    """KEDA at zero replicas: what its RequestScale set (``set_to``; None: nothing)."""
+    if set_to:
+        d.desired = set_to
+        d.lines.append(f"KEDA activates the workload: 0 -> {set_to} (then the HPA takes "
+                       f"over){'' if d.active else '; the fallback counts as active'}")
     elif d.active is None:
         d.lines.append("stays at 0: KEDA cannot tell whether it is active, and does not "
                        "activate on errors")
@@ -154,14 +184,15 @@ def _at_zero(d: Decision, active: bool, falls_back: bool, lo: int, hi: int) -> N
         d.lines.append("stays at 0: nothing is active")
 
 
-def _fallback_lines(d: Decision, st: pb.ScaleTarget, missing: list[pb.Answer],
+def _fallback_lines(d: Decision, st: pb.ScaleTarget, failing: list[pb.Answer],
                     value_mode: bool, current: int) -> int | None:
-    """Say what KEDA does about the UNAVAILABLE metrics; the fallback's replica count when
-    it applies (None: the HPA cannot read those metrics)."""
-    if not missing:
+    """Say what KEDA does about the metrics it cannot read; the fallback's replica count
+    when it applies (None: the HPA cannot read those metrics)."""
+    if not failing:
         return None
-    for a in missing:
-        d.lines.append(f"{a.metric_name}: UNAVAILABLE to KEDA: {a.unavailable}")
+    for a in failing:
+        why = a.unavailable or "IsActive is UNAVAILABLE, and KEDA reads it with each metric"
+        d.lines.append(f"{a.metric_name}: UNAVAILABLE to KEDA: {why}")
     if st.fallback_replicas < 0:
         if st.known:
             d.lines.append("no fallback configured: the HPA cannot read it, so it does not "
@@ -206,7 +237,7 @@ def render(reply: pb.ExplainReply, decision: Decision, width: int = 100) -> str:
             if signals and signals[0] in p.signals:
                 r = p.signals[signals[0]]
                 value = (f"({r.absent})" if r.absent else f"{r.value:.4g}")
-            stale = " stale" if p.age > p.stale_after else ""
+            stale = " stale" if is_stale(p.age, p.stale_after) else ""
             out.append(f"  {p.name[:28]:<28} {p.node[:16]:<16} "
                        f"{', '.join(p.gpus)[:22] or '-':<22} {'yes' if p.ready else 'no':<5} "
                        f"{value:>9} {p.age:5.1f}s{stale}")

@@ -14,6 +14,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from gpuscale.common.freshness import bound_of, is_stale
 from gpuscale.proto import inspect_pb2 as pb
 from gpuscale.proto import telemetry_pb2 as tpb
 from gpuscale.scaler.core.profiles import SIGNALS
@@ -133,19 +134,26 @@ def _fmt(v: float) -> str:
 # -- the three tables ----------------------------------------------------------------------
 
 
+def _bound(own: float, reply: pb.FleetReply) -> float:
+    """A node's or pod's staleness bound as the scaler sent it, else the reply's default;
+    none known (an older scaler): nothing is called stale."""
+    return bound_of(own, reply.stale_after or math.inf)
+
+
 def _device_rows(reply: pb.FleetReply, sort: str) -> list[Row]:
     rows: list[Row] = []
     for node in sorted(reply.nodes, key=lambda n: n.name):
         stale = ""
+        bound = _bound(node.stale_after, reply)  # its agent's own (common.freshness)
         if node.problem:
             stale = f"node {node.name}: {node.problem}"
         elif not node.connected:
             stale = f"node {node.name}: agent not connected"
         elif node.age < 0:
             stale = f"node {node.name}: no update yet"
-        elif node.age > reply.stale_after > 0:
+        elif is_stale(node.age, bound):
             stale = (f"node {node.name}: stale, last update {node.age:.0f} s ago "
-                     f"(bound {reply.stale_after:g} s)")
+                     f"(bound {bound:g} s)")
         label = Cell(node.name, style="red" if stale else "")
         if stale or not node.devices:
             rows.append(Row(f"node/{node.name}", (
@@ -239,9 +247,9 @@ def _pod_rows(reply: pb.FleetReply, sort: str) -> list[Row]:
     for p in pods:
         who = f"{p.namespace}/{p.name}"
         stale = ""
-        if p.age > (p.stale_after or reply.stale_after) > 0:
-            stale = (f"{who}: stale, last record {p.age:.0f} s ago "
-                     f"(bound {p.stale_after or reply.stale_after:g} s)")
+        bound = _bound(p.stale_after, reply)
+        if is_stale(p.age, bound):
+            stale = f"{who}: stale, last record {p.age:.0f} s ago (bound {bound:g} s)"
         name = Cell(who, "" if p.ready else f"{who}: not Ready",
                     "red" if stale else "" if p.ready else "dim")
         gpus = held.get(f"{p.node}|{who}", [])

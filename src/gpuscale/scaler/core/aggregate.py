@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from gpuscale.common.errors import DataUnavailable
+from gpuscale.common.freshness import bound_of, is_stale
 from gpuscale.scaler.core.profiles import SIGNALS, Target, ValueMode
 from gpuscale.stream.records import PodRecord
 from gpuscale.telemetry.model import Absent
@@ -81,8 +82,8 @@ def evaluate(fleet: Clock, pods: Sequence[PodRecord], target: Target,
             problems.append(f"{p.namespace}/{p.name} ({why})")
             continue
         age = fleet.age(p)
-        bound = p.stale_after or fleet.stale_after
-        if age > bound:
+        bound = bound_of(p.stale_after, fleet.stale_after)  # its agent's own, or the default
+        if is_stale(age, bound):
             problems.append(f"{p.namespace}/{p.name} (stale: {age:.1f}s old, bound "
                             f"{bound:.1f}s)")
             continue

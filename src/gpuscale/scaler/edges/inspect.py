@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import grpc
 
 from gpuscale.common.errors import ConfigError, GpuscaleError, Unavailable
+from gpuscale.common.freshness import bound_of
 from gpuscale.models.keda import scaled_object_spec
 from gpuscale.proto import inspect_pb2 as pb
 from gpuscale.proto import inspect_pb2_grpc as pb_grpc
@@ -67,7 +68,7 @@ class Inspector(pb_grpc.InspectServicer):
         ns, node = request.namespace, request.node
         reply = pb.FleetReply(now=self._wall(), stale_after=self._fleet.stale_after)
         devices = self._fleet.devices()
-        ages = self._fleet.nodes()
+        ages, bounds = self._fleet.nodes(), self._fleet.bounds()
         if self._links is not None:
             for i, s in enumerate(self._links()):
                 if node and node not in (s.identity, s.address):
@@ -75,6 +76,7 @@ class Inspector(pb_grpc.InspectServicer):
                 n = reply.nodes.add(name=s.identity or s.address, address=s.address,
                                     connected=s.connected,
                                     age=ages.get(s.address, -1.0),
+                                    stale_after=bounds.get(s.address, 0.0),
                                     problem=s.waiting() or s.error)
                 for d in devices.get(s.address, ()):
                     put_device(n.devices.add(), d)
@@ -85,7 +87,8 @@ class Inspector(pb_grpc.InspectServicer):
                 if node and address != node:
                     continue
                 n = reply.nodes.add(name=address, address=address, connected=True,
-                                    age=ages.get(address, -1.0))
+                                    age=ages.get(address, -1.0),
+                                    stale_after=bounds.get(address, 0.0))
                 for d in devs:
                     put_device(n.devices.add(), d)
                 if i % FLEET_NODE_CHUNK == FLEET_NODE_CHUNK - 1:
@@ -160,6 +163,10 @@ class Inspector(pb_grpc.InspectServicer):
         reply.plan_terms.update(dict(moment.terms))
         reply.planned_replicas = moment.planned
         reply.demand = moment.demand
+        reply.activity = ("active" if moment.active else "inactive"
+                          if moment.active is not None else
+                          "unavailable" if moment.inactive_unknown else "")
+        reply.activity_reason = moment.inactive_unknown
         self._put_target(reply.scale_target, ns, name)
         return reply
 
@@ -254,7 +261,7 @@ class Inspector(pb_grpc.InspectServicer):
         if p.owner is not None:
             msg.owner_kind, msg.owner_name = p.owner.kind, p.owner.name
         msg.age = self._fleet.age(p)
-        msg.stale_after = p.stale_after or self._fleet.stale_after
+        msg.stale_after = bound_of(p.stale_after, self._fleet.stale_after)
         msg.labels.update(p.labels)
         for signal, value in p.signals.items():
             put_reading(msg.signals[signal], value)

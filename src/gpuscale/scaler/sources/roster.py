@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
+from gpuscale.common.freshness import POD_LIST_STALE_S, is_stale
 from gpuscale.kube.replies import int_at, list_at, obj_at, str_at
 from gpuscale.scaler.core.selector import Selector
 from gpuscale.stream.records import PodRecord
@@ -35,7 +36,8 @@ if TYPE_CHECKING:  # the Kubernetes client is imported only where the pod watch 
     from gpuscale.kube.api import KubeApi
 
 GPU_RESOURCE_PREFIXES = ("nvidia.com/", "amd.com/")  # resources that are GPUs
-LIST_STALE_AFTER_S = 120.0  # the last listed pods stand in this long while the watch is down
+LIST_STALE_AFTER_S = POD_LIST_STALE_S  # the last listed pods stand in this long while the
+#   watch is down (named beside the staleness rule, common.freshness)
 MAX_RUNNING_PODS = 200_000
 _CACHE_ENTRIES = 20_000  # as the fleet view's: one per ScaledObject at 10,000 and room
 _CACHE_BYTES = 8 * 1024 * 1024  # of selector text held as cache keys
@@ -254,7 +256,7 @@ class PodRoster:
         if self._down_since is None:
             self._down_since = now
         down = now - self._down_since
-        return down if down > self._stale_after else None
+        return down if is_stale(down, self._stale_after) else None
 
     def ready(self) -> tuple[bool, str]:
         if self.watch.synced_at is None:

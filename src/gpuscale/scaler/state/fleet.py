@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterable, MutableSequence, Sequence
 from dataclasses import dataclass, field
 
-from gpuscale.common.freshness import staleness_bound
+from gpuscale.common.freshness import bound_of, staleness_bound
 from gpuscale.scaler.core.selector import Selector
 from gpuscale.stream.records import DeviceRecord, PodRecord
 
@@ -25,6 +25,7 @@ class _Node:
     pods: dict[tuple[str, str], PodRecord] = field(default_factory=dict)
     updated_at: float = 0.0
     devices: Sequence[DeviceRecord] = ()
+    stale_after: float = 0.0  # the agent's own staleness bound (0: the view's default)
 
 
 CACHE_ENTRIES = 20_000  # distinct (namespace, selector) pairs remembered
@@ -51,12 +52,14 @@ class FleetView:
     # -- writers -------------------------------------------------------------------------
 
     def update_node(self, source: str, records: Iterable[PodRecord],
-                    devices: Sequence[DeviceRecord] | None = None) -> None:
+                    devices: Sequence[DeviceRecord] | None = None,
+                    stale_after: float = 0.0) -> None:
         """Replace the pods (and devices, kept for the operator tools) that ``source``
         reported: the address of the agent's stream, or the node's name for an agent in
-        this process (stream.records.NodeSink). O(pods on the node); selections of a
-        namespace are recomputed only when that namespace's pods come, go or change
-        labels."""
+        this process (stream.records.NodeSink); ``stale_after``: that agent's staleness
+        bound, from its own interval (0: the view's default). O(pods on the node);
+        selections of a namespace are recomputed only when that namespace's pods come, go
+        or change labels."""
         keys = self._keys
         new = {}
         for r in records:
@@ -82,6 +85,7 @@ class FleetView:
             entry.devices = (devices if isinstance(devices, Sequence)
                              and not isinstance(devices, MutableSequence) else tuple(devices))
         entry.updated_at = self._monotonic()
+        entry.stale_after = stale_after
         self._notify()
 
     def remove_node(self, source: str) -> None:
@@ -140,6 +144,11 @@ class FleetView:
         since its last update."""
         now = self._monotonic()
         return {n: now - e.updated_at for n, e in self._nodes.items()}
+
+    def bounds(self) -> dict[str, float]:
+        """Source (as in ``nodes``) -> its staleness bound: its agent's own, else the
+        view's default (common.freshness)."""
+        return {n: bound_of(e.stale_after, self.stale_after) for n, e in self._nodes.items()}
 
     def devices(self) -> dict[str, Sequence[DeviceRecord]]:
         """Source (as in ``nodes``) -> its devices as last reported."""

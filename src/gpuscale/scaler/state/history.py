@@ -51,6 +51,9 @@ class RecordedAnswers:
     terms: tuple[tuple[str, float], ...] = ()
     missing: tuple[str, ...] = ()
     demand: str = ""  # the demand source's word ("pending", "none", why not) or ""
+    active: bool | None = None  # IsActive's answer (scaler.answers.activity); None: not
+    #   known - UNAVAILABLE with ``inactive_unknown`` as the reason, or not recorded
+    inactive_unknown: str = ""
 
 
 @dataclass(slots=True)
