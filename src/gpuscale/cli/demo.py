@@ -58,9 +58,10 @@ def add_parser(sub: Any) -> None:
     demo.add_argument("--nodes", type=int, default=2, help="loop: simulated 8xH100 nodes")
     demo.add_argument("--interval", type=float, default=1.0,
                       help="scenario: sample interval, s")
-    demo.add_argument("--host", default=None,
-                      help="scaler listen address (default 0.0.0.0 for a scenario, "
-                           "127.0.0.1 for the loop)")
+    demo.add_argument("--host", default="127.0.0.1",
+                      help="listen address of the scaler and, for a scenario, of the "
+                           "agents (default 127.0.0.1: KEDA's port and the agents' streams "
+                           "are plaintext here; 0.0.0.0 serves every interface)")
     demo.add_argument("--port", type=int, default=6000, help="scaler gRPC port (6000)")
     demo.add_argument("--hpa", action="store_true",
                       help="the closed loop through the plain-HPA path: the scaler serves the "
@@ -93,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
         from gpuscale.demo.scenario import ScenarioOptions, serve_scenario
 
         return _serve(serve_scenario(ScenarioOptions(
-            args.scenario, host=args.host or "0.0.0.0", port=args.port,
+            args.scenario, host=args.host, port=args.port,
             speed=args.speed or 1.0, interval=args.interval, metrics_port=args.metrics_port,
             scaler_config=args.scaler_config, history_step=args.history_step)))
     except ConfigError as exc:  # ScenarioError is one
@@ -150,7 +151,7 @@ def _run_loop(args: argparse.Namespace) -> int:
     logging.getLogger("gpuscale.stream").setLevel(logging.WARNING)
     cfg = LiveConfig(requests, duration, speed=speed, nodes=args.nodes,
                      profile=args.profile, min_replicas=args.min_replicas,
-                     max_replicas=args.max_replicas, host=args.host or "127.0.0.1",
+                     max_replicas=args.max_replicas, host=args.host,
                      port=args.port, hpa=args.hpa, metrics_api_port=args.metrics_api_port)
     done: list[Summary] = []
 
