@@ -6,6 +6,12 @@ lines), ``samples`` of the whole body, and ``engine_signals``. Each figure is th
 ``--repeat`` timings, each the CPU (process_time) of ``--number`` calls divided by
 ``--number``, after one warm-up call.
 
+Then hostile lines (``long_lines``): a line that fails only at its end, after a run of 0.1,
+1 and 10 million digits or blanks (the shapes tests/engines/test_line_filter.py refuses),
+``select_lines`` on it and, as the yardstick, one possessive pass of ``re`` over the same
+characters (``[^\n]*+``): the cost must grow with the length (x10 per row), not its square
+(x100), and stay a small multiple of the yardstick.
+
 Usage: PYTHONPATH=src:. .venv/bin/python bench/bench_select.py [--repeat 200] [--number 20]
 """
 
@@ -13,9 +19,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import time
 from collections.abc import Callable
+from functools import partial
 
 from gpuscale.engines.line_filter import select_lines
 from gpuscale.engines.signals import MAX_SERIES, READS, engine_signals, samples
@@ -31,6 +39,28 @@ def per_call_ms(fn: Callable[[], object], repeat: int, number: int) -> float:
             fn()
         runs.append((time.process_time() - start) / number * 1000)
     return statistics.median(runs)
+
+
+LONG_SHAPES = {
+    "number failing at its end": lambda n: "x 1" + "1" * n + "z",
+    "mantissa and exponent": lambda n: "x 1." + "1" * n + "e" + "1" * n + "z",
+    "blanks, then a failing line": lambda n: " " * n + "z",
+    "blanks after a value": lambda n: "x 1" + " " * n + "z",
+}
+_ONE_PASS = re.compile(r"[^\n]*+").match  # the yardstick: re reading the characters once
+
+
+def long_lines(repeat: int) -> dict[str, dict[str, float]]:
+    keep = READS["tgi"]
+    out = {}
+    for name, shape in LONG_SHAPES.items():
+        for n in (100_000, 1_000_000, 10_000_000):
+            text = shape(n) + "\ntgi_queue_size 1"
+            assert select_lines(text, keep, 10) is None
+            out[f"{name}, {n:,}"] = {
+                "select_lines_ms": per_call_ms(partial(select_lines, text, keep, 10), repeat, 1),
+                "one_pass_ms": per_call_ms(partial(_ONE_PASS, text), repeat, 1)}
+    return out
 
 
 def main() -> None:
@@ -55,6 +85,7 @@ def main() -> None:
         "samples_whole_ms": per_call_ms(lambda: samples(text), max(5, args.repeat // 20),
                                         2),
     }
+    out["long_lines"] = long_lines(max(3, args.repeat // 40))
     print(json.dumps(out, indent=1))
 
 

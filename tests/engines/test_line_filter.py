@@ -5,8 +5,6 @@ in label values and HELP text, every TYPE, junk), ``samples`` of the selected li
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
@@ -122,13 +120,18 @@ def test_labels_twice_are_found_however_many(line: str, selected: object) -> Non
     assert select_lines(f"{line}\ntgi_queue_size 1", READS["tgi"], 10) == selected
 
 
+LONG = 1_000_000  # its square is hours of backtracking: the suite's per-test timeout
+#                  (pyproject.toml) fails a pattern that gives characters back, without
+#                  a test timing anything; bench/bench_select.py measures the cost per MB
+
+
 @pytest.mark.parametrize("line", [
-    "x 1" + "1" * 200_000 + "z",  # a number that fails at its end
-    "x 1." + "1" * 200_000 + "e" + "1" * 200_000 + "z",
-    " " * 200_000 + "z",  # blanks before a line that fails
-    "x 1" + " " * 200_000 + "z",
+    "x 1" + "1" * LONG + "z",  # a number that fails at its end
+    "x 1." + "1" * LONG + "e" + "1" * LONG + "z",
+    " " * LONG + "z",  # blanks before a line that fails
+    "x 1" + " " * LONG + "z",
 ])
-def test_a_long_line_that_fails_costs_its_length_not_its_square(line: str) -> None:
-    start = time.process_time()
+def test_a_long_line_that_fails_is_refused_in_one_pass(line: str) -> None:
+    """A line that fails at its very end, after a run no pattern may give back: refused
+    (None: the caller parses the whole body), in time linear in its length."""
     assert select_lines(f"{line}\ntgi_queue_size 1", READS["tgi"], 10) is None
-    assert time.process_time() - start < 1.0  # the square of 200,000 is minutes
