@@ -1,6 +1,11 @@
 """custom.metrics.k8s.io over real HTTPS: kubectl with a client certificate, the
 aggregator's front proxy with request headers, delegated authorization answered by the
-test API server, and the answers' rules (never a pod left out, 503 with the reason)."""
+test API server, and the answers' rules (never a pod left out, 503 with the reason).
+
+The fleet judges freshness, and the authorizer its cached reviews, on a clock the tests
+move by hand (``clock``): data recorded once stays fresh and a review cached however slowly
+the machine serves the requests; staleness is a test's own step (a record sampled 60 s
+before the clock's now, or the clock moved)."""
 
 from __future__ import annotations
 
@@ -42,6 +47,7 @@ from tests.peers.kubeapi import (
     make_pod,
     make_workload,
 )
+from tests.support.clock import Clock
 from tests.support.kubeconfig import write_kubeconfig
 from tests.support.pki import HPA_USER, issue, make_ca, pem
 from tests.support.polling import until
@@ -141,7 +147,8 @@ def write_certs(d: Path) -> dict[str, str]:
 
 
 @pytest.fixture
-async def cluster(tmp_path: Path, kubeapi: KubeApiPeer) -> AsyncIterator[Cluster]:
+async def cluster(tmp_path: Path, kubeapi: KubeApiPeer,
+                  clock: Clock) -> AsyncIterator[Cluster]:
     kubeapi.set_configmap("kube-system", "extension-apiserver-authentication",
                           write_certs(tmp_path))
     kubeapi.authorize = policy
@@ -155,7 +162,7 @@ async def cluster(tmp_path: Path, kubeapi: KubeApiPeer) -> AsyncIterator[Cluster
         kubeapi.add(gpu_pod(name, "triton", ns="infer"))
     kubeapi.add(make_workload("Deployment", "infer", "triton", {"app": "triton"}),
                 DEPLOYMENTS)
-    fleet = FleetView()
+    fleet = FleetView(monotonic=clock)
     fleet.update_node("node-a", [
         record(fleet, "vllm-0", gpu_utilization=73.25, vllm_waiting=4, vllm_kv_cache=42.0,
                gpu_memory_used=70000.0, vllm_requests=40),
@@ -168,9 +175,9 @@ async def cluster(tmp_path: Path, kubeapi: KubeApiPeer) -> AsyncIterator[Cluster
     roster = PodRoster(api, AgentRoster(sub), backoff_s=(0.05,))
     resolver = WorkloadResolver(api, backoff_s=(0.05,))
     server = MetricsApiServer(
-        MetricAnswers(Answers(fleet, roster=roster, plans=PlanBook()), resolver), Authorizer(api),
-        TrustSource(configmap_reader(api)), tmp_path / "serving.crt",
-        tmp_path / "serving.key", "127.0.0.1", 0)
+        MetricAnswers(Answers(fleet, roster=roster, plans=PlanBook()), resolver),
+        Authorizer(api, monotonic=clock), TrustSource(configmap_reader(api)),
+        tmp_path / "serving.crt", tmp_path / "serving.key", "127.0.0.1", 0)
     bound: asyncio.Future[int] = asyncio.get_running_loop().create_future()
     tasks = [asyncio.create_task(t) for t in (roster.run(), resolver.run(),
                                               server.serve(bound.set_result))]
@@ -400,23 +407,35 @@ async def test_a_review_that_fails_refuses_the_request(cluster: Cluster) -> None
     assert "subjectaccessreviews" in body["message"]
 
 
-async def test_thousands_of_concurrent_requests(cluster: Cluster) -> None:
+async def test_thousands_of_concurrent_requests(cluster: Cluster, clock: Clock) -> None:
     """2,000 requests at once over 50 connections: each is answered (200, or 429 beyond
-    the in-flight bound), with one review for the one question they all ask."""
+    the in-flight bound), with one review for the one question they all ask. The data
+    stays inside the staleness bound, and the review in its cache, however long the
+    machine takes to serve them (the clock moves only by hand): every 200 reads the values
+    recorded."""
     cluster.server.max_in_flight = 500
     path = f"{V1B2}/namespaces/llm/pods/*/gpu_utilization?labelSelector=app%3Dvllm"
     ctx = cluster.client_ssl("hpa")
     conn = aiohttp.TCPConnector(limit=50, ssl=ctx)
+    read: list[str] = []
     async with aiohttp.ClientSession(connector=conn) as s:
         async def one() -> int:
             async with s.get(cluster.url + path) as r:
-                await r.read()
+                body = await r.json(content_type=None)
+                if r.status == 200:
+                    read.append(json.dumps({i["describedObject"]["name"]: i["value"]
+                                            for i in body["items"]}, sort_keys=True))
                 return r.status
 
         codes = await asyncio.gather(*(one() for _ in range(2000)))
     assert set(codes) <= {200, 429}
     assert codes.count(200) >= 1000
+    assert set(read) == {'{"vllm-0": "73250m", "vllm-1": "10"}'}  # the values recorded
     assert len(cluster.peer.reviews) == 1
+    clock.now += 60  # the same data past the bound: the clock is the one the answers judge by
+    status, body = await cluster.get(path)
+    assert status == 503, body
+    assert "stale" in body["message"]
 
 
 # -- the seed HPAs, end to end ------------------------------------------------------------------
