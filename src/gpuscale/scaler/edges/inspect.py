@@ -19,6 +19,7 @@ import grpc
 
 from gpuscale.common.errors import ConfigError, GpuscaleError, Unavailable
 from gpuscale.common.freshness import bound_of
+from gpuscale.common.grpc_abort import forgets_request
 from gpuscale.models.keda import scaled_object_spec
 from gpuscale.proto import inspect_pb2 as pb
 from gpuscale.proto import inspect_pb2_grpc as pb_grpc
@@ -62,6 +63,7 @@ class Inspector(pb_grpc.InspectServicer):
 
     # -- the service -----------------------------------------------------------------------
 
+    @forgets_request  # a refused call keeps nothing of its request
     async def Fleet(self, request: pb.FleetRequest, context: Context) -> pb.FleetReply:
         await _check_filter(context, "namespace", request.namespace)
         await _check_filter(context, "node", request.node)
@@ -113,6 +115,7 @@ class Inspector(pb_grpc.InspectServicer):
             _put_answers(w.answers, moment.answers)
         return reply
 
+    @forgets_request
     async def Explain(self, request: pb.ExplainRequest, context: Context) -> pb.ExplainReply:
         try:
             check_object_name(request.namespace, request.name)
@@ -170,6 +173,7 @@ class Inspector(pb_grpc.InspectServicer):
         self._put_target(reply.scale_target, ns, name)
         return reply
 
+    @forgets_request
     async def Usage(self, request: pb.UsageRequest, context: Context) -> pb.UsageReply:
         await _check_filter(context, "namespace", request.namespace)
         if not math.isfinite(request.window) or request.window < 0:
