@@ -14,7 +14,7 @@ import pytest
 from gpuscale.attribution.kubelet import KubeletError, PodResourcesClient
 from gpuscale.attribution.model import DeviceKind
 from gpuscale.proto import podresources_v1_pb2 as pb
-from tests.peers.kubelet import KubeletPeer, pod
+from tests.peers.kubelet import KubeletPeer, claim, dra_pod, pod
 
 U = "11111111-2222-3333-4444-{:012d}"
 
@@ -77,18 +77,43 @@ async def test_extra_resource_names(kubelet: KubeletPeer) -> None:
         await c.close()
 
 
-async def test_dra_devices_with_a_uuid_are_attributed(kubelet: KubeletPeer,
-                                                      client: PodResourcesClient) -> None:
-    kubelet.pods = [pb.PodResources(name="p", namespace="a", containers=[
-        pb.ContainerResources(name="c", dynamic_resources=[pb.DynamicResource(
-            claim_name="one-gpu", claim_namespace="a", claim_resources=[
-                pb.ClaimResource(driver_name="gpu.nvidia.com", device_name="gpu-0",
-                                 cdi_devices=[pb.CDIDevice(name=f"k8s.gpu.nvidia.com/device={gpu(4)}")]),
-                pb.ClaimResource(driver_name="gpu.nvidia.com", device_name="gpu-1")])])])]
+async def test_dra_claims_come_as_driver_pool_device_with_their_claim(
+        kubelet: KubeletPeer, client: PodResourcesClient) -> None:
+    """The device name carries no UUID (NVIDIA's ``gpu-0``): the client keeps the claim and
+    (driver, pool, device) for the node's ResourceSlices to name; the kubelet's quirks
+    (cumulative CDI lists, a share id, a resource with no device name) change nothing."""
+    kubelet.pods = [dra_pod("a", "p", ("c", [claim(
+        "two-gpus", ("gpu.nvidia.com", "node-1", "gpu-0"), ("gpu.nvidia.com", "node-1",
+                                                             "gpu-1"),
+        share_ids={"gpu-1": "7f3c"})]))]
+    kubelet.pods[0].containers[0].dynamic_resources[0].claim_resources.append(
+        pb.ClaimResource(driver_name="future.example.com", pool_name="x"))
     got = await client.list()
-    assert [(a.resource, [d.uuid for d in a.devices]) for a in got.allocations] == [
-        ("dra:one-gpu", [gpu(4)])]
-    assert "DRA device 'gpu-1' of claim 'one-gpu' names no GPU UUID" in got.problems[0]
+    (a,) = got.allocations
+    assert a.resource == "dra:two-gpus"
+    assert [(d.kind, d.dra, d.claim) for d in a.devices] == [
+        (DeviceKind.DRA, ("gpu.nvidia.com", "node-1", "gpu-0"), "a/two-gpus"),
+        (DeviceKind.DRA, ("gpu.nvidia.com", "node-1", "gpu-1"), "a/two-gpus")]
+    assert a.devices[0].raw == "claim a/two-gpus: gpu.nvidia.com/node-1/gpu-0"
+    assert "with no device name ignored" in got.problems[0]
+    cdi = kubelet.pods[0].containers[0].dynamic_resources[0].claim_resources[1].cdi_devices
+    assert len(cdi) == 2  # the real kubelet's shared CDI list, reproduced
+
+
+async def test_dra_names_beyond_the_api_bounds_are_unknown_and_ignored_drivers_left_out(
+        kubelet: KubeletPeer, tmp_path: Path) -> None:
+    c = PodResourcesClient(kubelet.socket_path, timeout=1.0, dra_ignore=("nic.example.com",))
+    kubelet.pods = [dra_pod("a", "p", ("c", [
+        claim("big", ("gpu.nvidia.com", "node-1", "g" * 64)),
+        claim("nic", ("nic.example.com", "node-1", "eth-0"))]))]
+    try:
+        got = await c.list()
+    finally:
+        await c.close()
+    (a,) = got.allocations  # the NIC's claim holds nothing gpuscale reads
+    assert a.resource == "dra:big"
+    assert a.devices[0].kind is DeviceKind.UNKNOWN
+    assert "claim a/big" in a.devices[0].raw
 
 
 async def test_allocatable(kubelet: KubeletPeer, client: PodResourcesClient) -> None:

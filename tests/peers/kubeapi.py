@@ -62,6 +62,7 @@ if TYPE_CHECKING:
 from tests.peers.kubeselect import (
     GENERIC_FIELDS,
     POD_FIELDS,
+    SLICE_FIELDS,
     Selection,
     SelectorError,
     selection,
@@ -109,11 +110,14 @@ DEPLOYMENTS = "/apis/apps/v1/deployments"
 STATEFULSETS = "/apis/apps/v1/statefulsets"
 SCALEDOBJECTS = "/apis/keda.sh/v1alpha1/scaledobjects"
 ENDPOINTSLICES = "/apis/discovery.k8s.io/v1/namespaces/gpuscale/endpointslices"
-COLLECTIONS = (PODS, DEPLOYMENTS, STATEFULSETS, SCALEDOBJECTS, ENDPOINTSLICES)
+RESOURCESLICES = "/apis/resource.k8s.io/v1/resourceslices"
+COLLECTIONS = (PODS, DEPLOYMENTS, STATEFULSETS, SCALEDOBJECTS, ENDPOINTSLICES, RESOURCESLICES)
 KINDS = {PODS: ("v1", "Pod"), DEPLOYMENTS: ("apps/v1", "Deployment"),
          STATEFULSETS: ("apps/v1", "StatefulSet"),
          SCALEDOBJECTS: ("keda.sh/v1alpha1", "ScaledObject"),
-         ENDPOINTSLICES: ("discovery.k8s.io/v1", "EndpointSlice")}
+         ENDPOINTSLICES: ("discovery.k8s.io/v1", "EndpointSlice"),
+         RESOURCESLICES: ("resource.k8s.io/v1", "ResourceSlice")}
+FIELDS = {PODS: POD_FIELDS, RESOURCESLICES: SLICE_FIELDS}
 
 # etcd3/errors.go: the 410 for a continue token whose snapshot was compacted away.
 CONTINUE_EXPIRED = (
@@ -302,7 +306,7 @@ class KubeApiPeer:
         try:
             sel = selection(request.query.get("labelSelector", ""),
                             request.query.get("fieldSelector", ""),
-                            POD_FIELDS if request.path == PODS else GENERIC_FIELDS)
+                            FIELDS.get(request.path, GENERIC_FIELDS))
         except SelectorError as exc:
             return web.json_response(status(400, "BadRequest", str(exc)), status=400)
         if request.query.get("watch") in ("true", "1", "True"):

@@ -12,6 +12,15 @@ device-plugin devices are reported until the device manager frees them
 (``UpdateAllocatedDevices``, called by ``List`` but a no-op until all pod sources are ready:
 ``sources_ready``, False just after a kubelet restart); once freed, the pod is listed with
 its containers and no devices. CPUs and memory are reported regardless (not modelled).
+
+DRA claims (``claim``, ``dra_pod``) are listed as the kubelet's ``GetDynamicResources``
+(pkg/kubelet/cm/container_manager_linux.go, 1.37) lists them: in ``dynamic_resources``, one
+entry per claim the container names, with *every* device of the claim (not only the
+container's request); devices grouped by driver in map order (``claim`` takes the order
+given: a test passes drivers in either order); the CDI list shared across one driver's
+devices, so the k-th device of a driver carries the CDI ids of devices 1..k. A claim the
+kubelet's cache lacks (``lost_claims``) makes it log and list the container with no dynamic
+resources at all.
 """
 
 from __future__ import annotations
@@ -31,6 +40,43 @@ from gpuscale.proto import podresources_v1_pb2_grpc as pb_grpc
 Context = grpc.aio.ServicerContext[Any, Any]
 
 
+def claim(name: str, *devices: tuple[str, str, str], namespace: str = "",
+          share_ids: dict[str, str] | None = None) -> pb.DynamicResource:
+    """A claim's entry as the kubelet lists it: devices (driver, pool, device), grouped by
+    driver in the order the drivers first appear, each driver's CDI list cumulative."""
+    by_driver: dict[str, list[tuple[str, str]]] = {}
+    for driver, pool, device in devices:
+        by_driver.setdefault(driver, []).append((pool, device))
+    resources = []
+    for driver, devs in by_driver.items():
+        cdi: list[pb.CDIDevice] = []  # one slice per driver, appended device by device
+        for pool, device in devs:
+            cdi.append(pb.CDIDevice(name=f"k8s.{driver}/claim={namespace or 'ns'}-{name}-"
+                                         f"{device}"))
+            res = pb.ClaimResource(cdi_devices=list(cdi), driver_name=driver,
+                                   pool_name=pool, device_name=device)
+            if share_ids and device in share_ids:
+                res.share_id = share_ids[device]
+            resources.append(res)
+    return pb.DynamicResource(claim_name=name, claim_namespace=namespace,
+                              claim_resources=resources)
+
+
+def dra_pod(namespace: str, name: str, *containers: tuple[str, list[pb.DynamicResource]]
+            ) -> pb.PodResources:
+    """A pod whose containers hold DRA claims: (container, [claim(...), ...]); each claim's
+    namespace is the pod's (claims live in their pod's namespace)."""
+    out = []
+    for c, claims in containers:
+        listed = []
+        for given in claims:
+            dr = copy.deepcopy(given)
+            dr.claim_namespace = dr.claim_namespace or namespace
+            listed.append(dr)
+        out.append(pb.ContainerResources(name=c, dynamic_resources=listed))
+    return pb.PodResources(name=name, namespace=namespace, containers=out)
+
+
 def pod(namespace: str, name: str, *containers: tuple[str, str, Iterable[str]]) -> pb.PodResources:
     """A pod with containers given as (container, resource, device ids)."""
     return pb.PodResources(name=name, namespace=namespace, containers=[
@@ -47,6 +93,7 @@ class KubeletPeer(pb_grpc.PodResourcesListerServicer):
         self.terminated: set[tuple[str, str]] = set()  # (namespace, name) of finished pods
         self.active_pods_only = False  # 1.34+: List leaves finished pods out
         self.sources_ready = True  # False: the devices of finished pods are not freed yet
+        self.lost_claims: set[tuple[str, str]] = set()  # (namespace, claim) not in its cache
         self.delay = 0.0
         self.calls = 0
         self._server: grpc.aio.Server | None = None
@@ -56,6 +103,13 @@ class KubeletPeer(pb_grpc.PodResourcesListerServicer):
         self.terminated.add((namespace, name))
 
     def _as_listed(self, p: pb.PodResources) -> pb.PodResources | None:
+        if any((d.claim_namespace, d.claim_name) in self.lost_claims
+               for c in p.containers for d in c.dynamic_resources):
+            p = copy.deepcopy(p)
+            for c in p.containers:  # GetDynamicResources: an error lists none of them
+                if any((d.claim_namespace, d.claim_name) in self.lost_claims
+                       for d in c.dynamic_resources):
+                    del c.dynamic_resources[:]
         if (p.namespace, p.name) not in self.terminated:
             return p
         if self.active_pods_only:

@@ -307,6 +307,11 @@ POD_FIELDS = {**GENERIC_FIELDS,
               "status.phase": _path("status", "phase"),
               "status.podIP": _path("status", "podIP"),
               "status.nominatedNodeName": _path("status", "nominatedNodeName")}
+# pkg/apis/resource/types.go ResourceSliceSelector*: what a ResourceSlice list selects on
+SLICE_FIELDS = {**GENERIC_FIELDS,
+                "spec.nodeName": _path("spec", "nodeName"),
+                "spec.driver": _path("spec", "driver"),
+                "spec.pool.name": _path("spec", "pool", "name")}
 
 
 @dataclass(frozen=True)

@@ -2,12 +2,13 @@
 
 ``grpc.RpcError`` never leaves this module: failures raise ``KubeletError`` with a reason a
 person can act on (socket missing, permission denied, timed out, ...). Device IDs that are
-in none of the device plugin's forms are skipped and reported, not guessed at.
+in none of the device plugin's forms are kept unmatched and reported, not guessed at. A DRA
+claim's devices come as (driver, pool, device) references: ResourceSlices name them
+(attribution/dra.py).
 """
 
 from __future__ import annotations
 
-import re
 import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +21,7 @@ from gpuscale.attribution.devices import (
     is_gpu_resource,
     parse_device_id,
 )
+from gpuscale.attribution.dra import MAX_DEVICE_NAME, MAX_DRIVER, MAX_POOL, dra_ref
 from gpuscale.attribution.model import Allocation, DeviceKind, DeviceRef
 from gpuscale.common.errors import PeerError
 from gpuscale.proto import podresources_v1_pb2 as pb
@@ -28,7 +30,6 @@ from gpuscale.proto import podresources_v1_pb2_grpc as pb_grpc
 DEFAULT_SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024  # the kubelet's own limit is the same order
 DEFAULT_TIMEOUT_S = 2.0
-_UUID_IN_TEXT = re.compile(r"(?:GPU|MIG)-[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}")
 
 
 class KubeletError(PeerError):
@@ -46,11 +47,15 @@ class PodResourcesClient:
 
     def __init__(self, socket_path: Path = DEFAULT_SOCKET,
                  extra_resources: tuple[str, ...] = (),
-                 timeout: float = DEFAULT_TIMEOUT_S) -> None:
+                 timeout: float = DEFAULT_TIMEOUT_S,
+                 dra_ignore: tuple[str, ...] = ()) -> None:
+        """``dra_ignore``: DRA drivers whose devices are not GPUs (a NIC's): their claims'
+        devices are left out; every other DRA device must be named by a ResourceSlice."""
         if "," in str(socket_path):  # gRPC reads "unix:a,b" as two addresses
             raise ValueError(f"kubelet socket path may not contain ',': {socket_path}")
         self.socket_path = socket_path
         self._extra = extra_resources
+        self._dra_ignore = frozenset(dra_ignore)
         self._timeout = timeout
         self._channel: grpc.aio.Channel | None = None
         self._stub: pb_grpc.PodResourcesListerStub | None = None
@@ -125,20 +130,37 @@ class PodResourcesClient:
                     allocations.append(Allocation(pod.namespace, pod.name, c.name,
                                                   dev.resource_name, tuple(refs)))
                 for dra in c.dynamic_resources:
-                    refs = []
-                    for claim in dra.claim_resources:
-                        names = [claim.device_name, *(d.name for d in claim.cdi_devices)]
-                        found = [m for n in names for m in _UUID_IN_TEXT.findall(n)]
-                        if found:
-                            refs.append(parse_device_id(found[0]))
-                        elif claim.driver_name.endswith("nvidia.com"):
-                            problems.append(f"{pod.namespace}/{pod.name}/{c.name}: DRA device "
-                                            f"{claim.device_name[:60]!r} of claim "
-                                            f"{dra.claim_name[:60]!r} names no GPU UUID")
-                    if refs:
+                    got = _claim(pod.namespace, dra, self._dra_ignore, problems)
+                    if got:
                         allocations.append(Allocation(pod.namespace, pod.name, c.name,
-                                                      f"dra:{dra.claim_name}", tuple(refs)))
+                                                      f"dra:{dra.claim_name[:253]}", got))
         return PodResourcesList(tuple(allocations), tuple(problems))
+
+
+def _claim(namespace: str, dra: pb.DynamicResource, ignore: frozenset[str],
+           problems: list[str]) -> tuple[DeviceRef, ...]:
+    """A claim's devices as DRA references (named later from the node's slices);
+    those of the drivers declared not to hold GPUs left out."""
+    ns = dra.claim_namespace or namespace
+    refs = []
+    for res in dra.claim_resources:
+        if res.driver_name in ignore:
+            continue
+        if not res.device_name:  # the API reserves this for non-device resources
+            problems.append(f"claim {ns[:63]}/{dra.claim_name[:80]}: a resource of "
+                            f"{res.driver_name[:63]!r} with no device name ignored")
+            continue
+        if (len(res.driver_name) > MAX_DRIVER or len(res.pool_name) > MAX_POOL
+                or len(res.device_name) > MAX_DEVICE_NAME or not res.pool_name):
+            ref = DeviceRef(f"claim {ns[:63]}/{dra.claim_name[:80]}: a device the "
+                            f"kubelet names beyond the API's bounds", DeviceKind.UNKNOWN,
+                            "", claim=f"{ns[:63]}/{dra.claim_name[:253]}")
+            problems.append(ref.raw)
+            refs.append(ref)
+            continue
+        refs.append(dra_ref(ns, dra.claim_name[:253], res.driver_name, res.pool_name,
+                            res.device_name))
+    return tuple(refs)
 
 
 def _describe(exc: grpc.aio.AioRpcError, path: Path) -> str:

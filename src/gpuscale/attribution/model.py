@@ -16,6 +16,7 @@ class DeviceKind(enum.Enum):
     MIG = "mig"
     PCI = "pci"  # an AMD GPU or partition by its PCI address (the AMD device plugin's ID)
     PLATFORM = "platform"  # an AMD partition by its platform device (amdgpu_xcp_<n>)
+    DRA = "dra"  # a DRA claim's (driver, pool, device), before the node's slices name it
     UNKNOWN = "unknown"  # a GPU resource's device ID in no form we read: never matched
 
 
@@ -29,6 +30,11 @@ class DeviceRef:
     ``MIG-GPU-<uuid>/<gi>/<ci>``       -> MIG, parent uuid, gpu/compute instance ids
     and the MIG forms with ``::<n>``; and the AMD device plugin's
     ``<domain>:<bus>:<device>.<function>``   -> PCI, the address (lower case) in ``uuid``
+
+    A DRA claim's device (attribution/dra.py) keeps its claim (``namespace/name``) and its
+    ``(driver, pool, device)``; once a ResourceSlice names it, it is one of the kinds above,
+    or a MIG device by its parent GPU's uuid and ``mig_profile`` (DynamicMIG: the slice
+    names no MIG uuid).
     """
 
     raw: str
@@ -37,6 +43,9 @@ class DeviceRef:
     gpu_instance_id: int | None = None
     compute_instance_id: int | None = None
     replica: int | None = None
+    mig_profile: str = ""  # with kind MIG and a GPU uuid: the parent's one MIG of this profile
+    claim: str = ""  # DRA: the ResourceClaim, namespace/name
+    dra: tuple[str, str, str] | None = None  # DRA: (driver, pool, device)
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +56,7 @@ class Allocation:
     pod: str
     container: str
     resource: str  # nvidia.com/gpu, nvidia.com/gpu.shared, nvidia.com/mig-1g.10gb, ...
-    devices: tuple[DeviceRef, ...]
+    devices: tuple[DeviceRef, ...]  # (DRA: resource "dra:<claim>", one per claim)
 
 
 class PodPhase(enum.Enum):

@@ -180,6 +180,12 @@ def _resolver(snapshot: NodeSnapshot) -> Callable[[DeviceRef], _Target | None]:
                 return _Target(*part)
             g = by_pci.get(ref.uuid) if ref.kind is DeviceKind.PCI else None
             return _Target(g, None) if g else None
+        if ref.kind is not DeviceKind.MIG:
+            return None  # DRA (not named by a slice) or unknown: never matched
+        if ref.mig_profile:  # DRA DynamicMIG: the parent's one MIG device of the profile
+            same = [m for m in (gpus[ref.uuid].migs if ref.uuid in gpus else ())
+                    if m.profile == ref.mig_profile]
+            return _Target(gpus[ref.uuid], same[0]) if len(same) == 1 else None
         hit = (migs.get(ref.uuid) if ref.gpu_instance_id is None
                else mig_ids.get((ref.uuid, ref.gpu_instance_id, ref.compute_instance_id or 0)))
         return _Target(*hit) if hit else None

@@ -1,7 +1,8 @@
 """Where attribution inputs come from, behind one interface: the cluster, or a scenario.
 
 ``ClusterSources`` asks the kubelet (PodResources, polled each tick and kept for a short
-grace period across kubelet restarts), the node pod cache (watched) and /proc (PID owners).
+grace period across kubelet restarts), the node pod cache and the node's ResourceSlices
+(watched: they name DRA devices) and /proc (PID owners).
 ``ScenarioSources`` derives the same inputs from a simulated node's scenario, so the demo
 and the tests of higher layers exercise the same rules.
 """
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from gpuscale.attribution.cgroup import PidResolver
 from gpuscale.attribution.devices import parse_device_id
+from gpuscale.attribution.dra import resolve
 from gpuscale.attribution.kubelet import KubeletError, PodResourcesClient
 from gpuscale.attribution.model import (
     Allocation,
@@ -36,6 +38,7 @@ from gpuscale.telemetry.scenario import NodeSpec, gpu_uuid, mig_uuid
 
 if TYPE_CHECKING:  # the Kubernetes client is a heavy import: only when the watch runs
     from gpuscale.attribution.pods import NodePodCache
+    from gpuscale.attribution.slices import NodeSliceCache
     from gpuscale.kube.api import KubeApi
 
 log = logging.getLogger(__name__)
@@ -83,9 +86,10 @@ class ClusterSources:
     def __init__(self, kubelet: PodResourcesClient, pods: NodePodCache | None,
                  pids: PidResolver, clock: Callable[[], float] = time.time,
                  pods_missing_reason: str = "no Kubernetes API configured",
-                 api: KubeApi | None = None) -> None:
+                 api: KubeApi | None = None, slices: NodeSliceCache | None = None) -> None:
         self._kubelet = kubelet
         self._pods = pods
+        self._slices = slices
         self._api = api
         self._pids = pids
         self._clock = clock
@@ -94,10 +98,12 @@ class ClusterSources:
         self._kubelet_error = ""
 
     async def run(self) -> None:
-        if self._pods is not None:
-            await self._pods.run()
-        else:
+        watches = [w.run() for w in (self._pods, self._slices) if w is not None]
+        if not watches:
             await asyncio.Event().wait()  # nothing to watch; live as long as the agent
+        async with asyncio.TaskGroup() as tg:
+            for w in watches:
+                tg.create_task(w)
 
     def pod_infos(self) -> Mapping[tuple[str, str], PodInfo] | Absent:
         return Absent.UNAVAILABLE if self._pods is None else self._pods.pods()
@@ -125,6 +131,7 @@ class ClusterSources:
             notes.append(f"kubelet: {exc}")
         if self._last is not None and self._clock() - self._last[1] <= KUBELET_GRACE_S:
             allocations, allocated_at = self._last
+            allocations = self._name_dra(allocations, notes)
         pods: Mapping[tuple[str, str], PodInfo] | Absent = Absent.UNAVAILABLE
         if self._pods is None:
             notes.append(f"pod metadata: {self._pods_missing}")
@@ -138,6 +145,22 @@ class ClusterSources:
         if isinstance(owners, Absent):
             notes.append(self._pids.available()[1])
         return AttributionInputs(allocations, allocated_at, pods, owners, tuple(notes))
+
+    def _name_dra(self, allocations: Sequence[Allocation],
+                  notes: list[str]) -> Sequence[Allocation]:
+        """DRA devices named from this node's ResourceSlices (unknown when none names
+        them: the holder's numbers are then unknown, with a note naming the claim)."""
+        if not any(a.resource.startswith("dra:") for a in allocations):
+            return allocations
+        inventory = None if self._slices is None else self._slices.inventory()
+        why = self._pods_missing if self._slices is None else "ResourceSlices not listed yet"
+        named, problems = resolve(allocations, inventory, f"no ResourceSlices: {why}")
+        notes.extend(problems[:5])
+        if self._slices is not None:
+            connected, state = self._slices.state()
+            if not connected:
+                notes.append(f"ResourceSlice watch: {state}")
+        return named
 
 
 # Simulated engines listen on their own loopback IPs, each on a port chosen free where the
@@ -261,12 +284,13 @@ class ScenarioSources:
 
 async def cluster_sources(kubelet_socket: Path, node_name: str, proc_root: Path,
                           kubeconfig: Path | None = None,
-                          extra_resources: tuple[str, ...] = ()) -> ClusterSources:
+                          extra_resources: tuple[str, ...] = (),
+                          dra_ignore: tuple[str, ...] = ()) -> ClusterSources:
     """Sources for a real node: in-cluster credentials when running in a pod, else the
     kubeconfig. A missing API or node name leaves pod metadata unavailable (and says so)."""
     from gpuscale.kube.connect import connect, credentials_available
 
-    kubelet = PodResourcesClient(kubelet_socket, extra_resources)
+    kubelet = PodResourcesClient(kubelet_socket, extra_resources, dra_ignore=dra_ignore)
     pids = PidResolver(proc_root)
     if not credentials_available(kubeconfig):
         return ClusterSources(kubelet, None, pids)  # and no heavy client import
@@ -274,12 +298,14 @@ async def cluster_sources(kubelet_socket: Path, node_name: str, proc_root: Path,
         return ClusterSources(kubelet, None, pids, pods_missing_reason="node name unknown "
                               "(set --node-name or NODE_NAME from the downward API)")
     from gpuscale.attribution.pods import NodePodCache
+    from gpuscale.attribution.slices import NodeSliceCache
 
     try:
         api = await connect(kubeconfig)
     except ConfigError as exc:
         return ClusterSources(kubelet, None, pids, pods_missing_reason=str(exc))
-    return ClusterSources(kubelet, NodePodCache(api, node_name), pids, api=api)
+    return ClusterSources(kubelet, NodePodCache(api, node_name), pids, api=api,
+                          slices=NodeSliceCache(api, node_name))
 
 
 def _engine(info: PodInfo) -> str:

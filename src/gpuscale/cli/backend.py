@@ -62,6 +62,9 @@ def add_backend_args(p: argparse.ArgumentParser) -> None:
                         "(default /sys)")
     a.add_argument("--extra-resource", action="append", default=[],
                    help="another extended resource name whose devices are GPUs (repeatable)")
+    a.add_argument("--dra-ignore-driver", action="append", default=[], metavar="DRIVER",
+                   help="a DRA driver whose devices are not GPUs (a NIC's): its claims are "
+                        "left out, not unknown (repeatable)")
 
 
 def make_backend(args: argparse.Namespace) -> GpuBackend:
@@ -121,7 +124,10 @@ async def make_sources(args: argparse.Namespace, backend: GpuBackend,
         return ScenarioSources(lambda: backend.node)  # the node as last sampled
     if not watch_pods:
         return ClusterSources(PodResourcesClient(args.kubelet_socket,
-                                                 tuple(args.extra_resource)), None,
+                                                 tuple(args.extra_resource),
+                                                 dra_ignore=tuple(args.dra_ignore_driver)),
+                              None,
                               PidResolver(args.proc_root), pods_missing_reason="not watched")
     return await cluster_sources(args.kubelet_socket, args.node_name, args.proc_root,
-                                 args.kubeconfig, tuple(args.extra_resource))
+                                 args.kubeconfig, tuple(args.extra_resource),
+                                 tuple(args.dra_ignore_driver))
