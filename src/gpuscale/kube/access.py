@@ -11,6 +11,8 @@ AGENT: frozenset[tuple[str, str, frozenset[str]]] = frozenset({
     ("", "pods", frozenset({"list", "watch"})),  # node pod cache (field selector: the node)
     ("apps", "replicasets", frozenset({"get"})),  # owner chain -> Deployment
     ("batch", "jobs", frozenset({"get"})),  # owner chain -> CronJob
+    # DRA: which GPU a claim's device is (field selector: the node; attribution/slices.py)
+    ("resource.k8s.io", "resourceslices", frozenset({"list", "watch"})),
 })
 
 SCALER: frozenset[tuple[str, str, frozenset[str]]] = frozenset({
