@@ -52,7 +52,7 @@ class _OneNode:
         return [] if self.reported else ["the simulated node has not reported yet"]
 
 
-class _SimScaler:
+class SimScaler:
     """A fleet view on the simulation's clock and the answer function over it."""
 
     def __init__(self, metadata: Mapping[str, str],
@@ -119,7 +119,7 @@ class ProfileSignal:
     instant."""
 
     def __init__(self, metadata: Mapping[str, str]) -> None:
-        self.scaler = _SimScaler(metadata)
+        self.scaler = SimScaler(metadata)
 
     def __call__(self, model: ServingModel, now: float) -> list[Metric]:
         self.scaler.report(now, [
@@ -152,7 +152,7 @@ class PlannerPolicy:
     """A Signal (``__call__``) and a per-second observer (``tick``) for ``run_policy``."""
 
     def __init__(self, metadata: Mapping[str, str]) -> None:
-        self._sim = _SimScaler({"profile": "vllm-planner", **metadata})
+        self._sim = SimScaler({"profile": "vllm-planner", **metadata})
         assert self._sim.trigger.planner is not None
         self.target = self._sim.trigger.targets[0].target
         # replica (by identity) -> (time, prompt tokens, generated tokens, finished)

@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass
 
 from gpuscale.common.errors import DataUnavailable
+from gpuscale.common.freshness import PLAN_STALE_S
 
 DEFAULT_STARTUP_S = 300.0  # until pods have shown theirs: a slow start (cold node, big image)
 
@@ -33,7 +34,8 @@ class PlannerConfig:
     hold_s: float | None = None  # scale-down hold; None: one start-up
     prompt_tokens: float = 1_000.0  # a request's tokens until the engine has shown its own
     output_tokens: float = 250.0
-    stale_s: float = 10.0  # no usable observation for this long: UNAVAILABLE
+    stale_s: float = PLAN_STALE_S  # no usable observation this long: UNAVAILABLE
+    #   (common.freshness names it beside the readings' staleness rule)
     resolution_s: float = 1.0  # the width of one bin of history (the planner's "second")
     drain_s: float = 30.0  # a removed pod's grace to finish its requests (Kubernetes': 30)
 

@@ -91,6 +91,7 @@ from __future__ import annotations
 import math
 from collections import deque
 
+from gpuscale.common.freshness import is_stale
 from gpuscale.scaler.core.bursts import BURST_SPANS, Bursts
 from gpuscale.scaler.core.drain import CUT_SHARE, Drain
 from gpuscale.scaler.core.learned import Capacity, Startup
@@ -178,7 +179,7 @@ class Planner:
         plan = self.plan
         if plan is None:
             raise PlanUnavailable(f"planner: no plan yet ({self._why})")
-        if now - plan.at > self.config.stale_s:
+        if is_stale(now - plan.at, self.config.stale_s):
             why = (self._why if self._failed_at is not None else
                    "not observed since: is the scaler's planner loop running?")
             raise PlanUnavailable(f"planner: no usable observation for "
