@@ -12,6 +12,7 @@ from prometheus_client.registry import Collector
 
 from gpuscale.scaler.advisory import Advisor
 from gpuscale.scaler.core.planner import CUT_SHARE
+from gpuscale.scaler.edges.http_guard import BoundedServer, Bounds
 from gpuscale.scaler.edges.relay_supervisor import Front
 from gpuscale.scaler.state.fleet import FleetView
 from gpuscale.scaler.state.plan_book import PlanBook
@@ -175,19 +176,28 @@ class AdvisoryCollector(Collector):
         return [replicas, hours, saved, known, unknown]
 
 
+# Who reads the scaler's /metrics: Prometheus (a few servers), the kubelet's probes, a
+# person with curl. A scrape's head is well under 8 KiB (a bearer token included).
+MAX_CONNECTIONS = 64
+MAX_HEAD_BYTES = 32 * 1024
+MAX_HEADERS = 32
+
+
 class ScalerHttp:
-    """``/metrics`` from ``registry``, ``/healthz``, and ``/readyz`` from ``readiness``."""
+    """``/metrics`` from ``registry``, ``/healthz``, and ``/readyz`` from ``readiness``;
+    GET only. Connections bounded (scaler.edges.http_guard): at most MAX_CONNECTIONS, each
+    request head at most MAX_HEAD_BYTES and HEAD_TIMEOUT_S to arrive."""
 
     def __init__(self, registry: CollectorRegistry, readiness: Readiness, host: str,
                  port: int) -> None:
         self._registry = registry
         self._readiness = readiness
         self._host, self._port = host, port
-        app = web.Application()
-        app.router.add_get("/metrics", self._metrics)
-        app.router.add_get("/healthz", self._healthz)
-        app.router.add_get("/readyz", self._readyz)
-        self._runner = web.AppRunner(app, access_log=None)
+        self._routes: dict[str, Callable[[], web.Response]] = {
+            "/metrics": self._metrics, "/healthz": self._healthz, "/readyz": self._readyz}
+        self.bounds = Bounds(MAX_CONNECTIONS, MAX_HEAD_BYTES)
+        self._runner = web.ServerRunner(BoundedServer(
+            self._handle, self.bounds, access_log=None, max_headers=MAX_HEADERS))
 
     async def start(self) -> None:
         await self._runner.setup()
@@ -196,13 +206,22 @@ class ScalerHttp:
     async def stop(self) -> None:
         await self._runner.cleanup()
 
-    async def _metrics(self, _: web.Request) -> web.Response:
+    async def _handle(self, request: web.BaseRequest) -> web.Response:
+        route = self._routes.get(request.path)
+        if route is None:
+            return web.Response(status=404, text="404: Not Found\n")
+        if request.method not in ("GET", "HEAD"):
+            return web.Response(status=405, text="405: Method Not Allowed\n",
+                                headers={"Allow": "GET"})
+        return route()
+
+    def _metrics(self) -> web.Response:
         return web.Response(body=generate_latest(self._registry), content_type="text/plain")
 
-    async def _healthz(self, _: web.Request) -> web.Response:
+    def _healthz(self) -> web.Response:
         return web.Response(text="ok\n")
 
-    async def _readyz(self, _: web.Request) -> web.Response:
+    def _readyz(self) -> web.Response:
         ok, line = self._readiness()
         return web.Response(text=f"{'ok' if ok else 'not ready'}: {line}\n",
                             status=200 if ok else 503)
