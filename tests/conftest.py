@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from gpuscale.scaler.state.fleet import FleetView
 from tests.peers.kubeapi import KubeApiPeer
@@ -21,6 +22,12 @@ from tests.peers.kubelet import KubeletPeer
 from tests.support.clock import Clock
 from tests.support.ports import free_port
 from tests.support.processes import Served, start_scenario_scaler
+
+# No test asserts a timing: hypothesis's per-example deadline (200 ms) and its "too slow"
+# health check fail a test on a busy machine, not on a wrong answer.
+settings.register_profile("gpuscale", deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("gpuscale")
 
 
 @pytest.fixture
