@@ -9,14 +9,14 @@ header too large, 400 for anything else) and at most one log line per peer a min
 (counted: ``rejected``). And the server holds at most ``max_connections`` connections
 that finished their TLS handshake (more are closed at once, counted; a handshake itself
 has asyncio's 60 s), and closes a connection whose request has been arriving for
-``head_timeout_s`` (checked every half of it) without being whole: a slow-loris holds no
-slot longer.
+``head_timeout_s`` (checked every half of it) or past ``max_head_bytes`` without being
+whole (scaler.edges.http_guard): a slow-loris holds no slot longer, and no head more
+than 64 KiB (aiohttp alone allows 128 headers of 8 KB each).
 A bug in our own handler (500) is aiohttp's as before: logged with its traceback.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -26,30 +26,36 @@ from aiohttp import web, web_protocol
 from aiohttp.http_exceptions import LineTooLong
 
 from gpuscale.metrics_api.shapes import status as status_body
+from gpuscale.scaler.edges.http_guard import (
+    HEAD_TIMEOUT_S,
+    BoundedConnection,
+    BoundedServer,
+    Bounds,
+)
 
 log = logging.getLogger(__name__)
 
 MAX_CONNECTIONS = 512  # the aggregator keeps a few; a cluster's HPAs all come through it
-HEAD_TIMEOUT_S = 10.0  # a request head still arriving after this: the connection is closed
+# A request head: the request line (a query of at most MAX_QUERY, 8 KiB, and the path) and
+# the aggregator's headers (its identity headers, a few KiB); past it: 431 and closed.
+MAX_HEAD_BYTES = 64 * 1024
 LOG_EVERY_S = 60.0  # one line per peer in this long about its malformed requests
 _PEERS_REMEMBERED = 10_000
 
 Handler = Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]
 
 
-class Guard:
-    """What the connections of one server share: the count, and whom it logged when."""
+class Guard(Bounds):
+    """What the connections of one server share: the bounds and counts
+    (scaler.edges.http_guard), and whom it logged when."""
 
     def __init__(self, max_connections: int = MAX_CONNECTIONS,
                  head_timeout_s: float = HEAD_TIMEOUT_S, log_every_s: float = LOG_EVERY_S,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
-        self.max_connections = max_connections
-        self.head_timeout_s = head_timeout_s
+                 monotonic: Callable[[], float] = time.monotonic,
+                 max_head_bytes: int = MAX_HEAD_BYTES) -> None:
+        super().__init__(max_connections, max_head_bytes, head_timeout_s)
         self._log_every_s = log_every_s
         self._monotonic = monotonic
-        self.open = 0
-        self.refused = 0  # connections closed at once: past max_connections
-        self.timed_out = 0  # connections closed with a request head still arriving
         self.rejected = 0  # requests that were not HTTP this server reads
         self._logged: dict[str, float] = {}  # peer -> when it was last logged
 
@@ -69,58 +75,12 @@ class Guard:
                     self._log_every_s, self.rejected)
 
 
-class _Connection(web_protocol.RequestHandler):
+class _Connection(BoundedConnection):
     def __init__(self, manager: web.Server, guard: Guard, field_size: int,
                  **kwargs: Any) -> None:
-        super().__init__(manager, **kwargs)
+        super().__init__(manager, guard, **kwargs)
         self._guard = guard
         self._field_size = field_size  # the header limit (to tell a header from the line)
-        self._counted = False
-        self._partial_since: float | None = None
-        self._watch: asyncio.TimerHandle | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        super().connection_made(transport)
-        guard = self._guard
-        if guard.open >= guard.max_connections:
-            guard.refused += 1
-            transport.close()
-            return
-        guard.open += 1
-        self._counted = True
-        self._arm()
-
-    def connection_lost(self, exc: BaseException | None) -> None:
-        if self._counted:
-            self._guard.open -= 1
-            self._counted = False
-        if self._watch is not None:
-            self._watch.cancel()
-            self._watch = None
-        super().connection_lost(exc)
-
-    def data_received(self, data: bytes) -> None:
-        before = self._request_count
-        super().data_received(data)
-        if self._request_count > before:
-            self._partial_since = None  # a whole request head
-        elif self._partial_since is None and data:
-            self._partial_since = asyncio.get_running_loop().time()
-
-    def _arm(self) -> None:
-        loop = asyncio.get_running_loop()  # (checked twice a timeout: closed within 1.5x)
-        self._watch = loop.call_later(self._guard.head_timeout_s / 2, self._check)
-
-    def _check(self) -> None:
-        self._watch = None
-        since = self._partial_since
-        loop = asyncio.get_running_loop()
-        if since is not None and loop.time() - since >= self._guard.head_timeout_s:
-            self._guard.timed_out += 1
-            if self.transport is not None:
-                self.transport.close()
-            return
-        self._arm()
 
     def handle_error(self, request: web.BaseRequest, status: int = 500,
                      exc: BaseException | None = None,
@@ -140,13 +100,13 @@ class _Connection(web_protocol.RequestHandler):
         return resp
 
 
-class GuardedServer(web.Server):
+class GuardedServer(BoundedServer):
     """aiohttp's low-level server whose connections answer malformed requests with a
     Kubernetes ``Status``, log them sparingly, and obey ``guard``'s bounds."""
 
     def __init__(self, handler: Handler, guard: Guard, max_field_size: int,
                  **kwargs: Any) -> None:
-        super().__init__(handler, max_field_size=max_field_size, **kwargs)
+        super().__init__(handler, guard, max_field_size=max_field_size, **kwargs)
         self.guard = guard
         self._max_field_size = max_field_size
 
