@@ -35,7 +35,9 @@ def add_parser(sub: Any) -> None:
                      help="a synthetic load shape instead of a trace (with --duration; "
                           "--rate is then requests/s)")
     sim.add_argument("--min-replicas", type=int, default=1,
-                     help="minReplicaCount for the autoscaled policies (0: scale to zero)")
+                     help="minReplicaCount for the autoscaled policies (0: scale to zero; "
+                          "gpuscale's triggers then name the gateway's queue as their "
+                          "demandSource, and other scalers wake only on their own value)")
     sim.add_argument("--rate", type=float, default=1.0,
                      help="multiply the arrivals (e.g. 8: eight times the traffic)")
     sim.add_argument("--speedup", type=float, default=1.0,
