@@ -312,7 +312,7 @@ def test_flags_that_are_not_numbers_leave_the_defaults() -> None:
 def test_parallelism_is_gpus_per_replica_checked_against_the_request() -> None:
     out = _planner(["--tensor-parallel-size", "4", "-pp", "2"], gpus=4)
     assert "GPUs per replica: 8 (tensor-parallel 4 x pipeline-parallel 2)" in out.notes
-    assert any(n.startswith("WARNING: the containers request 4 nvidia.com/gpu but the "
+    assert any(n.startswith("WARNING: the containers request 4 GPUs but the "
                             "engine's parallelism needs 8") for n in out.notes)
     assert any(n.startswith("capacity:") for n in out.notes)
     assert not any(n.startswith("WARNING: the containers")

@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
         major, _, minor = args.keda_version.partition(".")
         if not (major.isdigit() and minor.isdigit()):
             raise ConfigError(f"--keda-version: {args.keda_version[:20]!r} is not MAJOR.MINOR")
-        out = generate(workload_from(targets[0]), Options(
+        out = generate(workload_from(targets[0], docs), Options(
             args.scaler_address, args.min_replicas, args.max_replicas, args.startup_seconds,
             args.demand_source, args.planner, args.ttft_seconds, (int(major), int(minor))))
         if len(targets) > 1:

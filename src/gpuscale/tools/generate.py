@@ -102,6 +102,7 @@ def generate(w: Workload, opts: Options) -> Generated:
     ConfigError (one line a person can act on) for what would not work."""
     startup = _startup(w, opts)
     engine, profile, flags, notes = _engine(w, opts)
+    notes[1:1] = w.dra_notes  # where its GPUs come from, after the engine
     source = "given" if opts.startup_s else "the default; measure yours: pod creation to Ready"
     if opts.planner:
         notes.append("scale-down: no HPA window (the planner holds its plan for a start-up "
@@ -166,7 +167,7 @@ def _startup(w: Workload, opts: Options) -> float:
                           "the engines' queues, not on an objective); add --planner or drop it")
     if not w.gpus:
         raise ConfigError(f"{w.kind} {w.name}: no container requests an nvidia.com/ or "
-                          f"amd.com/ GPU, so "
+                          f"amd.com/ GPU or a DRA resource claim, so "
                           f"the agents see no GPU pods of it and every answer would be "
                           f"UNAVAILABLE; gpuscale scales GPU workloads")
     return startup
@@ -201,7 +202,7 @@ def _engine(w: Workload, opts: Options) -> tuple[str, str, dict[str, int], list[
         notes.append(f"GPUs per replica: {need} (tensor-parallel {flags.get('tp', 1)} x "
                      f"pipeline-parallel {flags.get('pp', 1)})")
         if w.gpu_count and w.gpu_count != need:
-            notes.append(f"WARNING: the containers request {w.gpu_count} nvidia.com/gpu but "
+            notes.append(f"WARNING: the containers request {w.gpu_count} GPUs but "
                          f"the engine's parallelism needs {need}")
     return engine, profile, flags, notes
 

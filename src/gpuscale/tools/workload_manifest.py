@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuscale.common.errors import ConfigError
+from gpuscale.tools.workload_claims import claim_gpus
 
 ENGINE_PORTS = {"vllm": 8000, "triton": 8002, "tgi": 80}  # where each serves /metrics
 _IMAGES = (("vllm", "vllm"), ("tritonserver", "triton"),
@@ -30,6 +31,7 @@ class Workload:
     gpu_count: int = 0  # the nvidia.com/gpu the containers request (0: none or not a count)
     argvs: tuple[tuple[str, ...], ...] = ()  # each container's command and args, in order
     grace_s: int | None = None  # the pods' terminationGracePeriodSeconds (None: not given)
+    dra_notes: tuple[str, ...] = ()  # how its DRA claims' GPUs were read (workload_claims)
 
 
 #: Engine flags read, by engine: flag (and its short forms) -> the name it is kept under.
@@ -74,9 +76,10 @@ def _list(value: Any, what: str) -> list[Any]:
     return value
 
 
-def workload_from(doc: Any) -> Workload:
-    """The parts of a Deployment or StatefulSet manifest this reads. ConfigError naming the
-    field for anything else."""
+def workload_from(doc: Any, docs: Sequence[Any] = ()) -> Workload:
+    """The parts of a Deployment or StatefulSet manifest this reads; ``docs``, the other
+    objects of the manifest, give its DRA claims' requests. ConfigError naming the field
+    for anything else."""
     obj = _obj(doc, "the manifest")
     kind = obj.get("kind")
     if obj.get("apiVersion") != "apps/v1" or kind not in ("Deployment", "StatefulSet"):
@@ -106,6 +109,8 @@ def workload_from(doc: Any) -> Workload:
     counts = [lim.get(name) for lim in limits for name in ("nvidia.com/gpu", "amd.com/gpu")]
     gpu_count = sum(int(n) for n in counts
                     if isinstance(n, int | str) and str(n).isascii() and str(n).isdigit())
+    claims = claim_gpus(pod, containers, docs)
+    gpu_count += claims.count or 0
     replicas = spec.get("replicas", 1)
     grace = pod.get("terminationGracePeriodSeconds")
     return Workload(
@@ -117,11 +122,12 @@ def workload_from(doc: Any) -> Workload:
         {str(k): str(v) for k, v in
          _obj(_obj(template.get("metadata"), "spec.template.metadata").get("annotations"),
               "annotations").items()},
-        replicas if isinstance(replicas, int) and replicas >= 0 else 1, gpus, gpu_count,
+        replicas if isinstance(replicas, int) and replicas >= 0 else 1,
+        gpus or claims.uses_claims, gpu_count,
         tuple(tuple(str(a) for a in (*_list(c.get("command"), "command"),
                                      *_list(c.get("args"), "args"))) for c in containers),
         grace if isinstance(grace, int) and not isinstance(grace, bool) and grace >= 0
-        else None)
+        else None, claims.notes)
 
 
 def detect_engine(w: Workload) -> tuple[str, str]:
