@@ -5,8 +5,10 @@ zero, as an idle fleet does. Prints, as Markdown rows for BENCHMARKS.md:
 
 - how long until every ScaledObject is Ready and every stream is open at the scaler;
 - errors: KEDA's own counters (``keda_scaler_errors_total``,
-  ``keda_scaled_object_errors_total``), ERROR lines in its log, and the scaler's answers
-  by gRPC code;
+  ``keda_scaled_object_errors_total``), ERROR lines in its log, and the scalers' answers
+  by gRPC code, over the whole run and over the soak (a pod that is Ready before its
+  agent's next update is UNAVAILABLE for that moment, by design: start-up errors are
+  shown, the soak's must be 0);
 - the scaler's CPU (per second of wall time) and RSS, and KEDA's and the API server's,
   while idle with no ScaledObject (the yardstick, same run) and while serving all of them.
 
@@ -52,10 +54,12 @@ class Watched:
 
 
 def _pids(root: Path) -> list[Watched]:
-    """The scaler, KEDA's operator and the API server of the cluster in ``root``."""
+    """The scalers (the chart runs two), KEDA's operator and the API server of the cluster
+    in ``root``."""
     wanted = {"scaler": ("scaler", "--agent-service"), "keda-operator": ("keda-operator",),
               "kube-apiserver": ("kube-apiserver",)}
     found: list[Watched] = []
+    scalers = 0
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
@@ -67,9 +71,14 @@ def _pids(root: Path) -> list[Watched]:
         if str(root) not in line:
             continue
         for name, words in wanted.items():
-            if all(w in line for w in words) and not any(w.name == name for w in found):
+            if not all(w in line for w in words):
+                continue
+            if name == "scaler":
+                scalers += 1
+                found.append(Watched(f"scaler {scalers}", int(proc.name)))
+            elif not any(w.name == name for w in found):
                 found.append(Watched(name, int(proc.name)))
-    missing = set(wanted) - {w.name for w in found}
+    missing = set(wanted) - {w.name.split()[0] for w in found}
     if missing:
         raise SystemExit(f"processes not found for {sorted(missing)} under {root}")
     return found
@@ -149,19 +158,72 @@ def _objects(count: int) -> list[dict[str, Any]]:
     return out
 
 
-def _scaler_url(cluster: Cluster) -> str:
+def _scaler_urls(cluster: Cluster) -> list[str]:
     pods = cluster.get("pods", "-n", "gpuscale", "-l",
                        "app.kubernetes.io/component=scaler")["items"]
-    return f"http://{pods[0]['status']['podIP']}:9402/metrics"
+    return [f"http://{p['status']['podIP']}:9402/metrics" for p in pods]
 
 
-def _keda_log_errors(layout: Layout) -> list[str]:
+def _streams(urls: list[str]) -> float:
+    """KEDA's StreamIsActive streams open, over every scaler replica (one per trigger)."""
+    return sum(_by_label(_prometheus_text(u), "gpuscale_scaler_streams", "method").get(
+        "StreamIsActive", 0.0) for u in urls)
+
+
+def _keda_log_errors(layout: Layout, since: str = "") -> list[str]:
+    """KEDA's ERROR lines (console encoding: time, tab, level), those at or after the
+    ISO time ``since`` when given."""
     text = (layout.logs / "keda-operator.log").read_text(errors="replace")
-    return [line for line in text.splitlines() if "\tERROR\t" in line or " ERROR " in line]
+    return [line for line in text.splitlines()
+            if "\tERROR\t" in line and line.split("\t", 1)[0] >= since]
 
 
 def _row(name: str, idle: tuple[float, float], busy: tuple[float, float]) -> str:
     return (f"| {name} | {idle[0]:.3f} | {busy[0]:.3f} | {idle[1]:.0f} | {busy[1]:.0f} |")
+
+
+KEDA_ERRORS = ("keda_scaler_errors_total", "keda_scaled_object_errors_total")
+
+
+def _keda_errors(cluster: Cluster) -> dict[str, float]:
+    return _sums(_prometheus_text("http://127.0.0.1:8080/metrics", cluster.layout),
+                 KEDA_ERRORS)
+
+
+def _codes(urls: list[str]) -> dict[str, float]:
+    """The scalers' unary answers to KEDA, by gRPC code, summed over the replicas."""
+    out: dict[str, float] = {}
+    for u in urls:
+        for code, n in _by_label(_prometheus_text(u), "gpuscale_scaler_requests_total",
+                                 "code").items():
+            out[code] = out.get(code, 0.0) + n
+    return out
+
+
+def _start(cluster: Cluster, count: int) -> tuple[float, float, list[str]]:
+    """Applies the fleet; seconds until every ScaledObject is Ready and until every
+    stream is open, and the scalers' /metrics addresses."""
+    objects = _objects(count)
+    began = time.monotonic()
+    for i in range(0, len(objects), BATCH):
+        cluster.apply(*objects[i:i + BATCH])
+    print(f"applied {count} Deployments + ScaledObjects in {time.monotonic() - began:.0f} s",
+          flush=True)
+    _until(lambda: _ready_count(cluster) >= count, 1800, f"{count} ScaledObjects Ready")
+    ready = time.monotonic() - began
+    urls = _scaler_urls(cluster)
+    _until(lambda: _streams(urls) >= count, 900, f"{count} streams open at the scalers")
+    opened = time.monotonic() - began
+    print(f"all Ready after {ready:.0f} s, all streams open after {opened:.0f} s", flush=True)
+    return ready, opened, urls
+
+
+def _scale_active(cluster: Cluster) -> float:
+    for i in range(ACTIVE):
+        cluster.load(f"{NAMESPACE}/fleet-{i:04d}", ACTIVE_LOAD)
+    return _until(lambda: all(cluster.replicas(NAMESPACE, f"fleet-{i:04d}") >= 3
+                              for i in range(ACTIVE)), 600,
+                  f"the {ACTIVE} loaded workloads at 3 replicas")
 
 
 def main() -> int:
@@ -172,61 +234,44 @@ def main() -> int:
     args = p.parse_args()
     with tempfile.TemporaryDirectory(prefix="gs-fleet-") as tmp, \
             running(Path(tmp), SLOT) as cluster:
-        root = Path(tmp)
-        watched = _pids(root)
+        watched = _pids(Path(tmp))
         cluster.apply(namespace())
         print(f"idle yardstick: {args.idle:.0f} s with no ScaledObject", flush=True)
         idle = _sample(watched, args.idle)
-        objects = _objects(args.count)
-        began = time.monotonic()
-        for i in range(0, len(objects), BATCH):
-            cluster.apply(*objects[i:i + BATCH])
-        applied = time.monotonic() - began
-        print(f"applied {args.count} Deployments + ScaledObjects in {applied:.0f} s",
-              flush=True)
-        ready = _until(lambda: _ready_count(cluster) >= args.count, 1800,
-                       f"{args.count} ScaledObjects Ready") + applied
-        url = _scaler_url(cluster)
-
-        def streams() -> float:
-            return _sums(_prometheus_text(url), ("gpuscale_scaler_streams",))[
-                "gpuscale_scaler_streams"]
-        opened = _until(lambda: streams() >= args.count, 900,
-                        f"{args.count} streams open at the scaler") + ready
-        print(f"all Ready after {ready:.0f} s, all streams open after {opened:.0f} s",
-              flush=True)
-        for i in range(ACTIVE):
-            cluster.load(f"{NAMESPACE}/fleet-{i:04d}", ACTIVE_LOAD)
-        scaled = _until(lambda: all(cluster.replicas(NAMESPACE, f"fleet-{i:04d}") >= 3
-                                    for i in range(ACTIVE)), 600,
-                        f"the {ACTIVE} loaded workloads at 3 replicas")
-        print(f"loaded workloads scaled to 3 in {scaled:.0f} s; soaking {args.soak:.0f} s",
-              flush=True)
+        ready, opened, urls = _start(cluster, args.count)
+        scaled = _scale_active(cluster)
+        print(f"loaded workloads at 3 in {scaled:.0f} s; soaking {args.soak:.0f} s", flush=True)
+        since = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
+        keda_before, codes_before = _keda_errors(cluster), _codes(urls)
         busy = _sample(watched, args.soak)
-        keda = _sums(_prometheus_text("http://127.0.0.1:8080/metrics", cluster.layout),
-                     ("keda_scaler_errors_total", "keda_scaled_object_errors_total"))
-        scaler_text = _prometheus_text(url)
-        codes = _by_label(scaler_text, "gpuscale_scaler_requests_total", "code")
-        open_now = streams()
-        errors = _keda_log_errors(cluster.layout)
-        zero = sum(1 for i in range(ACTIVE, args.count, max(1, args.count // 50))
-                   if cluster.replicas(NAMESPACE, f"fleet-{i:04d}") == 0)
-    print(f"\n{args.count} ScaledObjects (external-push), {ACTIVE} loaded, soak "
-          f"{args.soak:.0f} s, {time.strftime('%Y-%m-%d')}")
+        keda, codes = _keda_errors(cluster), _codes(urls)
+        open_now = _streams(urls)
+        errors, soak_errors = (_keda_log_errors(cluster.layout),
+                               _keda_log_errors(cluster.layout, since))
+        sampled = range(ACTIVE, args.count, max(1, args.count // 50))
+        zero = sum(1 for i in sampled if cluster.replicas(NAMESPACE, f"fleet-{i:04d}") == 0)
+    soak_keda = {k: keda[k] - keda_before[k] for k in KEDA_ERRORS}
+    soak_codes = {k: v - codes_before.get(k, 0.0) for k, v in codes.items()}
+    print(f"\n{args.count} ScaledObjects (external-push) on {len(urls)} scaler replicas, "
+          f"{ACTIVE} loaded, soak {args.soak:.0f} s, {time.strftime('%Y-%m-%d')}")
     print(f"- all Ready {ready:.0f} s after the first apply; every stream open at "
-          f"{opened:.0f} s; open at the end: {open_now:.0f}")
+          f"{opened:.0f} s; StreamIsActive open at the end: {open_now:.0f}")
     print(f"- loaded workloads at 3 replicas {scaled:.0f} s after their load; sampled idle "
-          f"ones still at 0: {zero} of {len(range(ACTIVE, args.count, max(1, args.count // 50)))}")
-    print(f"- KEDA errors: {json.dumps(keda)}; ERROR lines in its log: {len(errors)}")
-    for line in errors[:5]:
+          f"ones still at 0: {zero} of {len(sampled)}")
+    print(f"- KEDA's error counters, whole run: {json.dumps(keda)}; during the soak: "
+          f"{json.dumps(soak_keda)}")
+    print(f"- ERROR lines in KEDA's log, whole run: {len(errors)}; during the soak: "
+          f"{len(soak_errors)}")
+    for line in (soak_errors or errors)[:5]:
         print(f"    {line[:300]}")
-    print(f"- the scaler's answers by gRPC code: {json.dumps(codes)}")
+    print(f"- the scalers' unary answers by gRPC code, whole run: {json.dumps(codes)}; "
+          f"during the soak: {json.dumps(soak_codes)}")
     print("\n| process | CPU s/s idle (yardstick) | CPU s/s with all | RSS MiB idle | "
           "RSS MiB with all |\n|---|---|---|---|---|")
     for w in watched:
         print(_row(w.name, idle[w.name], busy[w.name]))
-    failed = keda["keda_scaler_errors_total"] + keda["keda_scaled_object_errors_total"]
-    return 1 if failed or errors or open_now < args.count else 0
+    failed = sum(soak_keda.values()) + len(soak_errors)
+    return 1 if failed or open_now < args.count else 0
 
 
 if __name__ == "__main__":
