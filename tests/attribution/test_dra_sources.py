@@ -18,6 +18,7 @@ from gpuscale.attribution.model import NodeAttribution, PodUsage, Split
 from gpuscale.attribution.pods import NodePodCache
 from gpuscale.attribution.slices import NodeSliceCache
 from gpuscale.attribution.sources import ClusterSources, attribute_tick
+from gpuscale.cli.gpus import format_gpus
 from gpuscale.telemetry.model import Absent, MigSample, NodeSnapshot, ProcessSample
 from tests.attribution.test_rules import GIB, gpu, snap, uuid
 from tests.peers.dra import AMD, NVIDIA, make_slice, nvidia_gpu, nvidia_mig
@@ -90,7 +91,9 @@ async def test_a_dra_gpu_reads_as_the_same_gpu_on_the_device_plugin(
     s = snap(gpu(0, util=70.0), gpu(1, util=20.0))
     kubelet.pods = [dra_pod("llm", "vllm-a", ("vllm", [
         claim("vllm-a-gpus", (NVIDIA, NODE, "gpu-0"), (NVIDIA, NODE, "gpu-1"))]))]
-    dra = only(await agent.tick(s), "vllm-a")
+    result = await agent.tick(s)
+    dra = only(result, "vllm-a")
+    assert "<- llm/vllm-a/vllm (claim vllm-a-gpus)" in format_gpus(s, result)  # gpus shows it
     kubelet.pods = [pod("llm", "vllm-a", ("vllm", "nvidia.com/gpu", [uuid(0), uuid(1)]))]
     plugin = only(await agent.tick(s), "vllm-a")
     assert dra.utilization_percent == plugin.utilization_percent == 90.0

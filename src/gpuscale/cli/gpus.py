@@ -173,11 +173,13 @@ def _fmt(v: float | Absent, unit: str = "", scale: float = 1.0, digits: int = 0)
 
 
 def _holders(att: NodeAttribution | None) -> dict[str, str]:
-    """Device UUID -> "ns/pod/container, ..." for the table."""
+    """Device UUID -> "ns/pod/container, ..." for the table (with its claim when the
+    device is a DRA claim's)."""
     out: dict[str, list[str]] = {}
     for p in att.pods if att is not None else ():
         for d in p.devices:
-            who = f"{p.namespace}/{p.pod}/{p.container}"
+            who = f"{p.namespace}/{p.pod}/{p.container}" + (
+                f" (claim {d.device.claim.partition('/')[2]})" if d.device.claim else "")
             out.setdefault(d.mig_uuid or d.gpu_uuid, []).append(who)
     return {k: ", ".join(v) for k, v in out.items()}
 
