@@ -13,6 +13,7 @@ from gpuscale.scaler.state.fleet import FleetView
 from gpuscale.stream.records import DeviceRecord, PodRecord
 from gpuscale.stream.subscriber import LinkState
 from tests.support.clock import Clock
+from tests.support.polling import until
 
 
 def test_a_silent_agents_last_readings_are_not_recorded(clock: Clock,
@@ -47,10 +48,8 @@ async def test_the_running_recorder_names_each_holder_s_owner(clock: Clock,
     recorder = Recorder(service.answers, service.history, wall=lambda: 6000.0)
     task = asyncio.create_task(recorder.run())
     try:
-        for _ in range(100):
-            if len(list(recorder.devices.logs(0.0))) == 2:
-                break
-            await asyncio.sleep(0.01)
+        await until(lambda: len(list(recorder.devices.logs(0.0))) == 2,
+                    what="both devices recorded")
     finally:
         task.cancel()
     got = {uuid: (m[-1].pods, m[-1].owners) for uuid, _, m in recorder.devices.logs(0.0)}
