@@ -120,113 +120,118 @@ class LabelRequirement:
 
 def parse_labels(text: str) -> tuple[LabelRequirement, ...]:
     """The requirements of a label selector (all must match); SelectorError if invalid."""
-    toks = _lex(text)
-    pos = 0
+    return _LabelParser(_lex(text)).parse()
 
-    def peek(values: bool = True) -> tuple[str, str]:
-        tok, lit = toks[pos]
+
+class _LabelParser:
+    """apimachinery's labels.Parser: a recursive descent over the lexer's tokens."""
+
+    def __init__(self, toks: list[tuple[str, str]]) -> None:
+        self.toks = toks
+        self.pos = 0
+
+    def peek(self, values: bool = True) -> tuple[str, str]:
+        tok, lit = self.toks[self.pos]
         return ("id", lit) if values and tok in ("in", "notin") else (tok, lit)
 
-    def take(values: bool = True) -> tuple[str, str]:
-        nonlocal pos
-        got = peek(values)
-        pos += 1
+    def take(self, values: bool = True) -> tuple[str, str]:
+        got = self.peek(values)
+        self.pos += 1
         return got
 
-    def requirement() -> LabelRequirement:
+    def requirement(self) -> LabelRequirement:
         op = ""
-        tok, lit = take()
+        tok, lit = self.take()
         if tok == "not":
             op = "!exists"
-            tok, lit = take()
+            tok, lit = self.take()
         if tok != "id":
             raise SelectorError(f"found '{lit}', expected: identifier")
         key = _valid_key(lit)
-        if op or peek()[0] in ("end", "comma"):  # "!k" takes nothing more, whatever follows
+        if op or self.peek()[0] in ("end", "comma"):  # "!k" takes nothing more, whatever follows
             return LabelRequirement(key, op or "exists")
-        tok, lit = take(values=False)
+        tok, lit = self.take(values=False)
         ops = {"in": "in", "notin": "notin", "eq": "=", "eq2": "==", "ne": "!=", "gt": ">",
                "lt": "<"}
         if tok not in ops:
             raise SelectorError(f"found '{lit}', expected: in, notin, =, ==, !=, gt, lt")
         op = ops[tok]
         if op in ("in", "notin"):
-            values = value_set()
+            values = self.value_set()
         else:
-            values = exact_value()
+            values = self.exact_value()
             if op in (">", "<") and not _INT64.fullmatch(next(iter(values))):
                 raise SelectorError("for 'Gt', 'Lt' operators, the value must be an integer")
         for v in values:
             _valid_value(v)
         return LabelRequirement(key, op, frozenset(values))
 
-    def value_set() -> set[str]:
-        tok, lit = take()
+    def value_set(self) -> set[str]:
+        tok, lit = self.take()
         if tok != "open":
             raise SelectorError(f"found '{lit}' expected: '('")
-        tok, lit = peek()
+        tok, lit = self.peek()
         if tok == "close":  # "()" is the empty value
-            take()
+            self.take()
             return {""}
         if tok not in ("id", "comma"):
             raise SelectorError(f"found '{lit}', expected: ',', ')' or identifier")
         out: set[str] = set()
         while True:
-            tok, lit = take()
+            tok, lit = self.take()
             if tok == "id":
                 out.add(lit)
-                nxt, nlit = peek()
+                nxt, nlit = self.peek()
                 if nxt == "comma":
                     continue
                 if nxt == "close":
-                    take()
+                    self.take()
                     return out
                 raise SelectorError(f"found '{nlit}', expected: ',' or ')'")
             if tok == "comma":  # "(,", ",,", ",)" each add the empty value
                 if not out:
                     out.add("")
-                nxt, _ = peek()
+                nxt, _ = self.peek()
                 if nxt == "close":
                     out.add("")
-                    take()
+                    self.take()
                     return out
                 if nxt == "comma":
                     out.add("")
                 continue
             raise SelectorError(f"found '{lit}', expected: ',', or identifier")
 
-    def exact_value() -> set[str]:
-        tok, lit = peek()
+    def exact_value(self) -> set[str]:
+        tok, lit = self.peek()
         if tok in ("end", "comma"):
             return {""}
-        tok, lit = take()
+        tok, lit = self.take()
         if tok != "id":
             raise SelectorError(f"found '{lit}', expected: identifier")
         return {lit}
 
-    reqs: list[LabelRequirement] = []
-    while True:
-        tok, lit = peek()
-        if tok == "end":
-            return tuple(reqs)
-        if tok not in ("id", "not"):
-            raise SelectorError(f"found '{lit}', expected: !, identifier, or 'end of string'")
-        try:
-            reqs.append(requirement())
-        except SelectorError as exc:
-            raise SelectorError(f"unable to parse requirement: {exc}") from None
-        tok, lit = take()
-        if tok == "end":
-            return tuple(reqs)
-        if tok != "comma":
-            raise SelectorError(f"found '{lit}', expected: ',' or 'end of string'")
-        if peek()[0] not in ("id", "not"):
-            raise SelectorError(f"found '{peek()[1]}', expected: identifier after ','")
+    def parse(self) -> tuple[LabelRequirement, ...]:
+        reqs: list[LabelRequirement] = []
+        while True:
+            tok, lit = self.peek()
+            if tok == "end":
+                return tuple(reqs)
+            if tok not in ("id", "not"):
+                raise SelectorError(f"found '{lit}', expected: !, identifier, or 'end of string'")
+            try:
+                reqs.append(self.requirement())
+            except SelectorError as exc:
+                raise SelectorError(f"unable to parse requirement: {exc}") from None
+            tok, lit = self.take()
+            if tok == "end":
+                return tuple(reqs)
+            if tok != "comma":
+                raise SelectorError(f"found '{lit}', expected: ',' or 'end of string'")
+            if self.peek()[0] not in ("id", "not"):
+                raise SelectorError(f"found '{self.peek()[1]}', expected: identifier after ','")
 
 
 # -- fields ----------------------------------------------------------------------------
-
-
 def _split_terms(text: str) -> list[str]:
     """Split on commas not escaped by a backslash (the escapes stay in the terms)."""
     terms, start, i = [], 0, 0
