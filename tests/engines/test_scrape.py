@@ -8,34 +8,19 @@ import dataclasses
 import itertools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
 from aiohttp import web
 
-from gpuscale.attribution.model import AttributionState, NodeAttribution, PodInfo, PodUsage
-from gpuscale.engines.scrape import EngineReading, EngineScraper, Target, target_for
+from gpuscale.attribution.model import AttributionState, NodeAttribution, PodInfo
+from gpuscale.engines.scrape import EngineScraper, Target, target_for
 from gpuscale.telemetry.model import Absent
+from tests.engines.engine_peer import VLLM, Engine, holding_gpus, numbered, pod, waiting
 from tests.support.polling import until
 from tests.support.ports import free_port
 
-DATA = Path(__file__).parent / "data"
-VLLM = (DATA / "vllm_metrics.txt").read_bytes()
 U, N = Absent.UNAVAILABLE, Absent.NO_DATA
-
-
-def pod(name: str, port: int, engine: str = "vllm", path: str = "/metrics",
-        ip: str = "127.0.0.1", ready: bool = True) -> PodInfo:
-    return PodInfo("llm", name, f"uid-{name}", ip=ip, ready=ready, annotations=(
-        ("gpuscale.io/engine", engine), ("gpuscale.io/metrics-path", path),
-        ("gpuscale.io/metrics-port", str(port))))
-
-
-def holding_gpus(*names: str) -> NodeAttribution:
-    """An attribution in which these pods of namespace llm hold a GPU each."""
-    return NodeAttribution(AttributionState.OK, pods=tuple(
-        PodUsage("llm", n, "engine", "nvidia.com/gpu", (), 50.0, 1, 2) for n in names))
 
 
 @pytest.mark.parametrize(("info", "expect"), [
@@ -59,60 +44,6 @@ def test_scrape_targets_only_pod_ips(info: PodInfo, expect: str | None) -> None:
     else:
         assert isinstance(got, str)
         assert expect in got
-
-
-class Engine:
-    """One engine pod's /metrics, a real HTTP server that counts the requests it gets.
-
-    ``body(n)`` and ``status(n)`` answer request n (from 1). ``drip``: send headers, then
-    one byte every 50 ms, forever. ``silent``: accept and never answer. ``chunked``: no
-    Content-Length, so the body limit must be found while reading."""
-
-    def __init__(self, body: bytes | Callable[[int], bytes] = VLLM,
-                 status: int | Callable[[int], int] = 200,
-                 drip: bool = False, silent: bool = False, chunked: bool = False,
-                 on_request: Callable[[int], None] | None = None) -> None:
-        self.body, self.status = body, status
-        self.drip, self.silent, self.chunked = drip, silent, chunked
-        self.on_request = on_request
-        self.requests = 0
-
-    async def handle(self, request: web.Request) -> web.StreamResponse:
-        self.requests += 1
-        if self.on_request is not None:
-            self.on_request(self.requests)
-        if self.silent:
-            await asyncio.Event().wait()
-        if self.drip:
-            resp = web.StreamResponse(headers={"Content-Type": "text/plain"})
-            await resp.prepare(request)
-            try:
-                while True:  # the peer's own pace, not test synchronisation
-                    await resp.write(b"#")
-                    await asyncio.sleep(0.05)
-            except ConnectionResetError:  # the scraper gave up: as it should
-                return resp
-        body = self.body(self.requests) if callable(self.body) else self.body
-        status = self.status(self.requests) if callable(self.status) else self.status
-        if self.chunked:
-            resp = web.StreamResponse(status=status)
-            resp.enable_chunked_encoding()
-            await resp.prepare(request)
-            for i in range(0, len(body), 256 * 1024):
-                await resp.write(body[i:i + 256 * 1024])
-            await resp.write_eof()
-            return resp
-        return web.Response(body=body, status=status, content_type="text/plain")
-
-    async def redirect(self, _: web.Request) -> web.StreamResponse:
-        self.requests += 1
-        raise web.HTTPFound("/metrics")  # must not be followed
-
-    def app(self) -> web.Application:
-        app = web.Application()
-        app.router.add_get("/metrics", self.handle)
-        app.router.add_get("/redirect", self.redirect)
-        return app
 
 
 Serve = Callable[[Engine], Awaitable[int]]
@@ -143,17 +74,6 @@ async def running() -> AsyncIterator[Callable[[EngineScraper], None]]:
     for t in tasks:
         t.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
-
-
-def waiting(r: EngineReading | None) -> float:
-    """The reading's vllm-waiting (the request number, for bodies made by ``numbered``)."""
-    value = r.signals["vllm-waiting"] if r else 0.0
-    assert not isinstance(value, Absent), r
-    return value
-
-
-def numbered(n: int) -> bytes:
-    return f"vllm:num_requests_waiting {n}\nvllm:num_requests_running 1\n".encode()
 
 
 async def test_a_dripping_engine_never_holds_back_the_others(
