@@ -41,13 +41,20 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bench.proc import proc_cpu_seconds, proc_mem_mib  # noqa: E402
+
+if TYPE_CHECKING:  # (at run time imported where used, as the rest of this file does)
+    from gpuscale.attribution.model import PodInfo
+    from gpuscale.telemetry.scenario import NodeSpec
+    from tests.peers.kubeapi import KubeApiPeer
+    from tests.peers.kubelet import KubeletPeer
 
 STEPS: list[tuple[str, list[str]]] = [
     ("python itself", []),
@@ -188,23 +195,13 @@ class Records:
 
 
 
-async def deployed(seconds: float, warmup: float = 10.0, profile: str = "",
-                   real_vllm: bool = False) -> None:
-    from gpuscale.attribution.sources import ScenarioSources
-    from gpuscale.engines.simulated_engines import engines_for, start_engines
-    from gpuscale.stream.subscriber import AgentSubscriber
-    from gpuscale.telemetry.model import Absent
-    from gpuscale.telemetry.scenario import load_scenario, mig_uuid
+def cluster_peers(node: NodeSpec, infos: Mapping[tuple[str, str], PodInfo], tmp: Path,
+                  ) -> tuple[KubeApiPeer, KubeletPeer, Path]:
+    """The deployed agent's peers for ``node``: an API server with its pods, a kubelet that
+    allocates their MIG slices, and a /proc tree that puts each process in its pod."""
+    from gpuscale.telemetry.scenario import mig_uuid
     from tests.peers.kubeapi import KubeApiPeer, make_pod
     from tests.peers.kubelet import KubeletPeer, pod
-    from tests.support.kubeconfig import write_kubeconfig
-
-    tmp = Path(tempfile.mkdtemp(prefix="gpuscale-bench-"))
-    scenario_file = tmp / "scenario.yaml"
-    scenario_file.write_text(json.dumps(deployed_scenario()))  # JSON is YAML
-    node = load_scenario(str(scenario_file)).nodes[0]
-    infos = ScenarioSources(node).pod_infos()  # the pods' IPs, UIDs, container IDs
-    assert not isinstance(infos, Absent)
 
     api = KubeApiPeer()
     api.bookmark_every = None
@@ -231,18 +228,43 @@ async def deployed(seconds: float, warmup: float = 10.0, profile: str = "",
             f"0::/kubepods/besteffort/pod{info.uid}/{cid}\n")
     kubelet.pods = [pod(ns, name, (c, "nvidia.com/mig-1g.10gb", ids))
                     for (ns, name, c), ids in devices.items()]
+    return api, kubelet, proc
+
+
+def small_vllm_bodies() -> None:
+    """The simulated vLLM serves its few lines only, as before its real-size body."""
+    from gpuscale.engines.simulated_engines import SimulatedEngine
+    from gpuscale.engines.vllm_body import unread_families
+    rest, render = len(unread_families()), SimulatedEngine.render
+
+    def small_render(self: SimulatedEngine, t: float) -> str:
+        text = render(self, t)
+        return text[:-rest] if self.engine == "vllm" else text
+
+    SimulatedEngine.render = small_render  # type: ignore[method-assign]
+
+
+async def deployed(seconds: float, warmup: float = 10.0, profile: str = "",
+                   real_vllm: bool = False) -> None:
+    from gpuscale.attribution.sources import ScenarioSources
+    from gpuscale.engines.simulated_engines import engines_for, start_engines
+    from gpuscale.stream.subscriber import AgentSubscriber
+    from gpuscale.telemetry.model import Absent
+    from gpuscale.telemetry.scenario import load_scenario
+    from tests.support.kubeconfig import write_kubeconfig
+
+    tmp = Path(tempfile.mkdtemp(prefix="gpuscale-bench-"))
+    scenario_file = tmp / "scenario.yaml"
+    scenario_file.write_text(json.dumps(deployed_scenario()))  # JSON is YAML
+    node = load_scenario(str(scenario_file)).nodes[0]
+    infos = ScenarioSources(node).pod_infos()  # the pods' IPs, UIDs, container IDs
+    assert not isinstance(infos, Absent)
+
+    api, kubelet, proc = cluster_peers(node, infos, tmp)
     loads = {(p.pod.namespace, p.pod.name): p.load for p in node.processes if p.pod}
     engines = engines_for(dict(infos), loads)
     if not real_vllm:  # the simulated vLLM's few lines only, as before its real-size body
-        from gpuscale.engines.simulated_engines import SimulatedEngine
-        from gpuscale.engines.vllm_body import unread_families
-        rest, render = len(unread_families()), SimulatedEngine.render
-
-        def small_render(self: SimulatedEngine, t: float) -> str:
-            text = render(self, t)
-            return text[:-rest] if self.engine == "vllm" else text
-
-        SimulatedEngine.render = small_render  # type: ignore[method-assign]
+        small_vllm_bodies()
     served = [0]
     t_start = time.monotonic()
 
