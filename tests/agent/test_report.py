@@ -170,3 +170,16 @@ def test_a_pod_holding_a_device_no_one_reads_has_no_gpu_signals_and_says_why() -
     assert set(rec.signals.values()) == {Absent.NO_DATA}
     assert rec.reasons["gpu-memory-used"] == (
         "allocated device amdgpu_xcp_99 is not one this node's agent reads")
+
+
+def test_a_dra_device_no_slice_names_keeps_its_claim_and_why_in_the_reason() -> None:
+    # The raw form of a DRA device carries its claim, then why; a claim name generated
+    # from a template is ~60 characters, and the why was once cut off at 80.
+    raw = ("claim llm/dra-chat-6dbdb55c69-cxd2f-gpu-t5xrd: gpu.nvidia.com/kwok-dra-0/gpu-0 "
+           "(no ResourceSlice of this node lists it (yet))")
+    u = usage("v-0")
+    u = PodUsage(u.namespace, u.pod, u.container, "dra:x", u.devices, Absent.NO_DATA,
+                 Absent.NO_DATA, Absent.NO_DATA, pod_info=u.pod_info, unmatched=(raw,))
+    (rec,) = report_of(snapshot(), attribution(PARTIAL, u)).pods or ()
+    assert rec.reasons["gpu-utilization"] == (
+        f"allocated device {raw} is not one this node's agent reads")

@@ -144,7 +144,9 @@ def pod_records(snapshot: NodeSnapshot, attribution: NodeAttribution,
         }
         reasons: dict[str, str] = {}
         if unmatched:
-            why = (f"allocated device {unmatched[0][:80]} is not one this node's agent "
+            # 300: a DRA device's raw form names its claim and then why (a claim name
+            # alone is up to 253 characters); cut at 80 the why was lost
+            why = (f"allocated device {unmatched[0][:300]} is not one this node's agent "
                    f"reads" + (f" (and {len(unmatched) - 1} more)" if len(unmatched) > 1
                                else ""))
             reasons = dict.fromkeys(("gpu-utilization", "gpu-memory", "gpu-memory-used"),
