@@ -12,8 +12,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from cluster.dra import Claimed, ClaimIndex, container_claims
 from gpuscale.proto import podresources_v1_pb2 as pb
-from tests.peers.kubelet import KubeletPeer
+from tests.peers.kubelet import KubeletPeer, claim
 
 Assignment = dict[str, dict[str, list[str]]]  # container -> resource -> device IDs
 
@@ -37,6 +38,7 @@ class NodeDevices:
         self.node = node
         self.inventory = {r: list(ids) for r, ids in inventory.items()}
         self.held: dict[str, tuple[str, str, Assignment]] = {}  # uid -> (ns, name, devices)
+        self.claims: dict[str, dict[str, list[Claimed]]] = {}  # uid -> container -> claims
         self.peer = KubeletPeer(socket)
 
     def _free(self, resource: str) -> list[str]:
@@ -44,20 +46,26 @@ class NodeDevices:
                  for d in c.get(resource, [])}
         return [d for d in self.inventory.get(resource, []) if d not in taken]
 
-    def sync(self, pods: Iterable[Mapping[str, Any]]) -> None:
-        """Assign devices to the node's new pods, free those of pods gone or finished."""
+    def sync(self, pods: Iterable[Mapping[str, Any]], claims: ClaimIndex | None = None) -> None:
+        """Assign devices to the node's new pods, free those of pods gone or finished;
+        list the DRA claims (``claims``: the API's, by namespace and name) pods name."""
         live: set[str] = set()
         for p in pods:
             meta, status = p.get("metadata") or {}, p.get("status") or {}
             uid = str(meta.get("uid", ""))
             if not uid or status.get("phase") in ("Succeeded", "Failed"):
                 continue
-            live.add(uid)
             if uid not in self.held:
+                dra = container_claims(p, claims or {})
+                if dra is None:
+                    continue  # a claim not allocated yet: the pod is not started
+                self.claims[uid] = dra
                 self.held[uid] = (str(meta.get("namespace")), str(meta.get("name")),
                                   self._assign(p))
+            live.add(uid)
         for uid in set(self.held) - live:
             del self.held[uid]
+            self.claims.pop(uid, None)
         self._publish()
 
     def _assign(self, pod: Mapping[str, Any]) -> Assignment:
@@ -71,15 +79,21 @@ class NodeDevices:
         return out
 
     def _publish(self) -> None:
-        self.peer.pods = [
-            pb.PodResources(namespace=ns, name=name, containers=[
-                pb.ContainerResources(name=c, devices=[
-                    pb.ContainerDevices(resource_name=r, device_ids=ids)
-                    for r, ids in by_res.items()])
-                for c, by_res in assignment.items()])
-            for ns, name, assignment in self.held.values()]
+        self.peer.pods = [self._listed(uid) for uid in self.held]
         self.peer.allocatable = [pb.ContainerDevices(resource_name=r, device_ids=ids)
                                  for r, ids in self.inventory.items()]
+
+    def _listed(self, uid: str) -> pb.PodResources:
+        ns, name, assignment = self.held[uid]
+        dra = self.claims.get(uid, {})
+        return pb.PodResources(namespace=ns, name=name, containers=[
+            pb.ContainerResources(
+                name=c,
+                devices=[pb.ContainerDevices(resource_name=r, device_ids=ids)
+                         for r, ids in assignment.get(c, {}).items()],
+                dynamic_resources=[claim(k.name, *k.devices, namespace=k.namespace)
+                                   for k in dra.get(c, [])])
+            for c in [*assignment, *(c for c in dra if c not in assignment)]])
 
     def holds(self, uid: str) -> Assignment:
         return self.held.get(uid, ("", "", {}))[2]

@@ -1,5 +1,7 @@
 """The simulated nodes: kwok keeps their leases and status; they advertise the GPUs a real
-device plugin would (whole GPUs, MIG instances, time-sliced replicas, AMD GPUs), and
+device plugin would (whole GPUs, MIG instances, time-sliced replicas, AMD GPUs), or none
+when a DRA driver manages them (``dra``: the GPUs are in a ResourceSlice, ``cluster.dra``),
+and
 each has a podCIDR of its own inside the cluster's pod range, so the pods kwok starts on
 it get addresses a stand-in process can listen on."""
 
@@ -26,6 +28,7 @@ class NodeShape:
     labels: dict[str, str] = field(default_factory=dict)
     replicas: int = 1  # time-slicing: each GPU advertised this many times
     amd: bool = False  # AMD GPUs: amd.com/gpu, no simulated agent yet
+    dra: bool = False  # NVIDIA's DRA driver publishes the GPUs, no device plugin runs
 
 
 NVIDIA = {"nvidia.com/gpu.present": "true", "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
@@ -45,6 +48,10 @@ DEFAULT_NODES: tuple[NodeShape, ...] = (
     NodeShape("kwok-amd-0", ({"model": "MI300X", "count": 8},),
               {"amd.com/gpu.present": "true", "amd.com/gpu.product-name": "AMD_Instinct_MI300X"},
               amd=True),
+    NodeShape("kwok-dra-0", ({"model": H100, "count": 8},),
+              # the GPU operator's switch for a node whose GPUs its DRA driver serves
+              {**NVIDIA, "nvidia.com/gpu.deploy.device-plugin": "false",
+               "gpuscale.io/sim-dra": "true"}, dra=True),
 )
 
 
@@ -80,9 +87,10 @@ def locations(shape: NodeShape) -> dict[str, tuple[int, int | None]]:
 
 def devices(shape: NodeShape) -> dict[str, list[str]]:
     """resource name -> device IDs, as the NVIDIA (or AMD) device plugin advertises them:
-    ``GPU-<uuid>``, ``GPU-<uuid>::<n>`` when time-sliced, ``MIG-<uuid>`` per instance."""
+    ``GPU-<uuid>``, ``GPU-<uuid>::<n>`` when time-sliced, ``MIG-<uuid>`` per instance;
+    none on a DRA node."""
     out: dict[str, list[str]] = {}
-    if not shape.gpus:
+    if not shape.gpus or shape.dra:
         return out
     spec = parse_scenario(scenario(shape)).nodes[0]
     for gpu in spec.gpus:

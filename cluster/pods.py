@@ -1,7 +1,8 @@
 """The kubelet stand-in for the simulated nodes: runs what each pod stands for.
 
 Every second it lists the real API's pods on the simulated nodes and
-- keeps each GPU node's PodResources socket (``kubelet``) in step with them;
+- keeps each GPU node's PodResources socket (``kubelet``) in step with them and with the
+  DRA claims the real scheduler allocated for them (``dra``);
 - runs gpuscale's own pods (the agent DaemonSet, the scaler Deployment, as deployed from
   our manifests) as processes bound to their pod IPs, with the pod's own arguments and
   only what a node would give differently: simulated GPUs, the node's PodResources socket,
@@ -24,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from cluster import dns, volumes
+from cluster import dns, dra, volumes
 from cluster.engines import (
     BATCH_ANNOTATION,
     DEFAULT_BATCH,
@@ -57,6 +58,20 @@ def _running(pod: Mapping[str, Any]) -> bool:
     meta, status = pod.get("metadata") or {}, pod.get("status") or {}
     return (status.get("phase") == "Running" and bool(status.get("podIP"))
             and not meta.get("deletionTimestamp"))
+
+
+def _claimed(node: NodeDevices, uid: str, node_name: str
+             ) -> list[tuple[str, str, tuple[int, int | None]]]:
+    """(container, device key, (GPU index, None)) of each GPU the pod's DRA claims hold:
+    its simulated process runs on the GPU the scheduler allocated."""
+    out: list[tuple[str, str, tuple[int, int | None]]] = []
+    for container, claims in node.claims.get(uid, {}).items():
+        for k in claims:
+            for driver, pool, device in k.devices:
+                gpu = dra.gpu_index(driver, pool, device, node_name)
+                if gpu is not None:
+                    out.append((container, f"{k.namespace}/{k.name}/{device}", (gpu, None)))
+    return out
 
 
 @dataclass
@@ -106,8 +121,11 @@ class PodRunner:
         pods = (await self.api.get_raw("/api/v1/pods")).get("items") or []
         ours = [p for p in pods if (p.get("spec") or {}).get("nodeName") in
                 {s.name for s in self.shapes}]
+        claims = dra.index_claims(
+            (await self.api.get_raw("/apis/resource.k8s.io/v1/resourceclaims")).get("items")
+            or []) if any(s.dra for s in self.shapes) else {}
         for name, node in self.nodes.items():
-            node.sync(p for p in ours if p["spec"]["nodeName"] == name)
+            node.sync((p for p in ours if p["spec"]["nodeName"] == name), claims)
         await self._processes(ours)
         await self._engines(ours)
         self._gpu_processes({p["metadata"]["uid"]: p for p in ours})
@@ -238,17 +256,17 @@ class PodRunner:
             where = self.where.setdefault(shape.name, locations(shape))
             procs: list[dict[str, Any]] = []
             for uid, (ns, name, assignment) in sorted(node.held.items()):
-                for container, by_res in assignment.items():
-                    for ids in by_res.values():
-                        for d in ids:
-                            gpu, mig = where.get(d, (-1, None))
-                            if gpu < 0:
-                                continue
-                            procs.append({
-                                "gpu": gpu, **({"mig": mig} if mig is not None else {}),
-                                "pid": self._pid(uid, d), "memory": 0.9,
-                                "load": {"constant": self._busy(uid, pods.get(uid))},
-                                "pod": {"namespace": ns, "name": name, "container": container}})
+                held = [(c, d, where.get(d, (-1, None))) for c, by_res in assignment.items()
+                        for ids in by_res.values() for d in ids]
+                held += _claimed(node, uid, shape.name)
+                for container, d, (gpu, mig) in held:
+                    if gpu < 0:
+                        continue
+                    procs.append({
+                        "gpu": gpu, **({"mig": mig} if mig is not None else {}),
+                        "pid": self._pid(uid, d), "memory": 0.9,
+                        "load": {"constant": self._busy(uid, pods.get(uid))},
+                        "pod": {"namespace": ns, "name": name, "container": container}})
             text = yaml.safe_dump(scenario(shape, procs), sort_keys=False)
             path = self.layout.root / "nodes" / shape.name / "scenario.yaml"
             if self.scenario_text.get(shape.name) != text:

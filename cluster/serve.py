@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from cluster import control_plane, helm, keda, nodes
+from cluster import control_plane, dra, helm, keda, nodes
 from cluster.layout import ETCD_PORT, Layout
 from cluster.pki import ClusterPki, make_pki
 from cluster.supervisor import (
@@ -77,6 +77,8 @@ def nodes_up(sup: Supervisor, bin_dir: Path) -> None:
     layout = sup.layout
     step(layout, "kwok and the simulated GPU nodes")
     apply(bin_dir, layout, nodes.node_objects(layout))
+    # The fake DRA driver: its DeviceClass and the DRA nodes' ResourceSlices.
+    apply(bin_dir, layout, dra.driver_objects(nodes.DEFAULT_NODES))
     sup.start("kwok", nodes.kwok_argv(str(bin_dir), layout, str(STAGES)))
     sup.wait_until("kwok", lambda: _nodes_ready(bin_dir, layout), timeout=120)
 

@@ -10,12 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from cluster import dns, nodes, seed, volumes
+from cluster import dns, dra, nodes, seed, volumes
 from cluster.__main__ import load as load_command
 from cluster.compare import Step, model_trajectory
 from cluster.engines import Gateway, read_load, shares
 from cluster.kubelet import NodeDevices
 from cluster.layout import Layout
+from gpuscale.attribution.dra import parse_slice
+from gpuscale.telemetry.scenario import gpu_uuid
 
 
 def _pod(uid: str, gpus: int, phase: str = "Running") -> dict[str, object]:
@@ -126,3 +128,55 @@ def test_the_model_without_behavior_doubles_at_most_per_sync() -> None:
     levels = model_trajectory(spec, 8.0, (Step(0, 40),), 100)
     assert sorted(set(levels)) == [1, 4, 5]
     assert levels[-1] == 5
+
+
+def _dra_pod(uid: str, claim: str | None) -> dict[str, object]:
+    return {"metadata": {"uid": uid, "namespace": "llm", "name": f"d-{uid}"},
+            "spec": {"resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "one"}],
+                     "containers": [{"name": "vllm", "resources": {"claims": [{"name": "gpu"}]}},
+                                    {"name": "sidecar"}]},
+            "status": {"phase": "Running", "resourceClaimStatuses": (
+                [{"name": "gpu", "resourceClaimName": claim}] if claim else [])}}
+
+
+def _claim(name: str, *devices: str) -> dict[str, object]:
+    results = [{"request": "gpu", "driver": dra.DRIVER, "pool": "kwok-dra-0", "device": d}
+               for d in devices]
+    return {"metadata": {"namespace": "llm", "name": name},
+            "status": {"allocation": {"devices": {"results": results}}} if results else {}}
+
+
+def test_the_fake_dra_driver_publishes_what_the_agent_reads() -> None:
+    shape = {s.name: s for s in nodes.DEFAULT_NODES}["kwok-dra-0"]
+    assert nodes.devices(shape) == {}  # no device plugin: nothing but the slice
+    assert "nvidia.com/gpu" not in nodes.node_object(Layout(Path("/x"), 1), 6,
+                                                     shape)["status"]["allocatable"]
+    objects = dra.driver_objects(nodes.DEFAULT_NODES)
+    assert [o["kind"] for o in objects] == ["DeviceClass", "ResourceSlice"]
+    read = parse_slice(objects[1])  # the agent's own reading of it
+    assert (read.error, read.driver, read.pool) == ("", dra.DRIVER, "kwok-dra-0")
+    assert [(d.name, d.ref.uuid if d.ref else None) for d in read.devices] == [
+        (f"gpu-{i}", gpu_uuid("kwok-dra-0", i)) for i in range(8)]
+    assert dra.gpu_index(dra.DRIVER, "kwok-dra-0", "gpu-7", "kwok-dra-0") == 7
+    assert dra.gpu_index(dra.DRIVER, "other-pool", "gpu-7", "kwok-dra-0") is None
+    assert dra.gpu_index("gpu.amd.com", "kwok-dra-0", "gpu-7", "kwok-dra-0") is None
+
+
+def test_the_stand_in_kubelet_lists_the_claims_the_scheduler_allocated(
+        tmp_path: Path) -> None:
+    node = NodeDevices("kwok-dra-0", {}, tmp_path / "kubelet.sock")
+    claims = dra.index_claims([_claim("d-1-gpu-x", "gpu-3"), _claim("d-2-gpu-y")])
+    # d-2's claim is not allocated yet, d-3's not even made: not started, not listed
+    node.sync([_dra_pod("1", "d-1-gpu-x"), _dra_pod("2", "d-2-gpu-y"), _dra_pod("3", None)],
+              claims)
+    (listed,) = node.peer.pods
+    assert [c.name for c in listed.containers] == ["vllm"]
+    (dr,) = listed.containers[0].dynamic_resources
+    assert (dr.claim_name, dr.claim_namespace) == ("d-1-gpu-x", "llm")
+    assert [(r.driver_name, r.pool_name, r.device_name) for r in dr.claim_resources] == [
+        (dra.DRIVER, "kwok-dra-0", "gpu-3")]
+    claims = dra.index_claims([_claim("d-1-gpu-x", "gpu-3"), _claim("d-2-gpu-y", "gpu-0")])
+    node.sync([_dra_pod("2", "d-2-gpu-y")], claims)  # d-1 gone, d-2 allocated
+    assert [p.name for p in node.peer.pods] == ["d-2"]
+    assert node.claims["2"]["vllm"][0].devices == ((dra.DRIVER, "kwok-dra-0", "gpu-0"),)
+    assert "1" not in node.claims
