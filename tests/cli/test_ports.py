@@ -114,16 +114,18 @@ def _address(hexed: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
 
 
 @contextmanager
-def demo(*args: str) -> Iterator[Listening]:
+def demo(*args: str, agents: int = 0) -> Iterator[Listening]:
     """Run ``gpuscale demo ARGS`` (which include --port) until it prints the line naming
-    its KEDA port (by then it listens on everything it serves); what it listens on."""
+    its KEDA port and ``agents`` agents' lines (each printed once its metrics and stream
+    ports listen; the loop prints its line once everything listens); what it listens on."""
     port = args[args.index("--port") + 1]
     proc = subprocess.Popen([*GPUSCALE, "demo", *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None
         seen: list[str] = []
-        while not any(f":{port}" in line for line in seen):
+        while not any(f":{port}" in line for line in seen) or \
+                sum(line.startswith("agent ") for line in seen) < agents:
             line = proc.stdout.readline()
             assert line, f"the demo ended: {''.join(seen)}{proc.stderr.read()}"  # type: ignore[union-attr]
             seen.append(line)
@@ -142,7 +144,7 @@ def test_every_demo_listens_on_loopback_only(path: tuple[str, ...]) -> None:
     """No --host: KEDA's port (plaintext), the agents' metrics and streams, the gateway,
     the metrics API - every socket the demo listens on is 127.0.0.1's."""
     port = free_port()
-    with demo("--port", str(port), *path) as sockets:
+    with demo("--port", str(port), *path, agents=1 if path[0] == "--scenario" else 0) as sockets:
         assert (ipaddress.ip_address("127.0.0.1"), port) in sockets
         assert len(sockets) >= 3, sockets  # the scaler's and at least one agent's two
         # 127.0.0.0/8 all: the simulated engines listen on 127.1.0.x, one per pod
@@ -152,7 +154,7 @@ def test_every_demo_listens_on_loopback_only(path: tuple[str, ...]) -> None:
 def test_a_demo_serves_every_interface_when_told() -> None:
     port = free_port()
     with demo("--scenario", "h100-vllm", "--metrics-port", "0", "--host", "0.0.0.0",
-              "--port", str(port)) as sockets:
+              "--port", str(port), agents=1) as sockets:
         # grpcio serves 0.0.0.0 as [::], dual-stack
         assert {(ipaddress.ip_address("::"), port), (ipaddress.ip_address("0.0.0.0"),
                                                      port)} & sockets, sockets
