@@ -4,7 +4,6 @@ reflection v1, and the stream's answer when data goes missing."""
 from __future__ import annotations
 
 import asyncio
-import gc
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -16,12 +15,7 @@ from gpuscale.proto import externalscaler_pb2 as pb
 from gpuscale.proto import externalscaler_pb2_grpc as pb_grpc
 from gpuscale.scaler.answers import Answers
 from gpuscale.scaler.core.selector import Selector
-from gpuscale.scaler.edges.keda import (
-    MAX_DETAILS,
-    MAX_MESSAGE,
-    ScalerServer,
-    ScalerService,
-)
+from gpuscale.scaler.edges.keda import MAX_MESSAGE, ScalerServer, ScalerService
 from gpuscale.scaler.state.fleet import FleetView
 from gpuscale.stream.records import PodRecord
 from gpuscale.telemetry.model import Absent
@@ -91,35 +85,6 @@ async def test_an_oversized_message_is_refused_and_the_port_serves_on(
             assert (await code_of(stream.read()))[0] is grpc.StatusCode.RESOURCE_EXHAUSTED
         got = await stub.GetMetrics(metrics())
         assert got.metricValues[0].metricValueFloat == 40.0
-
-
-async def test_a_refused_call_keeps_nothing_of_its_request(
-        served: tuple[ScalerService, grpc.aio.Channel]) -> None:
-    """grpc.aio keeps an aborted call's exception in a reference cycle with the call
-    (freed only by the collector, whose young generation the scaler makes large): the
-    frames it passed through must not hold the request. With the collector off, no
-    refused request is left among Python's objects after its call."""
-    stub = pb_grpc.ExternalScalerStub(served[1])
-    bad = pb.ScaledObjectRef(name="so", namespace="y" * 60_000,
-                             scalerMetadata={"podSelector": "app=vllm"})
-    unknown = pb.ScaledObjectRef(name="so", namespace="llm",
-                                 scalerMetadata={"podSelector": "app=vllm",
-                                                 "profile": "z" * 4000})
-    gc.collect()
-    gc.disable()
-    try:
-        for request in (bad, unknown):
-            for call in (stub.IsActive, stub.GetMetricSpec, stub.StreamMetricSpec):
-                got = call(request)
-                code, details = await code_of(got.read() if hasattr(got, "read") else got)
-                assert code is grpc.StatusCode.INVALID_ARGUMENT
-                assert len(details) <= MAX_DETAILS
-        sent = {id(bad), id(unknown)}  # the client's own (its calls may keep them)
-        kept = [o for o in gc.get_objects() if isinstance(o, pb.ScaledObjectRef)
-                and id(o) not in sent and o.ByteSize() > 4000]
-    finally:
-        gc.enable()
-    assert kept == []
 
 
 @pytest.mark.parametrize("value", [-43.0, float("nan"), float("inf"), 1e300, 1e8])
