@@ -16,26 +16,20 @@ What it reproduces of the real kube-apiserver, and where that behaviour lives th
   "roughly every minute") - also when none of the changes matched its selectors.
 - A watch from a resourceVersion older than the compaction gets an ERROR event carrying a
   410 Expired Status; a watch from "" or "0" starts with synthetic ADDED events.
-- Paginated lists (``etcd3/store.go`` ``GetList``): ``limit`` items a page in key order
-  (namespace/name), ``metadata.continue`` while keys remain after the page - so the last
-  page may come back empty - and ``remainingItemCount`` only when no selector is set. Every
-  page is read at the first page's resourceVersion. A continue token older than the
-  compaction is answered 410 Expired with the apiserver's message and an "inconsistent"
-  token (resourceVersion -1) in the Status (``etcd3/errors.go``
+- Paginated lists (``etcd3/store.go`` ``GetList``, tests/peers/kubepaging.py), every page
+  read at the first page's resourceVersion. A continue token older than the compaction is
+  answered 410 Expired with the apiserver's message and an "inconsistent" token
+  (resourceVersion -1) in the Status (``etcd3/errors.go``
   ``handleCompactedErrorForPaging``); a token it cannot decode is a 400.
 - Auth failures are Status objects: 401 for a bearer token it cannot authenticate (a
   wrong or rotated one), 403 for the right token while ``allowed`` is False (RBAC).
 - Objects carry ``metadata.creationTimestamp``, set when stored without one and kept
-  across changes (immutable, as the API server keeps it); pods from ``make_pod`` carry
-  what the kubelet writes: the Ready condition's ``lastTransitionTime`` and each
-  container's ``restartCount``.
-- ConfigMaps can be read (``configmaps``), e.g. kube-system/extension-apiserver-authentication.
-- SubjectAccessReviews (``authorization.k8s.io/v1``) are answered as the real endpoint
-  does (``pkg/registry/authorization/subjectaccessreview/rest.go``): 201 with the review
-  echoed and ``status.allowed`` / ``denied`` / ``reason`` from ``authorize`` (a test's
-  policy); a spec with neither or both of resourceAttributes and nonResourceAttributes, or
-  with no user and no group, is a 422 Invalid Status; a body that is not a
-  SubjectAccessReview is a 400.
+  across changes (immutable, as the API server keeps it); pods from ``make_pod``
+  (tests/peers/kubeobjects.py, with the other object builders) carry what the kubelet
+  writes: the Ready condition's ``lastTransitionTime`` and each container's
+  ``restartCount``.
+- Discovery, single-object reads, ConfigMaps, ``/scale`` and SubjectAccessReviews:
+  tests/peers/kubeside.py.
 
 And hostile answers a real server might never send but a proxy or a bug could: a test queues
 raw list bodies (``next_list_replies``), raw watch streams (``next_watch_bodies``) or pushes
@@ -46,10 +40,9 @@ raw bytes into the open watches (``send_raw``), and can act between list pages
 from __future__ import annotations
 
 import asyncio
-import base64
 import copy
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -59,6 +52,14 @@ from aiohttp import web
 if TYPE_CHECKING:
     from gpuscale.kube.api import KubeApi
 
+from tests.peers.kubeobjects import (
+    make_endpointslice,
+    make_pod,
+    make_scaledobject,
+    make_workload,
+    status,
+)
+from tests.peers.kubepaging import CONTINUE_EXPIRED, decode_continue, encode_continue, list_page
 from tests.peers.kubeselect import (
     GENERIC_FIELDS,
     POD_FIELDS,
@@ -67,42 +68,17 @@ from tests.peers.kubeselect import (
     SelectorError,
     selection,
 )
+from tests.peers.kubeside import SideEndpoints
 
-CREATED = "2026-11-26T08:00:00Z"  # make_pod's creationTimestamp unless given
-
-
-def make_pod(ns: str, name: str, uid: str, node: str = "node-a", *,
-             owner: tuple[str, str] | None = None, ready: bool = True, ip: str = "10.0.0.1",
-             containers: tuple[tuple[str, str], ...] = (("main", "c" * 64),),
-             labels: dict[str, str] | None = None, phase: str = "Running",
-             created: str = CREATED, ready_since: str = "2026-11-26T08:02:30Z",
-             restarts: int = 0) -> dict[str, Any]:
-    """A pod as the API server returns it: the kubelet's Ready condition with its last
-    transition (``ready_since``), each container's restart count."""
-    meta: dict[str, Any] = {"namespace": ns, "name": name, "uid": uid,
-                            "labels": labels or {"app": name}, "creationTimestamp": created}
-    if owner:
-        meta["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": owner[0],
-                                    "name": owner[1], "uid": "o-" + owner[1],
-                                    "controller": True}]
-    return {
-        "apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": {"nodeName": node},
-        "status": {"phase": phase, "podIP": ip,
-                   "conditions": [{"type": "Ready", "status": "True" if ready else "False",
-                                   "lastProbeTime": None, "lastTransitionTime": ready_since}],
-                   "containerStatuses": [{"name": c, "containerID": f"containerd://{cid}",
-                                          "ready": ready, "restartCount": restarts}
-                                         for c, cid in containers]}}
+# The object builders and continue tokens are importable from here, as before their split.
+__all__ = ["DEPLOYMENTS", "ENDPOINTSLICES", "PODS", "RESOURCESLICES", "SCALEDOBJECTS",
+           "STATEFULSETS", "Change", "KubeApiPeer", "api_client", "decode_continue",
+           "encode_continue", "make_endpointslice", "make_pod", "make_scaledobject",
+           "make_workload", "status"]
 
 
 def _now_rfc3339() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def status(code: int, reason: str, message: str,
-           metadata: dict[str, Any] | None = None) -> dict[str, Any]:
-    return {"kind": "Status", "apiVersion": "v1", "metadata": metadata or {},
-            "status": "Failure", "message": message, "reason": reason, "code": code}
 
 
 PODS = "/api/v1/pods"
@@ -118,15 +94,6 @@ KINDS = {PODS: ("v1", "Pod"), DEPLOYMENTS: ("apps/v1", "Deployment"),
          ENDPOINTSLICES: ("discovery.k8s.io/v1", "EndpointSlice"),
          RESOURCESLICES: ("resource.k8s.io/v1", "ResourceSlice")}
 FIELDS = {PODS: POD_FIELDS, RESOURCESLICES: SLICE_FIELDS}
-
-# etcd3/errors.go: the 410 for a continue token whose snapshot was compacted away.
-CONTINUE_EXPIRED = (
-    "The provided continue parameter is too old to display a consistent list result. You "
-    "can start a new list without the continue parameter, or use the continue token in "
-    "this response to retrieve the remainder of the results. Continuing with the provided "
-    "token results in an inconsistent list - objects that were created, modified, or "
-    "deleted between the time the first chunk was returned and now may show up in the list.")
-
 
 @dataclass
 class Change:
@@ -147,29 +114,9 @@ class _Watcher:
     done: asyncio.Event = field(default_factory=asyncio.Event)
 
 
-def _key(obj: Mapping[str, Any]) -> str:
-    """The object's place in the store's key order (etcd: /registry/<resource>/<ns>/<name>)."""
-    meta = obj.get("metadata") or {}
-    ns = meta.get("namespace")
-    return f"{ns}/{meta.get('name', '')}" if ns else str(meta.get("name", ""))
-
-
-def encode_continue(rv: int, start: str) -> str:
-    """storage.EncodeContinue: base64url (no padding) of the version, snapshot and start."""
-    raw = json.dumps({"v": "meta.k8s.io/v1", "rv": rv, "start": start}).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def decode_continue(token: str) -> tuple[int, str]:
-    raw = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
-    if raw.get("v") != "meta.k8s.io/v1" or not isinstance(raw.get("rv"), int) or \
-            raw["rv"] == 0 or not isinstance(raw.get("start"), str):
-        raise ValueError(token)
-    return raw["rv"], raw["start"]
-
-
-class KubeApiPeer:
+class KubeApiPeer(SideEndpoints):
     def __init__(self, token: str = "t0ken") -> None:
+        super().__init__()
         self.token = token
         self.allowed = True  # False: the token authenticates, RBAC refuses every call
         self.forbidden: set[str] = set()  # path prefixes RBAC refuses (a missing binding)
@@ -177,10 +124,7 @@ class KubeApiPeer:
         self.compacted = 0
         self.objects: dict[str, dict[str, dict[str, Any]]] = {c: {} for c in COLLECTIONS}
         self.pods = self.objects[PODS]
-        self.scales: dict[tuple[str, str, str], str] = {}  # (plural, ns, name) -> selector
-        self.discovery: dict[str, list[dict[str, Any]]] = {}  # "group/version" -> resources
         self.history: list[Change] = []
-        self.owners: dict[tuple[str, str, str], dict[str, Any]] = {}  # (plural, ns, name)
         self.bookmark_every: float | None = 60.0  # seconds; None: no periodic bookmarks
         self.hang_watches = False
         self.next_list_replies: list[tuple[int, bytes]] = []  # (HTTP status, raw body)
@@ -190,9 +134,6 @@ class KubeApiPeer:
         self.list_pages = 0  # every list request, continued pages included
         self.watches = 0
         self.bookmarks_sent = 0
-        self.configmaps: dict[tuple[str, str], dict[str, Any]] = {}  # (ns, name) -> object
-        self.authorize: Callable[[dict[str, Any]], tuple[bool, bool, str]] = _deny_all
-        self.reviews: list[dict[str, Any]] = []  # every SubjectAccessReview spec received
         self._watchers: list[_Watcher] = []
         self._runner: web.AppRunner | None = None
         self.port = 0
@@ -264,16 +205,7 @@ class KubeApiPeer:
         app = web.Application()
         for path in COLLECTIONS:
             app.router.add_get(path, self._collection)
-        app.router.add_get("/apis/{group}/{version}/namespaces/{ns}/{plural}/{name}/scale",
-                           self._scale)
-        app.router.add_get("/apis/{group}/{version}", self._discover)
-        app.router.add_get("/apis/apps/v1/namespaces/{ns}/replicasets/{name}", self._owner)
-        app.router.add_get("/apis/batch/v1/namespaces/{ns}/jobs/{name}", self._owner)
-        app.router.add_get("/api/v1/namespaces/{ns}/configmaps/{name}", self._configmap)
-        for plural in ("deployments", "statefulsets"):
-            app.router.add_get(f"/apis/apps/v1/namespaces/{{ns}}/{plural}/{{name}}",
-                               self._object)
-        app.router.add_post("/apis/authorization.k8s.io/v1/subjectaccessreviews", self._review)
+        self.add_side_routes(app)
         self._runner = web.AppRunner(app, shutdown_timeout=0.1)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", port or self.port)
@@ -353,49 +285,11 @@ class KubeApiPeer:
         else:
             self.lists += 1
             snapshot, start = self.rv, ""
-        objects = self._state_at(request.path, snapshot)
-        keyed = sorted((k, o) for o in objects.values() if (k := _key(o)) >= start)
-        page: list[dict[str, Any]] = []
-        last, more, remaining = "", False, 0
-        for i, (k, obj) in enumerate(keyed):
-            if limit and len(page) >= limit:
-                more = True
-                remaining = len(keyed) - i
-                break
-            last = k
-            if sel.matches(obj):
-                page.append(obj)
-        meta: dict[str, Any] = {"resourceVersion": str(snapshot)}
-        if more:
-            meta["continue"] = encode_continue(snapshot, last + "\x00")
-            if sel.empty:
-                meta["remainingItemCount"] = remaining
+        page, meta = list_page(self._state_at(request.path, snapshot).values(), sel, limit,
+                               start, snapshot)
         api_version, kind = KINDS[request.path]
         return web.json_response({"kind": f"{kind}List", "apiVersion": api_version,
                                   "metadata": meta, "items": page})
-
-    async def _discover(self, request: web.Request) -> web.Response:
-        denied = self._auth(request)
-        if denied is not None:
-            return denied
-        gv = f"{request.match_info['group']}/{request.match_info['version']}"
-        if gv not in self.discovery:
-            return web.json_response(status(404, "NotFound", "not found"), status=404)
-        return web.json_response({"kind": "APIResourceList", "groupVersion": gv,
-                                  "resources": self.discovery[gv]})
-
-    async def _scale(self, request: web.Request) -> web.Response:
-        denied = self._auth(request)
-        if denied is not None:
-            return denied
-        m = request.match_info
-        selector = self.scales.get((m["plural"], m["ns"], m["name"]))
-        if selector is None:
-            return web.json_response(status(404, "NotFound", "not found"), status=404)
-        return web.json_response({"kind": "Scale", "apiVersion": "autoscaling/v1",
-                                  "metadata": {"namespace": m["ns"], "name": m["name"]},
-                                  "spec": {"replicas": 2},
-                                  "status": {"replicas": 2, "selector": selector}})
 
     @staticmethod
     def _convert(ch: Change, sel: Selection) -> dict[str, Any] | None:
@@ -487,125 +381,6 @@ class KubeApiPeer:
     @staticmethod
     async def _send(resp: web.StreamResponse, event: dict[str, Any]) -> None:
         await resp.write(json.dumps(event).encode() + b"\n")
-
-    async def _owner(self, request: web.Request) -> web.Response:
-        denied = self._auth(request)
-        if denied is not None:
-            return denied
-        plural = "replicasets" if "/replicasets/" in request.path else "jobs"
-        obj = self.owners.get((plural, request.match_info["ns"], request.match_info["name"]))
-        if obj is None:
-            return web.json_response(status(404, "NotFound", "not found"), status=404)
-        return web.json_response(obj)
-
-    async def _object(self, request: web.Request) -> web.Response:
-        """GET one Deployment or StatefulSet, as it is now; 404 as the API server says it
-        (``deployments.apps "x" not found``)."""
-        denied = self._auth(request)
-        if denied is not None:
-            return denied
-        plural = request.path.split("/")[-2]
-        ns, name = request.match_info["ns"], request.match_info["name"]
-        for obj in self._state_at(f"/apis/apps/v1/{plural}", self.rv).values():
-            meta = obj["metadata"]
-            if meta.get("namespace") == ns and meta.get("name") == name:
-                return web.json_response(obj)
-        return web.json_response(status(404, "NotFound", f'{plural}.apps "{name}" not found'),
-                                 status=404)
-
-    async def _configmap(self, request: web.Request) -> web.Response:
-        denied = self._auth(request)
-        if denied is not None:
-            return denied
-        key = (request.match_info["ns"], request.match_info["name"])
-        obj = self.configmaps.get(key)
-        if obj is None:
-            return web.json_response(status(404, "NotFound",
-                                            f'configmaps "{key[1]}" not found'), status=404)
-        return web.json_response(obj)
-
-    def set_configmap(self, ns: str, name: str, data: dict[str, str]) -> None:
-        self.configmaps[(ns, name)] = {"apiVersion": "v1", "kind": "ConfigMap",
-                                       "metadata": {"namespace": ns, "name": name},
-                                       "data": dict(data)}
-
-    async def _review(self, request: web.Request) -> web.Response:
-        denied = self._auth(request)
-        if denied is not None:
-            return denied
-        try:
-            body = json.loads(await request.read())
-        except ValueError:
-            return web.json_response(status(400, "BadRequest", "the body is not JSON"),
-                                     status=400)
-        if not isinstance(body, dict) or body.get("kind") != "SubjectAccessReview" or \
-                body.get("apiVersion") != "authorization.k8s.io/v1":
-            return web.json_response(status(400, "BadRequest", "not a SubjectAccessReview"),
-                                     status=400)
-        spec = body.get("spec") or {}
-        problems = []
-        if ("resourceAttributes" in spec) == ("nonResourceAttributes" in spec):
-            problems.append("spec.resourceAttributes: Invalid value: \"null\": exactly one "
-                            "of nonResourceAttributes or resourceAttributes must be specified")
-        if not spec.get("user") and not spec.get("groups"):
-            problems.append('spec.user: Invalid value: "": at least one of user or group '
-                            "must be specified")
-        if problems:
-            return web.json_response(status(422, "Invalid", "SubjectAccessReview.authorization"
-                                            '.k8s.io "" is invalid: ' + ", ".join(problems)),
-                                     status=422)
-        self.reviews.append(spec)
-        allowed, deny, reason = self.authorize(spec)
-        out = dict(body, status={"allowed": allowed, **({"denied": True} if deny else {}),
-                                 **({"reason": reason} if reason else {})})
-        out.setdefault("metadata", {"creationTimestamp": None})
-        return web.json_response(out, status=201)
-
-    def add_owner(self, plural: str, ns: str, name: str, owner: tuple[str, str]) -> None:
-        self.owners[(plural, ns, name)] = {"metadata": {"namespace": ns, "name": name,
-            "ownerReferences": [{"kind": owner[0], "name": owner[1], "controller": True}]}}
-
-
-def _deny_all(spec: dict[str, Any]) -> tuple[bool, bool, str]:
-    """No opinion, as RBAC answers a request no rule allows: not allowed, not denied."""
-    return False, False, ""
-
-
-def make_workload(kind: str, ns: str, name: str, match_labels: dict[str, str],
-                  expressions: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    selector: dict[str, Any] = {"matchLabels": match_labels}
-    if expressions:
-        selector["matchExpressions"] = expressions
-    return {"apiVersion": "apps/v1", "kind": kind,
-            "metadata": {"namespace": ns, "name": name, "uid": f"uid-{kind}-{ns}-{name}"},
-            "spec": {"selector": selector, "replicas": 2}}
-
-
-def make_scaledobject(ns: str, name: str, target: str, kind: str = "Deployment",
-                      api_version: str = "apps/v1") -> dict[str, Any]:
-    return {"apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject",
-            "metadata": {"namespace": ns, "name": name, "uid": f"uid-so-{ns}-{name}"},
-            "spec": {"scaleTargetRef": {"name": target, "kind": kind,
-                                        "apiVersion": api_version},
-                     "triggers": [{"type": "external", "metadata": {}}]}}
-
-
-def make_endpointslice(service: str, name: str, endpoints: list[tuple[str, bool]],
-                       port: int | None = None,
-                       nodes: list[str] | None = None) -> dict[str, Any]:
-    """An EndpointSlice of ``service`` with (ip, ready) endpoints; ``nodes``: each
-    endpoint's nodeName (the EndpointSlice controller sets it from the pod)."""
-    eps: list[dict[str, Any]] = [{"addresses": [ip], "conditions": {"ready": ready}}
-                                 for ip, ready in endpoints]
-    for ep, node in zip(eps, nodes or [], strict=False):
-        ep["nodeName"] = node
-    return {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-            "addressType": "IPv4",
-            "metadata": {"namespace": "gpuscale", "name": name, "uid": f"uid-eps-{name}",
-                         "labels": {"kubernetes.io/service-name": service}},
-            "ports": [{"name": "telemetry", "port": port, "protocol": "TCP"}] if port else [],
-            "endpoints": eps}
-
 
 def api_client(peer: KubeApiPeer, token: str | None = None) -> KubeApi:
     """gpuscale's API seam for the peer, built as in a cluster (kube/credentials.py, on
