@@ -180,6 +180,8 @@ def test_a_dra_device_no_slice_names_keeps_its_claim_and_why_in_the_reason() -> 
     u = usage("v-0")
     u = PodUsage(u.namespace, u.pod, u.container, "dra:x", u.devices, Absent.NO_DATA,
                  Absent.NO_DATA, Absent.NO_DATA, pod_info=u.pod_info, unmatched=(raw,))
-    (rec,) = report_of(snapshot(), attribution(PARTIAL, u)).pods or ()
+    got = report_of(snapshot(), attribution(PARTIAL, u))
+    assert isinstance(got.pods, tuple)
+    (rec,) = got.pods
     assert rec.reasons["gpu-utilization"] == (
         f"allocated device {raw} is not one this node's agent reads")
