@@ -1,5 +1,6 @@
 """The objects the scenarios apply: an inference Deployment on the simulated GPU nodes
-and the ScaledObject a user writes for it (README's form)."""
+(its GPU from the device plugin, or from a ResourceClaim on the DRA node) and the
+ScaledObject a user writes for it (README's form)."""
 
 from __future__ import annotations
 
@@ -10,16 +11,34 @@ SCALER = "gpuscale-scaler.gpuscale.svc:6000"
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 WHOLE_GPU_NODES = {"key": "kubernetes.io/hostname", "operator": "In",
                    "values": ["kwok-gpu-0", "kwok-gpu-1"]}
+DRA_NODES = {"key": "kubernetes.io/hostname", "operator": "In", "values": ["kwok-dra-0"]}
+CLAIM_TEMPLATE = "one-gpu"
 
 
 def namespace(name: str = NAMESPACE) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
 
 
+def gpu_claim_template(name: str = CLAIM_TEMPLATE) -> dict[str, Any]:
+    """One whole GPU of NVIDIA's DRA driver's device class, a claim per pod."""
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+            "metadata": {"name": name, "namespace": NAMESPACE},
+            "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+                "deviceClassName": "gpu.nvidia.com", "count": 1}}]}}}}
+
+
 def inference_deployment(name: str, replicas: int = 1, ready_after: str = "3s",
-                         batch: int = 16) -> dict[str, Any]:
-    """vLLM replicas holding one whole GPU each; the stand-in kubelet serves their
-    engines' /metrics on port 8000 once Ready (after ``ready_after``)."""
+                         batch: int = 16, dra: bool = False) -> dict[str, Any]:
+    """vLLM replicas holding one whole GPU each (``dra``: through a claim from
+    ``gpu_claim_template``, on the DRA node); the stand-in kubelet serves their engines'
+    /metrics on port 8000 once Ready (after ``ready_after``)."""
+    container: dict[str, Any] = {"name": "vllm", "image": "vllm/vllm-openai:v0.11.0",
+                                 "resources": {"limits": {"nvidia.com/gpu": "1"}}}
+    claims: dict[str, Any] = {}
+    if dra:
+        container["resources"] = {"claims": [{"name": "gpu"}]}
+        claims = {"resourceClaims": [{"name": "gpu",
+                                      "resourceClaimTemplateName": CLAIM_TEMPLATE}]}
     return {
         "apiVersion": "apps/v1", "kind": "Deployment",
         "metadata": {"name": name, "namespace": NAMESPACE},
@@ -33,10 +52,9 @@ def inference_deployment(name: str, replicas: int = 1, ready_after: str = "3s",
                     "gpuscale.io/sim-batch": str(batch)}},
                 "spec": {
                     "nodeSelector": {"nvidia.com/gpu.present": "true"},
-                    "affinity": {"nodeAffinity": {REQUIRED: {
-                        "nodeSelectorTerms": [{"matchExpressions": [WHOLE_GPU_NODES]}]}}},
-                    "containers": [{"name": "vllm", "image": "vllm/vllm-openai:v0.11.0",
-                                    "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+                    "affinity": {"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [{
+                        "matchExpressions": [DRA_NODES if dra else WHOLE_GPU_NODES]}]}}},
+                    **claims, "containers": [container]},
             },
         },
     }
