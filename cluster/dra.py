@@ -35,7 +35,7 @@ def resource_slice(shape: NodeShape) -> dict[str, Any]:
     devices = []
     for gpu in spec.gpus:
         name, attrs = nvidia_gpu(gpu.index, gpu_uuid(shape.name, gpu.index))
-        devices.append((name, {**attrs, "index": gpu.index, "minor": gpu.index}))
+        devices.append((name, {**attrs, "index": gpu.index}))  # index: older releases
     out = make_slice(slice_name(shape), shape.name, DRIVER, shape.name, devices)
     del out["metadata"]["uid"]  # the API server's to give
     return out
