@@ -1,17 +1,14 @@
 """The manifests in deploy/: rendered with kustomize, validated against the Kubernetes
 schemas of a pinned version and the shared CRDs, RBAC equal to the calls the code makes,
-the PrometheusRule equal to the shipped rule file and unit-tested with promtool."""
+the PrometheusRule equal to the shipped rule file and unit-tested with promtool; the
+examples, the compose files, the image and the dashboard. The Helm chart: test_helm."""
 
 from __future__ import annotations
 
-import base64
 import re
 import shutil
 import subprocess
-from collections.abc import Iterable
-from functools import cache
 from pathlib import Path
-from typing import Any
 
 import jsonschema
 import kubernetes_validate
@@ -20,31 +17,20 @@ import yaml
 
 from gpuscale.kube import access
 from gpuscale.scaler.core.trigger import parse_metadata
+from tests.deploy.rendered import (
+    AGENTS,
+    DASHBOARD,
+    DEPLOY,
+    REPO,
+    by_kind,
+    container_args,
+    helm_render,
+    named,
+    rbac_rules,
+    render,
+)
 from tests.support.repo import SCHEMAS
 from tests.support.schemas import validate
-
-REPO = Path(__file__).resolve().parents[2]
-DEPLOY = REPO / "deploy"
-DASHBOARD = DEPLOY / "helm" / "gpuscale" / "dashboards" / "gpuscale.json"
-@cache
-def render(path: str) -> tuple[dict[str, Any], ...]:
-    kubectl = shutil.which("kubectl")
-    if kubectl is None:
-        pytest.fail("kubectl not found: ./dev test installs Debian's kubernetes-client")
-    out = subprocess.run([kubectl, "kustomize", str(DEPLOY / path)], capture_output=True,
-                         text=True, check=True)
-    return tuple(d for d in yaml.safe_load_all(out.stdout) if d)
-
-
-def by_kind(objs: tuple[dict[str, Any], ...], kind: str) -> list[dict[str, Any]]:
-    return [o for o in objs if o["kind"] == kind]
-
-
-def named(objs: Iterable[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
-    return next(o for o in objs if o["kind"] == kind and o["metadata"]["name"] == name)
-
-
-AGENTS = ("gpuscale-agent", "gpuscale-agent-amd")  # the NVIDIA and the AMD DaemonSets
 
 
 @pytest.mark.parametrize("path", ["kustomize/base", "kustomize/overlays/host-pid",
@@ -155,11 +141,6 @@ def test_amd_agent_daemonset_contract() -> None:
         validate(obj)
 
 
-def _args(objs: Iterable[dict[str, Any]]) -> list[str]:
-    return [a for o in objs if o["kind"] in ("DaemonSet", "Deployment")
-            for c in o["spec"]["template"]["spec"]["containers"] for a in c["args"]]
-
-
 @pytest.mark.parametrize("rendering", ["kustomize/overlays/tls", "kustomize/overlays/production",
                                        "kustomize/overlays/metrics-api", "helm defaults"])
 def test_production_paths_leave_no_plaintext(rendering: str) -> None:
@@ -167,7 +148,7 @@ def test_production_paths_leave_no_plaintext(rendering: str) -> None:
     mutual TLS on both links: KEDA -> scaler (--tls-*) and scaler -> agents
     (--agent-tls-* / --stream-tls-*); the metrics API is HTTPS with a Secret of its own."""
     objs = helm_render(None) if rendering == "helm defaults" else render(rendering)
-    args = _args(objs)
+    args = container_args(objs)
     assert not [a for a in args if "insecure" in a]
     for flag in ("--stream-tls-cert=", "--stream-tls-key=", "--stream-tls-ca=",
                  "--agent-tls-cert=", "--agent-tls-key=", "--agent-tls-ca=",
@@ -205,22 +186,16 @@ def test_plaintext_only_where_it_says_so() -> None:
     """base (and Helm with tls.enabled=false) is the trial install: plaintext on both links,
     each by its explicit flag (the binaries refuse plaintext without one)."""
     for objs in (render("kustomize/base"), helm_render({"tls": {"enabled": False}})):
-        args = _args(objs)
+        args = container_args(objs)
         assert {"--stream-insecure", "--agents-insecure"} <= set(args)
         assert not [a for a in args if "-tls-" in a]
-
-
-def _rules(obj: dict[str, Any]) -> set[tuple[str, str, frozenset[str]]]:
-    return {(group, resource, frozenset(rule["verbs"]))
-            for rule in obj["rules"] for group in rule["apiGroups"]
-            for resource in rule["resources"]}
 
 
 @pytest.mark.parametrize("path", ["kustomize/base", "kustomize/overlays/metrics-api"])
 def test_rbac_grants_exactly_what_the_code_calls(path: str) -> None:
     """gpuscale's own roles; the metrics API's built-in ones: test_metrics_api."""
     objs = render(path)
-    roles = {(o["kind"], o["metadata"]["name"]): _rules(o)
+    roles = {(o["kind"], o["metadata"]["name"]): rbac_rules(o)
              for o in objs if o["kind"] in ("ClusterRole", "Role")}
     assert roles[("ClusterRole", "gpuscale-agent")] == set(access.AGENT)
     assert roles[("ClusterRole", "gpuscale-scaler")] == set(access.SCALER)
@@ -271,103 +246,6 @@ def test_compose_file_validates_against_the_compose_spec() -> None:
     assert {"agent", "scaler", "prometheus"} <= set(compose["services"])
     bad = {**compose, "services": {"agent": {"image": 3}}}
     assert not validator.is_valid(bad)
-
-
-# What metricsApi.caBundle holds: a CA certificate, PEM, base64 (only its form matters here).
-CA_BUNDLE = base64.b64encode(b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
-                             ).decode()
-
-HELM_COMBINATIONS = {
-    "defaults": None,
-    "host-pid": {"agent": {"hostPID": True, "runtimeClassName": "nvidia"},
-                 "tls": {"enabled": False}},
-    "tls": {"tls": {"enabled": True}},
-    "metrics-api-own-ca": {"metricsApi": {"enabled": True, "certManager": False,
-                                          "caBundle": CA_BUNDLE}},
-    "minimal": {"createNamespace": False, "networkPolicy": {"enabled": False},
-                "serviceMonitor": {"enabled": False}, "prometheusRule": {"enabled": False},
-                "scaler": {"replicas": 3}, "agent": {"interval": 0.5}},
-    "answer-process": {"scaler": {"answerProcess": True}},
-}
-
-
-def helm_render(values: dict[str, Any] | None) -> list[dict[str, Any]]:
-    from helm_python.chart import Chart
-
-    chart = Chart.load(DEPLOY / "helm" / "gpuscale")
-    out = chart.render(values, name="gpuscale", namespace="gpuscale", is_install=True)
-    return [d for text in out.values() for d in yaml.safe_load_all(text) if d]
-
-
-def _key(o: dict[str, Any]) -> tuple[str, str]:
-    return o["kind"], o["metadata"]["name"]
-
-
-@pytest.mark.parametrize(("values", "path"), [
-    (None, "kustomize/overlays/production"),
-    ({"tls": {"enabled": False}}, "kustomize/base"),
-    ({"metricsApi": {"enabled": True}}, "kustomize/overlays/metrics-api"),
-])
-def test_helm_renders_what_kustomize_does(values: dict[str, Any] | None, path: str) -> None:
-    """Helm's defaults are the production overlay; tls.enabled=false is the plain base;
-    metricsApi.enabled=true is the metrics-api overlay (cert-manager included)."""
-    helm = sorted(helm_render(values), key=_key)
-    kustomize = sorted(render(path), key=_key)
-    assert [_key(o) for o in helm] == [_key(o) for o in kustomize]
-    for h, k in zip(helm, kustomize, strict=True):
-        assert h == k, _key(h)
-
-
-@pytest.mark.parametrize("combo", sorted(HELM_COMBINATIONS))
-def test_helm_value_combinations_validate(combo: str) -> None:
-    objs = helm_render(HELM_COMBINATIONS[combo])
-    for obj in objs:
-        validate(obj)
-    kinds = {o["kind"] for o in objs}
-    if combo == "minimal":
-        assert not kinds & {"Namespace", "NetworkPolicy", "ServiceMonitor", "PrometheusRule"}
-    if combo == "metrics-api-own-ca":  # no cert-manager: the CA comes from the values
-        assert not kinds & {"Issuer", "Certificate"}
-        services = by_kind(tuple(objs), "APIService")
-        assert [s["spec"]["caBundle"] for s in services] == [CA_BUNDLE, CA_BUNDLE]
-        assert not [s for s in services if "annotations" in s["metadata"]]
-    if combo == "answer-process":  # the flag the CLI has, on the scaler only
-        args = _args(objs)
-        assert args.count("--answer-process") == 1
-        scaler = named(objs, "Deployment", "gpuscale-scaler")
-        assert "--answer-process" in scaler["spec"]["template"]["spec"]["containers"][0]["args"]
-    if combo in ("tls", "host-pid"):
-        overlay = sorted(render(f"kustomize/overlays/{combo}"), key=_key)
-        for name in AGENTS:
-            ds = named(overlay, "DaemonSet", name)
-            helm_ds = named(objs, "DaemonSet", name)
-            assert helm_ds["spec"]["template"]["spec"].get("hostPID") == \
-                ds["spec"]["template"]["spec"].get("hostPID")
-            assert helm_ds["spec"]["template"]["spec"]["containers"][0]["args"] == \
-                ds["spec"]["template"]["spec"]["containers"][0]["args"]
-
-
-def test_helm_lint_and_values_schema() -> None:
-    from helm_python.chart import Chart, lint
-    from helm_python.errors import HelmError
-
-    for values in (None, {"metricsApi": {"enabled": True}},
-                   HELM_COMBINATIONS["metrics-api-own-ca"]):
-        report = lint(DEPLOY / "helm" / "gpuscale", values, strict=True, namespace="gpuscale")
-        assert report["errors"] == [], values
-        assert [m for m in report["messages"] if m["severity"] >= 2] == [], values
-    chart = Chart.load(DEPLOY / "helm" / "gpuscale")
-    chart.validate_schema({"scaler": {"replicas": 2}})
-    for bad, where in (({"scaler": {"replicas": 0}}, "/scaler/replicas"),
-                       ({"agent": {"interval": 0.05}}, "/agent/interval"),
-                       ({"tls": {"enabled": "yes"}}, "/tls/enabled"),
-                       ({"metricsApi": {"port": 443}}, "/metricsApi/port"),  # runs as non-root
-                       ({"metricsApi": {"enabled": True, "certManager": False}},
-                        "/metricsApi/caBundle"),  # the APIServices would trust nothing
-                       ({"metricsApi": {"caBundle": "-----BEGIN"}}, "/metricsApi/caBundle"),
-                       ({"unknown": 1}, "unknown")):
-        with pytest.raises(HelmError, match=where):
-            chart.validate_schema(bad)
 
 
 def test_dashboard_queries_only_series_gpuscale_exports() -> None:
@@ -440,21 +318,3 @@ def test_the_dashboard_is_provisioned_by_helm_and_compose() -> None:
             "Workload value vs replicas (KEDA, kube-state-metrics, the planner)"} <= titles
 
 
-def test_the_scaler_service_is_headless_unless_asked_otherwise() -> None:
-    """KEDA's client resolves scalerAddress with gRPC's DNS resolver and round_robin: a
-    headless Service lets it spread calls and streams over every Ready replica; the port
-    is then the pod's own, so the Service's ports must equal the container's."""
-    def scaler_service(objs: Iterable[dict[str, Any]]) -> dict[str, Any]:
-        return next(o for o in objs if o["kind"] == "Service"
-                    and o["metadata"]["name"] == "gpuscale-scaler")
-
-    for objs in (render("kustomize/base"), helm_render(None)):
-        svc = scaler_service(objs)
-        assert svc["spec"]["clusterIP"] == "None"
-        deployment = next(o for o in objs if o["kind"] == "Deployment"
-                          and o["metadata"]["name"] == "gpuscale-scaler")
-        ports = {p["name"]: p["containerPort"] for c in
-                 deployment["spec"]["template"]["spec"]["containers"] for p in c["ports"]}
-        assert all(ports[p["targetPort"]] == p["port"] for p in svc["spec"]["ports"])
-    assert "clusterIP" not in scaler_service(helm_render(
-        {"scaler": {"headless": False}}))["spec"]

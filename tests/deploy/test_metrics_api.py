@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from gpuscale.kube import access
-from tests.deploy.test_deploy import CA_BUNDLE, _key, _rules, by_kind, helm_render, render
+from tests.deploy.rendered import CA_BUNDLE, by_kind, helm_render, key, rbac_rules, render
 
 Grant = tuple[str, str, frozenset[str]]
 Objs = list[dict[str, Any]]
@@ -94,8 +94,8 @@ def test_the_hpa_controller_may_read_it(rendering: str) -> None:
     controller-manager's per-controller credentials) may get and list the API, which the
     scaler checks with a SubjectAccessReview on every request."""
     objs = WITH_METRICS_API[rendering]()
-    role = next(o for o in objs if _key(o) == ("ClusterRole", "gpuscale-custom-metrics-reader"))
-    assert _rules(role) == {("custom.metrics.k8s.io", "*", frozenset({"get", "list"}))}
+    role = next(o for o in objs if key(o) == ("ClusterRole", "gpuscale-custom-metrics-reader"))
+    assert rbac_rules(role) == {("custom.metrics.k8s.io", "*", frozenset({"get", "list"}))}
     bound = [{(s["kind"], s["name"], s.get("namespace")) for s in b["subjects"]}
              for b in by_kind(tuple(objs), "ClusterRoleBinding")
              if b["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
@@ -125,7 +125,7 @@ def check_serving_chain(objs: Objs) -> None:
     serves on, with the certificate and key from one mounted Secret, which either
     cert-manager issues (for the Service's DNS name, from a CA chain of Issuers in the
     render, the CA injected into the APIServices) or the APIServices carry the CA of."""
-    deploy = next(o for o in objs if _key(o) == ("Deployment", "gpuscale-scaler"))
+    deploy = next(o for o in objs if key(o) == ("Deployment", "gpuscale-scaler"))
     namespace, pod = deploy["metadata"]["namespace"], deploy["spec"]["template"]
     (scaler,) = pod["spec"]["containers"]
     flags = dict(a.split("=", 1) for a in scaler["args"] if a.startswith("--metrics-api-"))
@@ -199,7 +199,7 @@ def test_the_chain_check_catches_a_broken_link() -> None:
 
     def broken(kind: str, name: str, path: str, value: Any) -> Objs:
         out: Objs = json.loads(json.dumps(objs))
-        node: Any = next(o for o in out if _key(o) == (kind, name))
+        node: Any = next(o for o in out if key(o) == (kind, name))
         *parents, last = path.split("/")
         for p in parents:
             node = node[int(p)] if isinstance(node, list) else node[p]

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.deploy.test_deploy import DEPLOY, by_kind, helm_render, render
+from tests.deploy.rendered import DEPLOY, by_kind, helm_render, render
 from tests.support.schemas import validate
 
 Peer = dict[str, Any]
