@@ -1,4 +1,5 @@
-"""gpuscale simulate end to end on a short slice of the shipped trace."""
+"""gpuscale simulate end to end on a short slice of the shipped trace. The traffic it
+replays: tests/traffic (test_patterns, test_scale); its objectives: tests/models/test_slo."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -138,32 +138,6 @@ def test_bad_trace_is_a_clear_error(tmp_path: Path) -> None:
     assert "header must contain" in out.stderr
 
 
-def test_synthetic_patterns_have_their_shape_and_are_reproducible() -> None:
-    from gpuscale.traffic.patterns import synthetic
-
-    day = synthetic("diurnal", 3600.0, 10.0)
-    assert day == synthetic("diurnal", 3600.0, 10.0)
-    first, middle = (sum(1 for r in day if a <= r.arrival_s < a + 600) for a in (0, 1500))
-    assert middle > 3 * first  # busy in the middle of the "day"
-    night = synthetic("idle-night", 3600.0, 10.0)
-    assert max(r.arrival_s for r in night) < 1800.0
-    bursts = synthetic("bursts", 3600.0, 10.0)
-    in_burst = sum(1 for r in bursts if 720 <= r.arrival_s < 840)
-    calm = sum(1 for r in bursts if 300 <= r.arrival_s < 420)
-    assert in_burst > 4 * calm
-
-
-def test_shape_of_gives_a_shaped_pattern_and_refuses_the_others() -> None:
-    from gpuscale.traffic.patterns import shape_of
-
-    rate, peak = shape_of("burst10", 3600.0)
-    assert peak == 1.0
-    assert [t for t in range(3600) if rate(t) >= peak] == list(range(1440, 1620))
-    for other in ("long-prompts", "long-prompt-bursts", "noisy-diurnal", "reasoning", "x"):
-        with pytest.raises(ValueError, match="is not a shaped pattern"):
-            shape_of(other, 3600.0)
-
-
 def test_scale_to_zero_when_idle() -> None:
     from gpuscale.traffic.patterns import synthetic
 
@@ -193,29 +167,6 @@ def test_reaction_to_a_burst() -> None:
     assert gpu.react_s is not None
     assert gpu.react_s <= 120.0  # an HPA sync or two, not minutes
     assert results["CPU-based HPA"].react_s is None  # it never scales up
-
-
-def test_looping_plays_the_trace_again_one_period_later() -> None:
-    trace = read_trace(TRACE)[:200]
-    once = scale_trace(trace, rate=1.0, speedup=1.0, limit_s=None)
-    twice = scale_trace(trace, rate=1.0, speedup=1.0, limit_s=None, loops=2)
-    assert len(twice) == 2 * len(once)
-    offset = twice[len(once)].arrival_s - once[0].arrival_s
-    assert offset > once[-1].arrival_s  # the second copy starts after the first ends
-    for a, b in zip(once, twice[len(once):], strict=True):
-        assert abs(b.arrival_s - a.arrival_s - offset) < 1e-6
-        assert (a.input_tokens, a.output_tokens) == (b.input_tokens, b.output_tokens)
-    # Time compression applies to the looped copies too, and the cut still holds.
-    fast = scale_trace(trace, rate=1.0, speedup=2.0, limit_s=None, loops=2)
-    assert abs(fast[-1].arrival_s - twice[-1].arrival_s / 2) < 1e-6
-    cut = scale_trace(trace, rate=1.0, speedup=1.0, limit_s=offset, loops=3)
-    assert len(cut) == len(once)
-
-
-def test_looping_refuses_nonsense() -> None:
-    with pytest.raises(ValueError, match="at least 1"):
-        scale_trace(read_trace(TRACE)[:10], 1.0, 1.0, None, loops=0)
-    assert scale_trace([], 1.0, 1.0, None, loops=3) == []
 
 
 def test_timeline_carries_the_worst_ttft_per_minute() -> None:
@@ -262,179 +213,6 @@ def test_cli_plot_writes_a_png(tmp_path: Path) -> None:
     assert bad.returncode == 2
     assert "gpuscale:" in bad.stderr
     assert "Traceback" not in bad.stderr
-
-
-def test_load_scaling_superposes_shifted_copies() -> None:
-    trace = [TraceRequest(t, 100 + int(t), 10) for t in (0.0, 10.0, 25.0, 60.0, 90.0)]
-    period = 90.0 + 90.0 / 4  # the span plus the mean gap, as a loop repeats
-    double = scale_trace(trace, rate=2.0, speedup=1.0, limit_s=None)
-    # Copy 1 is the trace shifted by half the period, wrapped into [0, period).
-    shifted = [((t + period / 2) % period, 100 + int(t)) for t in (0.0, 10.0, 25.0, 60.0, 90.0)]
-    want = sorted([(r.arrival_s, r.input_tokens) for r in trace] + shifted)
-    assert [(r.arrival_s, r.input_tokens) for r in double] == want
-    assert all(0.0 <= r.arrival_s < period for r in double)
-    # No two requests at one instant, unlike duplicates would be.
-    assert len({r.arrival_s for r in double}) == len(double)
-    # A fractional rate thins one extra copy, deterministically: 2.4 = 2 copies + 0.4.
-    more = scale_trace(trace, rate=2.4, speedup=1.0, limit_s=None)
-    assert len(more) == 5 + 5 + 2
-    assert more == scale_trace(trace, rate=2.4, speedup=1.0, limit_s=None)
-    assert [r.arrival_s for r in more] == sorted(r.arrival_s for r in more)
-    assert len(scale_trace(trace, rate=0.4, speedup=1.0, limit_s=None)) == 2
-
-
-def test_scaled_shipped_trace_keeps_its_rate_without_same_instant_bursts() -> None:
-    trace = read_trace(TRACE)[:2_000]
-    x4 = scale_trace(trace, rate=4.0, speedup=1.0, limit_s=None)
-    assert len(x4) == 4 * len(trace)
-    per_instant: dict[float, int] = {}
-    for r in x4:
-        per_instant[r.arrival_s] = per_instant.get(r.arrival_s, 0) + 1
-    assert max(per_instant.values()) < 4  # duplicating would put 4 at every instant
-
-
-def test_slo_kinds_and_never_served_minutes() -> None:
-    from gpuscale.models.serving import InFlightRequest, ServingModel
-    from gpuscale.models.slo import Slo, SloSpec
-
-    model = ServingModel(HAND)
-    served = [InFlightRequest(float(s), 8_000, 5) for s in range(20)]  # minute 0
-    for k, r in enumerate(served):
-        r.admitted, r.first_token = r.arrival + 0.1 * k, r.arrival + 0.1 * k + 0.4
-    model.done.extend(served)
-    late = InFlightRequest(61.0, 100, 5)  # minute 1: served, and one never served
-    late.admitted, late.first_token = 61.0, 61.1
-    model.done.append(late)
-    model.queue.append(InFlightRequest(62.0, 100, 5))
-    ttft = Slo.of(model, 180.0)
-    # Minute 0: TTFTs 0.4 .. 2.3 s; p95 of 20 is the 19th: 2.2 s > 2 s.
-    assert ttft.stat[0] == pytest.approx(2.2)
-    assert ttft.worst[0] == pytest.approx(2.3)
-    # Minute 1 has a served request too, yet its worst is infinite (never served).
-    assert ttft.worst[1] == math.inf
-    assert ttft.bad_minutes == {0, 1}
-    assert ttft.unserved == 1
-    relaxed = Slo.of(model, 180.0, SloSpec("ttft", 2.5))
-    assert relaxed.bad_minutes == {1}  # one slow request does not fail a p95 of 20
-    queue = Slo.of(model, 180.0, SloSpec("queue", 1.85))
-    assert queue.stat[0] == pytest.approx(1.8)  # queue delays 0 .. 1.9 s
-    assert queue.bad_minutes == {1}
-    # 8,000-token prompts: (2.2 - 1 s allowance) / 8,000 = 0.15 ms per token.
-    per_token = Slo.of(model, 180.0, SloSpec("ttft-per-token", 0.0002, allowance_s=1.0))
-    assert per_token.stat[0] == pytest.approx(1.2 / 8_000)
-    assert per_token.bad_minutes == {1}
-    with pytest.raises(ValueError, match="kind"):
-        SloSpec("latency")  # type: ignore[arg-type]
-
-
-def test_ttft_tpot_counts_a_request_that_decodes_slowly_and_reports_tpot() -> None:
-    """A request served well needs its first token within 2 s and each later one within
-    100 ms; the p95 TPOT of finished requests is reported whatever the objective."""
-    from gpuscale.models.serving import InFlightRequest, ServingModel
-    from gpuscale.models.slo import SLO_SPECS, Slo, SloSpec, tpot
-
-    model = ServingModel(HAND)
-    fast = [InFlightRequest(float(s), 100, 10) for s in range(20)]  # minute 0
-    for r in fast:  # TTFT 0.5 s, then 10 tokens in 0.5 s: 50 ms each
-        r.admitted, r.first_token, r.finished = r.arrival, r.arrival + 0.5, r.arrival + 1.0
-    slow = [InFlightRequest(60.0 + s, 100, 10) for s in range(20)]  # minute 1
-    for k, r in enumerate(slow):  # TTFT 0.5 s; three of them decode at 150 ms a token
-        r.admitted, r.first_token = r.arrival, r.arrival + 0.5
-        r.finished = r.first_token + (1.5 if k < 3 else 0.5)
-    model.done.extend(fast + slow)
-    decoding = InFlightRequest(170.0, 100, 100)  # minute 2: still decoding at 180 s
-    decoding.admitted, decoding.first_token, decoding.generated = 170.0, 170.5, 1.0
-    one = InFlightRequest(130.0, 100, 1)  # one output token (the model still decodes it)
-    one.admitted, one.first_token, one.finished = 130.0, 130.2, 130.25
-    model.done.append(one)
-    assert tpot(one) == 0.0  # no tokens after the first: no TPOT
-    assert SLO_SPECS["ttft-tpot"].measure(one) == pytest.approx(0.2)  # its TTFT
-    assert tpot(decoding) == 0.0  # still decoding, no time given: not known
-    assert tpot(decoding, 173.5) == pytest.approx(3.0 / 100)  # the pace so far
-    spec = SLO_SPECS["ttft-tpot"]
-    assert (spec.target_s, spec.tpot_s) == (2.0, 0.1)
-    assert "100 ms" in spec.describe()
-    model.replicas.append(_replica_running(decoding))
-    both = Slo.of(model, 180.0, spec)
-    # Minute 1: 3 of 20 over 100 ms a token (150 ms -> 3.0 s in TTFT's units): the p95
-    # (the 19th of 20) is one of them.
-    assert both.stat[1] == pytest.approx(0.15 * 2.0 / 0.1)
-    assert both.bad_minutes == {1}
-    assert both.stat[0] == pytest.approx(1.0)  # 50 ms a token -> 1.0 s, under 2
-    # Minute 2: the request still decoding counts its pace up to the judgement (9.5 s
-    # for 100 tokens: 95 ms a token -> 1.9 s), the one-token request its TTFT.
-    assert both.stat[2] == pytest.approx(1.9)
-    assert Slo.of(model, 180.0).bad_minutes == frozenset()  # TTFT alone: all fine
-    # p95 TPOT over the 40 finished requests with more than one output token (37 at 50 ms,
-    # 3 at 150: the 38th is one of the slow)
-    assert both.p95_tpot_s == pytest.approx(0.15)
-    assert Slo.of(model, 180.0).p95_tpot_s == pytest.approx(0.15)
-    with pytest.raises(ValueError, match="tpot_s"):
-        SloSpec("ttft-tpot", 2.0, tpot_s=0.0)
-
-
-def _replica_running(req: Any) -> Any:
-    from gpuscale.models.serving import Replica
-
-    rep = Replica(0.0, 0.0)
-    rep.running.append(req)
-    return rep
-
-
-@pytest.mark.parametrize("pattern", ["steps", "ramp", "burst10", "short-bursty",
-                                     "long-prompts", "long-prompt-bursts",
-                                     "noisy-diurnal", "reasoning"])
-def test_new_patterns_are_seeded_and_sorted(pattern: str) -> None:
-    from gpuscale.traffic.patterns import PATTERNS, synthetic
-
-    assert pattern in PATTERNS
-    got = synthetic(pattern, 1800.0, 5.0)
-    assert got == synthetic(pattern, 1800.0, 5.0)
-    assert got != synthetic(pattern, 1800.0, 5.0, seed=2)
-    assert [r.arrival_s for r in got] == sorted(r.arrival_s for r in got)
-    assert all(0 <= r.arrival_s < 1800.0 for r in got)
-
-
-def test_new_patterns_have_their_shape() -> None:
-    from gpuscale.traffic.patterns import synthetic
-
-    def count(reqs: list[TraceRequest], a: float, b: float) -> int:
-        return sum(1 for r in reqs if a <= r.arrival_s < b)
-
-    steps = synthetic("steps", 3000.0, 10.0)  # 600 s stretches at 25/50/100/50/25 %
-    first, peak, last = (count(steps, a, a + 600) for a in (0, 1200, 2400))
-    assert peak > 3 * first
-    assert peak > 3 * last
-    ramp = synthetic("ramp", 3000.0, 10.0)
-    thirds = [count(ramp, a, a + 500) for a in (0, 500, 1000, 1500, 2000, 2500)]
-    assert thirds[0] < thirds[1] < thirds[2]
-    assert thirds[3] > thirds[4] > thirds[5]
-    burst = synthetic("burst10", 3600.0, 10.0)  # x10 for 180 s from 1440 s
-    assert count(burst, 1440, 1620) > 6 * count(burst, 1000, 1180)
-    short = synthetic("short-bursty", 600.0, 20.0)
-    assert count(short, 0, 10) + count(short, 60, 70) > 5 * (count(short, 20, 30)
-                                                             + count(short, 80, 90))
-    assert sum(r.input_tokens for r in short) / len(short) < 300
-    lpb = synthetic("long-prompt-bursts", 3600.0, 12.0)
-    longs = [r.arrival_s for r in lpb if r.input_tokens >= 8_000]
-    # Six bursts of 90 s at 3 long prompts/s: ~1,600 of them, each within 90 s of another
-    # (none alone), and the ordinary requests (4/s) stay all hour.
-    assert 1_200 < len(longs) < 2_000
-    assert all(min(abs(a - b) for b in longs if b != a) < 5.0 for a in longs)
-    assert len(lpb) - len(longs) > 3.5 * 3600
-    noisy = synthetic("noisy-diurnal", 3600.0, 10.0)
-    halves = [count(noisy, a, a + 1200) for a in (0, 1200, 2400)]
-    assert halves[1] > 1.5 * halves[0]  # the day's middle is still busier
-    per_30s = [count(noisy, a, a + 30) for a in range(1200, 2400, 30)]
-    assert max(per_30s) > 1.8 * min(per_30s)  # and it wanders within it
-    reasoning = synthetic("reasoning", 3600.0, 60.0)
-    assert 1.5 < len(reasoning) / 3600 < 2.1  # diurnal at 3/s at its busiest, 60 % on average
-    outputs = sorted(r.output_tokens for r in reasoning)
-    assert 4_000 < outputs[len(outputs) // 2] < 6_000  # minutes of decode each
-    assert all(r.output_tokens % 24 == 0 for r in reasoning)
-    long = synthetic("long-prompts", 1800.0, 2.0)
-    assert all(4_000 <= r.input_tokens <= 8_192 for r in long)
-    assert abs(len(long) / 1800.0 - 2.0) < 0.6
 
 
 def test_cli_accepts_new_patterns_and_trace_formats(tmp_path: Path) -> None:
