@@ -5,6 +5,7 @@ report with its reason, and never an empty pod list."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 
 import pytest
 
@@ -185,3 +186,20 @@ def test_a_dra_device_no_slice_names_keeps_its_claim_and_why_in_the_reason() -> 
     (rec,) = got.pods
     assert rec.reasons["gpu-utilization"] == (
         f"allocated device {raw} is not one this node's agent reads")
+
+
+def test_a_device_held_through_a_claim_lists_the_claim_beside_its_pod() -> None:
+    """Time-sliced through a shared claim by one pod, through the device plugin by another:
+    the claims sit beside the pods, one each ("" for the plugin's); without claims none."""
+    plugin, claimed = usage("v-0"), usage("v-1")
+    dra = replace(claimed.devices[0], device=replace(claimed.devices[0].device,
+                                                     claim="llm/v-1-gpu-x7k2q"))
+    claimed = replace(claimed, resource="dra:v-1-gpu-x7k2q", devices=(dra,))
+    got = report_of(snapshot(), attribution(OK, plugin, claimed)).devices
+    assert got is not None
+    assert (got[0].pods, got[0].claims) == (("llm/v-0", "llm/v-1"), ("", "llm/v-1-gpu-x7k2q"))
+    assert got[0].holders() == ["llm/v-0", "llm/v-1 (claim v-1-gpu-x7k2q)"]
+    assert (got[1].pods, got[1].claims) == ((), ())
+    only_plugin = report_of(snapshot(), attribution(OK, plugin)).devices
+    assert only_plugin is not None
+    assert only_plugin[0].claims == ()

@@ -334,3 +334,17 @@ async def test_gpus_says_why_an_agent_shows_no_devices() -> None:
     assert "no update with its devices" in text
     assert "pods are not known" in text
     assert "pod watch: not listed yet" in text
+
+
+def test_gpus_from_an_agent_shows_a_device_held_through_a_claim_with_it() -> None:
+    from gpuscale.cli.gpus import format_report
+    from gpuscale.stream.records import DeviceRecord, NodeReport
+
+    gpu = DeviceRecord("GPU-1", 0, "NVIDIA H100 80GB HBM3", pods=("llm/a", "llm/b"),
+                       claims=("", "llm/b-gpu-x7k2q"))
+    idle = DeviceRecord("GPU-2", 1, "NVIDIA H100 80GB HBM3")
+    out = format_report(NodeReport("n", 3, 0.0, 1.0, (), (gpu, idle)), "10.0.0.1:9401")
+    (held,) = [line for line in out.splitlines() if line.startswith("0 ")]
+    assert held.endswith("  llm/a, llm/b (claim b-gpu-x7k2q)")
+    (free,) = [line for line in out.splitlines() if line.startswith("1 ")]
+    assert free.endswith("  idle")

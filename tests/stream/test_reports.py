@@ -14,7 +14,7 @@ from gpuscale.proto import telemetry_pb2 as pb
 from gpuscale.scaler.core.selector import parse_selector
 from gpuscale.scaler.state.fleet import FleetView
 from gpuscale.stream.codec import MAX_DEVICES_PER_NODE as MAX_DEVICES
-from gpuscale.stream.codec import MAX_PODS_PER_NODE, decode_report, encode_report
+from gpuscale.stream.codec import MAX_NAME, MAX_PODS_PER_NODE, decode_report, encode_report
 from gpuscale.stream.publisher import DEVICES_EVERY_S, TelemetryPublisher
 from gpuscale.stream.records import DeviceRecord, NodeReport, PodRecord, deliver
 from gpuscale.telemetry.model import Absent
@@ -227,3 +227,30 @@ def test_records_of_one_owner_share_one_owner_ref() -> None:
     assert isinstance(again, tuple)
     assert first[0].owner is first[1].owner is again[0].owner
     assert first[0].owner == OwnerRef("Deployment", "vllm")
+
+
+def test_the_claims_beside_a_devices_pods_cross_the_stream_bounded() -> None:
+    """A device's DRA claims ride beside its pods, one each; an update whose claims are not
+    one per pod keeps its pods and drops the claims (not guessed); names are cut."""
+    held = DeviceRecord(GPU, 0, "NVIDIA L4", pods=("llm/v-0", "llm/v-1"),
+                        claims=("", "llm/v-1-gpu-x7k2q"))
+    report = NodeReport("node-a", 1, 500.0, 1.0, (pod("v-0", 1.0),), (held,))
+    msg = encode_report(report, "agent-1", 0.0)
+    assert list(msg.devices[0].claims) == ["", "llm/v-1-gpu-x7k2q"]
+    got = decode_report(msg, 20.0, 3.0).devices
+    assert got is not None
+    assert got[0] == held
+    assert got[0].holders() == ["llm/v-0", "llm/v-1 (claim v-1-gpu-x7k2q)"]
+    plain = encode_report(complete(2), "agent-1", 0.0)
+    assert list(plain.devices[0].claims) == []  # device-plugin holders only: nothing sent
+    del msg.devices[0].claims[:]
+    msg.devices[0].claims.extend(["llm/a", "llm/b", "llm/c"])  # three claims, two pods
+    odd = decode_report(msg, 20.0, 3.0).devices
+    assert odd is not None
+    assert (odd[0].pods, odd[0].claims) == (held.pods, ())
+    assert odd[0].holders() == ["llm/v-0", "llm/v-1"]
+    del msg.devices[0].claims[:]
+    msg.devices[0].claims.extend(["", "llm/" + "x" * 100_000])
+    long = decode_report(msg, 20.0, 3.0).devices
+    assert long is not None
+    assert len(long[0].claims[1]) == MAX_NAME

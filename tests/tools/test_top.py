@@ -312,3 +312,13 @@ def test_cycle_goes_through_all_then_back() -> None:
         seen.append(current)
     assert seen == ["a", "b", "", "a"]
     assert top.cycle("gone", ("a",)) == ""
+
+
+def test_a_device_held_through_a_claim_shows_the_claim() -> None:
+    dev = tpb.Device(uuid="GPU-1", model="NVIDIA H100 80GB HBM3", sharing="time-sliced",
+                     utilization=reading(40), memory_used=reading(1024),
+                     memory_total=reading(81559), pods=["ns/p", "ns/q"],
+                     claims=["", "ns/q-gpu-x7k2q"])
+    view = top.build(pb.FleetReply(stale_after=3.0, nodes=[pb.Node(
+        name="n1", connected=True, age=0.5, devices=[dev])]))
+    assert cells(view, "devices")[0][-1] == "ns/p, ns/q (claim q-gpu-x7k2q)"

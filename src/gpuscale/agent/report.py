@@ -169,22 +169,31 @@ def pod_records(snapshot: NodeSnapshot, attribution: NodeAttribution,
 
 def node_devices(snapshot: NodeSnapshot, attribution: NodeAttribution) -> list[DeviceRecord]:
     """The node's GPUs and MIG instances with the pods allocated each (a time-sliced GPU
-    lists every pod holding one of its replicas). A GPU split into MIG instances is listed
-    too (sharing "mig", no pods): its instances carry the allocations."""
-    holders: dict[str, set[str]] = {}
+    lists every pod holding one of its replicas) and, beside them, the DRA claim each holds
+    it through ("" for a device plugin's). A GPU split into MIG instances is listed too
+    (sharing "mig", no pods): its instances carry the allocations."""
+    holders: dict[str, dict[str, str]] = {}  # device -> pod -> claim
     for u in attribution.pods:
         for d in u.devices:
-            holders.setdefault(d.mig_uuid or d.gpu_uuid, set()).add(f"{u.namespace}/{u.pod}")
+            held = holders.setdefault(d.mig_uuid or d.gpu_uuid, {})
+            pod = f"{u.namespace}/{u.pod}"
+            held[pod] = held.get(pod) or d.device.claim
+
+    def record(uuid: str, index: int, model: str, parent: str, sharing: str,
+               util: Reading, used: IntReading, total: IntReading) -> DeviceRecord:
+        held = holders.get(uuid, {})
+        pods = tuple(sorted(held))
+        claims = tuple(held[p] for p in pods) if any(held.values()) else ()
+        return DeviceRecord(uuid, index, model, parent, sharing, util, _to_mib(used),
+                            _to_mib(total), pods, claims)
+
     out = []
     for g in snapshot.gpus:
         sharing = "mig" if g.mig_enabled else _SHARING[g.sharing]
-        out.append(DeviceRecord(g.uuid, g.index, g.name, "", sharing, g.utilization_percent,
-                                _to_mib(g.memory_used_bytes), _to_mib(g.memory_total_bytes),
-                                tuple(sorted(holders.get(g.uuid, ())))))
-        out.extend(DeviceRecord(m.uuid, g.index, m.profile, g.uuid, "exclusive",
-                                m.utilization_percent, _to_mib(m.memory_used_bytes),
-                                _to_mib(m.memory_total_bytes),
-                                tuple(sorted(holders.get(m.uuid, ()))))
+        out.append(record(g.uuid, g.index, g.name, "", sharing, g.utilization_percent,
+                          g.memory_used_bytes, g.memory_total_bytes))
+        out.extend(record(m.uuid, g.index, m.profile, g.uuid, "exclusive",
+                          m.utilization_percent, m.memory_used_bytes, m.memory_total_bytes)
                    for m in g.migs)
     return out
 

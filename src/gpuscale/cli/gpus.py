@@ -140,7 +140,7 @@ def format_report(report: NodeReport, address: str) -> str:
         name = d.model if not d.parent_uuid else f"  {d.model}"
         lines.append(f"{d.index:<4}{name[:27]:<28}{d.sharing[:13]:<14}"
                      f"{_fmt(d.utilization, '%'):>12}{mem:>20}  "
-                     f"{', '.join(d.pods) or 'idle'}")
+                     f"{', '.join(d.holders()) or 'idle'}")
     assert not isinstance(report.pods, Unavailable)  # read_node raises for those
     for p in report.pods:
         signals = ", ".join(

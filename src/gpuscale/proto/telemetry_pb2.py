@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1egpuscale/proto/telemetry.proto\x12\x15gpuscale.telemetry.v1\"&\n\x10SubscribeRequest\x12\x12\n\nsubscriber\x18\x01 \x01(\t\"\x89\x02\n\nNodeUpdate\x12\x0c\n\x04node\x18\x01 \x01(\t\x12\x10\n\x08\x61gent_id\x18\x02 \x01(\t\x12\x0b\n\x03seq\x18\x03 \x01(\x04\x12\x12\n\nsampled_at\x18\x04 \x01(\x01\x12\x10\n\x08interval\x18\x05 \x01(\x01\x12/\n\x04pods\x18\x06 \x03(\x0b\x32!.gpuscale.telemetry.v1.PodSignals\x12\x16\n\x0e\x61ttribution_ok\x18\x07 \x01(\x08\x12\x1a\n\x12\x61ttribution_detail\x18\x08 \x01(\t\x12.\n\x07\x64\x65vices\x18\t \x03(\x0b\x32\x1d.gpuscale.telemetry.v1.Device\x12\x13\n\x0bhas_devices\x18\n \x01(\x08\"\x88\x02\n\x06\x44\x65vice\x12\x0c\n\x04uuid\x18\x01 \x01(\t\x12\x13\n\x0bparent_uuid\x18\x02 \x01(\t\x12\r\n\x05index\x18\x03 \x01(\r\x12\r\n\x05model\x18\x04 \x01(\t\x12\x0f\n\x07sharing\x18\x05 \x01(\t\x12\x33\n\x0butilization\x18\x06 \x01(\x0b\x32\x1e.gpuscale.telemetry.v1.Reading\x12\x33\n\x0bmemory_used\x18\x07 \x01(\x0b\x32\x1e.gpuscale.telemetry.v1.Reading\x12\x34\n\x0cmemory_total\x18\x08 \x01(\x0b\x32\x1e.gpuscale.telemetry.v1.Reading\x12\x0c\n\x04pods\x18\t \x03(\t\"\xe3\x02\n\nPodSignals\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12=\n\x06labels\x18\x03 \x03(\x0b\x32-.gpuscale.telemetry.v1.PodSignals.LabelsEntry\x12\x12\n\nowner_kind\x18\x04 \x01(\t\x12\x12\n\nowner_name\x18\x05 \x01(\t\x12\r\n\x05ready\x18\x06 \x01(\x08\x12?\n\x07signals\x18\x07 \x03(\x0b\x32..gpuscale.telemetry.v1.PodSignals.SignalsEntry\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1aN\n\x0cSignalsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12-\n\x05value\x18\x02 \x01(\x0b\x32\x1e.gpuscale.telemetry.v1.Reading:\x02\x38\x01\"8\n\x07Reading\x12\r\n\x05value\x18\x01 \x01(\x01\x12\x0e\n\x06\x61\x62sent\x18\x02 \x01(\t\x12\x0e\n\x06\x64\x65tail\x18\x03 \x01(\t2m\n\x0e\x41gentTelemetry\x12[\n\tSubscribe\x12\'.gpuscale.telemetry.v1.SubscribeRequest\x1a!.gpuscale.telemetry.v1.NodeUpdate\"\x00\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1egpuscale/proto/telemetry.proto\x12\x15gpuscale.telemetry.v1\"&\n\x10SubscribeRequest\x12\x12\n\nsubscriber\x18\x01 \x01(\t\"\x89\x02\n\nNodeUpdate\x12\x0c\n\x04node\x18\x01 \x01(\t\x12\x10\n\x08\x61gent_id\x18\x02 \x01(\t\x12\x0b\n\x03seq\x18\x03 \x01(\x04\x12\x12\n\nsampled_at\x18\x04 \x01(\x01\x12\x10\n\x08interval\x18\x05 \x01(\x01\x12/\n\x04pods\x18\x06 \x03(\x0b\x32!.gpuscale.telemetry.v1.PodSignals\x12\x16\n\x0e\x61ttribution_ok\x18\x07 \x01(\x08\x12\x1a\n\x12\x61ttribution_detail\x18\x08 \x01(\t\x12.\n\x07\x64\x65vices\x18\t \x03(\x0b\x32\x1d.gpuscale.telemetry.v1.Device\x12\x13\n\x0bhas_devices\x18\n \x01(\x08\"\x98\x02\n\x06\x44\x65vice\x12\x0c\n\x04uuid\x18\x01 \x01(\t\x12\x13\n\x0bparent_uuid\x18\x02 \x01(\t\x12\r\n\x05index\x18\x03 \x01(\r\x12\r\n\x05model\x18\x04 \x01(\t\x12\x0f\n\x07sharing\x18\x05 \x01(\t\x12\x33\n\x0butilization\x18\x06 \x01(\x0b\x32\x1e.gpuscale.telemetry.v1.Reading\x12\x33\n\x0bmemory_used\x18\x07 \x01(\x0b\x32\x1e.gpuscale.telemetry.v1.Reading\x12\x34\n\x0cmemory_total\x18\x08 \x01(\x0b\x32\x1e.gpuscale.telemetry.v1.Reading\x12\x0c\n\x04pods\x18\t \x03(\t\x12\x0e\n\x06\x63laims\x18\n \x03(\t\"\xe3\x02\n\nPodSignals\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12=\n\x06labels\x18\x03 \x03(\x0b\x32-.gpuscale.telemetry.v1.PodSignals.LabelsEntry\x12\x12\n\nowner_kind\x18\x04 \x01(\t\x12\x12\n\nowner_name\x18\x05 \x01(\t\x12\r\n\x05ready\x18\x06 \x01(\x08\x12?\n\x07signals\x18\x07 \x03(\x0b\x32..gpuscale.telemetry.v1.PodSignals.SignalsEntry\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1aN\n\x0cSignalsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12-\n\x05value\x18\x02 \x01(\x0b\x32\x1e.gpuscale.telemetry.v1.Reading:\x02\x38\x01\"8\n\x07Reading\x12\r\n\x05value\x18\x01 \x01(\x01\x12\x0e\n\x06\x61\x62sent\x18\x02 \x01(\t\x12\x0e\n\x06\x64\x65tail\x18\x03 \x01(\t2m\n\x0e\x41gentTelemetry\x12[\n\tSubscribe\x12\'.gpuscale.telemetry.v1.SubscribeRequest\x1a!.gpuscale.telemetry.v1.NodeUpdate\"\x00\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -40,15 +40,15 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_NODEUPDATE']._serialized_start=98
   _globals['_NODEUPDATE']._serialized_end=363
   _globals['_DEVICE']._serialized_start=366
-  _globals['_DEVICE']._serialized_end=630
-  _globals['_PODSIGNALS']._serialized_start=633
-  _globals['_PODSIGNALS']._serialized_end=988
-  _globals['_PODSIGNALS_LABELSENTRY']._serialized_start=863
-  _globals['_PODSIGNALS_LABELSENTRY']._serialized_end=908
-  _globals['_PODSIGNALS_SIGNALSENTRY']._serialized_start=910
-  _globals['_PODSIGNALS_SIGNALSENTRY']._serialized_end=988
-  _globals['_READING']._serialized_start=990
-  _globals['_READING']._serialized_end=1046
-  _globals['_AGENTTELEMETRY']._serialized_start=1048
-  _globals['_AGENTTELEMETRY']._serialized_end=1157
+  _globals['_DEVICE']._serialized_end=646
+  _globals['_PODSIGNALS']._serialized_start=649
+  _globals['_PODSIGNALS']._serialized_end=1004
+  _globals['_PODSIGNALS_LABELSENTRY']._serialized_start=879
+  _globals['_PODSIGNALS_LABELSENTRY']._serialized_end=924
+  _globals['_PODSIGNALS_SIGNALSENTRY']._serialized_start=926
+  _globals['_PODSIGNALS_SIGNALSENTRY']._serialized_end=1004
+  _globals['_READING']._serialized_start=1006
+  _globals['_READING']._serialized_end=1062
+  _globals['_AGENTTELEMETRY']._serialized_start=1064
+  _globals['_AGENTTELEMETRY']._serialized_end=1173
 # @@protoc_insertion_point(module_scope)

@@ -37,7 +37,7 @@ class NodeUpdate(_message.Message):
     def __init__(self, node: _Optional[str] = ..., agent_id: _Optional[str] = ..., seq: _Optional[int] = ..., sampled_at: _Optional[float] = ..., interval: _Optional[float] = ..., pods: _Optional[_Iterable[_Union[PodSignals, _Mapping]]] = ..., attribution_ok: _Optional[bool] = ..., attribution_detail: _Optional[str] = ..., devices: _Optional[_Iterable[_Union[Device, _Mapping]]] = ..., has_devices: _Optional[bool] = ...) -> None: ...
 
 class Device(_message.Message):
-    __slots__ = ("uuid", "parent_uuid", "index", "model", "sharing", "utilization", "memory_used", "memory_total", "pods")
+    __slots__ = ("uuid", "parent_uuid", "index", "model", "sharing", "utilization", "memory_used", "memory_total", "pods", "claims")
     UUID_FIELD_NUMBER: _ClassVar[int]
     PARENT_UUID_FIELD_NUMBER: _ClassVar[int]
     INDEX_FIELD_NUMBER: _ClassVar[int]
@@ -47,6 +47,7 @@ class Device(_message.Message):
     MEMORY_USED_FIELD_NUMBER: _ClassVar[int]
     MEMORY_TOTAL_FIELD_NUMBER: _ClassVar[int]
     PODS_FIELD_NUMBER: _ClassVar[int]
+    CLAIMS_FIELD_NUMBER: _ClassVar[int]
     uuid: str
     parent_uuid: str
     index: int
@@ -56,7 +57,8 @@ class Device(_message.Message):
     memory_used: Reading
     memory_total: Reading
     pods: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, uuid: _Optional[str] = ..., parent_uuid: _Optional[str] = ..., index: _Optional[int] = ..., model: _Optional[str] = ..., sharing: _Optional[str] = ..., utilization: _Optional[_Union[Reading, _Mapping]] = ..., memory_used: _Optional[_Union[Reading, _Mapping]] = ..., memory_total: _Optional[_Union[Reading, _Mapping]] = ..., pods: _Optional[_Iterable[str]] = ...) -> None: ...
+    claims: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, uuid: _Optional[str] = ..., parent_uuid: _Optional[str] = ..., index: _Optional[int] = ..., model: _Optional[str] = ..., sharing: _Optional[str] = ..., utilization: _Optional[_Union[Reading, _Mapping]] = ..., memory_used: _Optional[_Union[Reading, _Mapping]] = ..., memory_total: _Optional[_Union[Reading, _Mapping]] = ..., pods: _Optional[_Iterable[str]] = ..., claims: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class PodSignals(_message.Message):
     __slots__ = ("namespace", "name", "labels", "owner_kind", "owner_name", "ready", "signals")

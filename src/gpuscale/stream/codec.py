@@ -55,6 +55,8 @@ def put_device(msg: pb.Device, d: DeviceRecord) -> None:
     msg.uuid, msg.parent_uuid, msg.index = d.uuid, d.parent_uuid, d.index
     msg.model, msg.sharing = d.model, d.sharing
     msg.pods.extend(d.pods)
+    if any(d.claims):
+        msg.claims.extend(d.claims)
     put_reading(msg.utilization, d.utilization)
     put_reading(msg.memory_used, d.memory_used_mib)
     put_reading(msg.memory_total, d.memory_total_mib)
@@ -192,5 +194,14 @@ def decode_devices(msg: pb.NodeUpdate) -> list[DeviceRecord] | None:
                                 d.parent_uuid[:MAX_NAME], d.sharing[:32],
                                 _get(d.utilization), _get(d.memory_used),
                                 _get(d.memory_total),
-                                tuple(p[:MAX_NAME] for p in d.pods[:MAX_HOLDERS])))
+                                tuple(p[:MAX_NAME] for p in d.pods[:MAX_HOLDERS]),
+                                _claims(d)))
     return out
+
+
+def _claims(d: pb.Device) -> tuple[str, ...]:
+    """The claims beside a device's pods, bounded as they are; none when they are not one
+    per pod (a malformed update: the holders stay, their claims are not guessed)."""
+    if not d.claims or len(d.claims) != len(d.pods):
+        return ()
+    return tuple(c[:MAX_NAME] for c in d.claims[:MAX_HOLDERS])

@@ -52,6 +52,23 @@ class DeviceRecord:
     memory_used_mib: Reading = Absent.NO_DATA
     memory_total_mib: Reading = Absent.NO_DATA
     pods: tuple[str, ...] = ()  # "namespace/name" of each pod allocated it
+    # beside pods, one each: the DRA claim "namespace/name" that pod holds it through
+    # ("" for a device-plugin allocation); () when none is known (an older agent)
+    claims: tuple[str, ...] = ()
+
+    def holders(self) -> list[str]:
+        """Each pod allocated it, for a person: "namespace/name", and " (claim <name>)"
+        when it holds the device through a DRA claim."""
+        return held_by(self.pods, self.claims)
+
+
+def held_by(pods: Sequence[str], claims: Sequence[str]) -> list[str]:
+    """``pods`` ("namespace/name") with their claims (beside them, one each, or none):
+    a claim lives in its pod's namespace, so only its name is shown."""
+    if len(claims) != len(pods):
+        claims = [""] * len(pods)
+    return [p + (f" (claim {c.partition('/')[2] or c})" if c else "")
+            for p, c in zip(pods, claims, strict=True)]
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,6 +18,7 @@ from gpuscale.common.freshness import bound_of, is_stale
 from gpuscale.proto import inspect_pb2 as pb
 from gpuscale.proto import telemetry_pb2 as tpb
 from gpuscale.scaler.core.profiles import SIGNALS
+from gpuscale.stream.records import held_by
 
 SORTS = ("util", "memory", "queue", "name")
 QUEUE_LEGEND = "queue: w waiting, r running (vLLM); p pending (Triton); q queued, b batch (TGI)"
@@ -209,7 +210,7 @@ def _device_cells(d: tpb.Device, stale: str) -> tuple[Cell, ...]:
         else:
             mem = Cell(f"{_gib(used)}/{_gib(total)}G")
     if d.pods:
-        pods = Cell(", ".join(d.pods))
+        pods = Cell(", ".join(held_by(d.pods, d.claims)))
     elif d.sharing == "mig" and not d.parent_uuid:
         pods = Cell("")  # its instances say who holds them
     else:
