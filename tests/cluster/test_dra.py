@@ -8,12 +8,14 @@ simulated process on the GPU allocated; the node's agent names the devices from 
   same value from gpuscale's GetMetrics as KEDA reads it (its external metrics API).
 - With the node's slice missing, GetMetrics is UNAVAILABLE naming each pod's claim (and
   KEDA gets no number at all), never a smaller sum; the slice back, the value is back.
+- ``gpuscale top`` shows each of the node's GPUs held by its pod with the pod's claim.
 - KEDA scales a claim workload up and down; each new replica gets a GPU of its own."""
 
 from __future__ import annotations
 
 import json
 import subprocess
+import sys
 import urllib.parse
 
 import grpc
@@ -23,6 +25,7 @@ from cluster import dra, nodes
 from cluster.session import Cluster
 from gpuscale.proto import externalscaler_pb2 as pb
 from gpuscale.proto import externalscaler_pb2_grpc as pb_grpc
+from gpuscale.stream.records import held_by
 from tests.cluster.workloads import (
     NAMESPACE,
     gpu_claim_template,
@@ -58,21 +61,35 @@ def _keda_value(cluster: Cluster, name: str) -> float | None:
     return float(q[:-1]) / 1000 if q.endswith("m") else float(q)
 
 
-def _get_metrics(cluster: Cluster, name: str) -> tuple[grpc.StatusCode, str]:
-    """GetMetrics asked of a scaler pod as KEDA asks it: (OK, value) or (code, details)."""
+def _scaler(cluster: Cluster) -> str:
     pods = cluster.get("pods", "-n", "gpuscale", "-l", "app.kubernetes.io/component=scaler")
     ip = next(p["status"]["podIP"] for p in pods["items"]
               if p["status"].get("phase") == "Running" and p["status"].get("podIP"))
+    return f"{ip}:6000"
+
+
+def _get_metrics(cluster: Cluster, name: str) -> tuple[grpc.StatusCode, str]:
+    """GetMetrics asked of a scaler pod as KEDA asks it: (OK, value) or (code, details)."""
     so = cluster.get("scaledobject", name, "-n", NAMESPACE)
     ref = pb.ScaledObjectRef(name=name, namespace=NAMESPACE,
                              scalerMetadata=so["spec"]["triggers"][0]["metadata"])
-    with grpc.insecure_channel(f"{ip}:6000") as channel:
+    with grpc.insecure_channel(_scaler(cluster)) as channel:
         try:
             got = pb_grpc.ExternalScalerStub(channel).GetMetrics(
                 pb.GetMetricsRequest(scaledObjectRef=ref, metricName=METRIC), timeout=10)
         except grpc.RpcError as exc:
             return exc.code(), exc.details() or ""
     return grpc.StatusCode.OK, str(got.metricValues[0].metricValueFloat)
+
+
+def _top_holders(cluster: Cluster) -> set[str]:
+    """Who holds each of the DRA node's GPUs, as ``gpuscale top --json`` shows it."""
+    done = subprocess.run([sys.executable, "-m", "gpuscale.cli", "top", "--scaler",
+                           _scaler(cluster), "--json", "--node", DRA_NODE.name],
+                          capture_output=True, text=True, timeout=60, check=True)
+    return {h for n in json.loads(done.stdout).get("nodes") or []
+            for d in n.get("devices") or [] for h in held_by(d.get("pods") or [],
+                                                             d.get("claims") or [])}
 
 
 def _claims_of(cluster: Cluster, app: str) -> list[str]:
@@ -105,6 +122,11 @@ def test_claims_give_the_device_plugins_value_and_a_missing_slice_is_unavailable
     devices = _allocated(cluster, claims)  # the real scheduler's choice, one GPU each
     assert len(set(devices)) == 2
     assert {d[:2] for d in devices} == {(dra.DRIVER, DRA_NODE.name)}
+    pods = cluster.get("pods", "-n", NAMESPACE, "-l", "app=claim-chat")["items"]
+    want = {f"{NAMESPACE}/{p['metadata']['name']} (claim "
+            f"{p['status']['resourceClaimStatuses'][0]['resourceClaimName']})" for p in pods}
+    until_sync(lambda: _top_holders(cluster) == want, within=60, every=2.0,
+               what="gpuscale top shows each GPU's holder with its claim")
 
     cluster.kubectl("delete", "resourceslice", dra.slice_name(DRA_NODE))
     try:
