@@ -23,6 +23,9 @@ async def test_no_ok_answer_is_ever_smaller_than_the_truth() -> None:
             assert r.reasons, f"{r.name}: UNAVAILABLE without a reason"
             assert all(len(why) > 20 for why in r.reasons), (r.name, r.reasons)
         assert r.to_recovery_s is not None, f"{r.name}: not recovered after the fault ended"
+    # Every hostile reference refused, 600 of each kind over the two rounds: a 1 MB
+    # namespace by the transport (past KEDA's port's 80 KiB message limit, before Python
+    # sees it), a 16 KiB metadata map - under that limit - by the scaler's own checks.
     memory = out["memory"]
-    assert memory["answers_INVALID_ARGUMENT"] == 1200  # every hostile reference refused
-    assert "answers_OK" not in memory
+    answers = {k: v for k, v in memory.items() if k.startswith("answers_")}
+    assert answers == {"answers_RESOURCE_EXHAUSTED": 600, "answers_INVALID_ARGUMENT": 600}
