@@ -99,10 +99,12 @@ class TelemetryPublisher(pb_grpc.AgentTelemetryServicer):
             while not self.stopping.is_set():
                 get = asyncio.ensure_future(box.get())
                 stop = asyncio.ensure_future(self.stopping.wait())
-                done, pending = await asyncio.wait({get, stop},
-                                                   return_when=asyncio.FIRST_COMPLETED)
-                for t in pending:
-                    t.cancel()
+                try:
+                    done, _ = await asyncio.wait({get, stop},
+                                                 return_when=asyncio.FIRST_COMPLETED)
+                finally:  # also when the subscriber leaves (the RPC is cancelled here):
+                    get.cancel()  # a pending one left behind is logged as destroyed
+                    stop.cancel()
                 if get in done:
                     yield get.result()
         finally:
