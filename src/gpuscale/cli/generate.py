@@ -1,4 +1,4 @@
-"""``gpuscale generate``: a ScaledObject (and optionally a plain HPA) for a workload."""
+"""``gpuscale generate``: a ScaledObject (or, with ``--hpa``, a plain HPA) for a workload."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ MAX_MANIFEST_BYTES = 1024 * 1024
 
 
 def add_parser(sub: Any) -> None:
-    g = sub.add_parser("generate", help="write a ScaledObject (and a plain HPA) that is right "
+    g = sub.add_parser("generate", help="write a ScaledObject (or a plain HPA) that is right "
                                         "for a Deployment or StatefulSet manifest")
     g.add_argument("manifest", type=Path, nargs="?", default=None,
                    help="the workload's YAML (- for standard input); the first Deployment or "
@@ -40,12 +40,13 @@ def add_parser(sub: Any) -> None:
                    help="vLLM: plan ahead of traffic (profile vllm-planner)")
     g.add_argument("--ttft-seconds", type=float, default=None,
                    help="with --planner (only): the time-to-first-token objective")
-    g.add_argument("--keda-version", default="2.17",
-                   help="the KEDA the cluster runs (a fallback that keeps the current "
-                        "replicas needs 2.17; older gets none, and the HPA holds on errors)")
+    g.add_argument("--keda-version", default=None,
+                   help="the KEDA the cluster runs (default 2.17: a fallback that keeps the "
+                        "current replicas needs 2.17; older gets none, and the HPA holds on "
+                        "errors)")
     g.add_argument("--hpa", action="store_true",
-                   help="also a plain HPA on the custom metrics API (for clusters without "
-                        "KEDA; apply one or the other, not both)")
+                   help="write a plain HPA on the custom metrics API instead of the "
+                        "ScaledObject (for clusters without KEDA): one autoscaler per output")
     g.set_defaults(run=run)
 
 
@@ -71,16 +72,24 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError(f"{source}: larger than {MAX_MANIFEST_BYTES} bytes")
         try:
             docs = [d for d in yaml.safe_load_all(raw) if d is not None]
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{source}: not YAML ({str(exc)[:200]})") from None
+        except (yaml.YAMLError, RecursionError) as exc:
+            raise ConfigError(not_yaml(source, raw, exc)) from None
         targets = [d for d in docs if isinstance(d, dict)
                    and d.get("kind") in ("Deployment", "StatefulSet")]
         if not targets:
             raise ConfigError(f"{source}: no Deployment or StatefulSet in it")
-        major, _, minor = args.keda_version.partition(".")
+        if args.hpa and args.keda_version is not None:
+            raise ConfigError("--keda-version: with --hpa there is no ScaledObject for it; "
+                              "drop one of them")
+        keda = "2.17" if args.keda_version is None else args.keda_version
+        major, _, minor = keda.partition(".")
         if not (major.isdigit() and minor.isdigit()):
-            raise ConfigError(f"--keda-version: {args.keda_version[:20]!r} is not MAJOR.MINOR")
-        out = generate(workload_from(targets[0], docs), Options(
+            raise ConfigError(f"--keda-version: {keda[:20]!r} is not MAJOR.MINOR")
+        try:
+            workload = workload_from(targets[0], docs)
+        except ConfigError as exc:
+            raise ConfigError(f"{source}: {exc}") from None
+        out = generate(workload, Options(
             args.scaler_address, args.min_replicas, args.max_replicas, args.startup_seconds,
             args.demand_source, args.planner, args.ttft_seconds, (int(major), int(minor))))
         if len(targets) > 1:
@@ -91,15 +100,41 @@ def run(args: argparse.Namespace) -> int:
         return fail(exc)
     except (OSError, UnicodeDecodeError) as exc:
         return fail(f"{source}: {exc}", 2)
-    header = "".join(f"# {n}\n" for n in out.notes)
-    body = [out.scaled_object] + ([out.hpa] if args.hpa else [])
+    # One autoscaler per output: applying both would make two HPAs fight over the workload.
+    notes = out.hpa_notes if args.hpa else out.notes
+    header = "".join(f"# {n}\n" for n in notes)
     if args.hpa:
-        header += "# the HPA is for clusters without KEDA: apply it or the ScaledObject\n"
-    print(header + yaml.safe_dump_all(body, sort_keys=False), end="")
-    for note in out.notes:
+        header += ("# a plain HPA on gpuscale's custom metrics API, for clusters without "
+                   "KEDA (docs/hpa.md); without --hpa: the ScaledObject instead\n")
+    body = out.hpa if args.hpa else out.scaled_object
+    print(header + yaml.safe_dump(body, sort_keys=False), end="")
+    for note in notes:
         if note.startswith("WARNING"):
             print(f"gpuscale: {note}", file=sys.stderr)
     return 0
+
+
+def not_yaml(source: object, raw: str, exc: BaseException) -> str:
+    """One line for a manifest PyYAML could not read: ``FILE:LINE:COLUMN: not YAML:
+    problem`` (PyYAML's own message is several lines and names "<unicode string>")."""
+    import yaml
+
+    if isinstance(exc, RecursionError):
+        return f"{source}: not YAML that can be read: nested too deeply"
+    where, problem = "", str(exc).split("\n", 1)[0]
+    if isinstance(exc, yaml.reader.ReaderError):  # a character YAML does not allow
+        pos = max(0, min(exc.position, len(raw)))
+        line, col = raw.count("\n", 0, pos) + 1, pos - (raw.rfind("\n", 0, pos) + 1) + 1
+        where = f":{line}:{col}"  # its first line: unacceptable character #x...: why
+    elif isinstance(exc, yaml.MarkedYAMLError):
+        mark = exc.problem_mark or exc.context_mark
+        if mark is not None:
+            where = f":{mark.line + 1}:{mark.column + 1}"
+        problem = exc.problem or exc.context or problem
+        if exc.problem and exc.context and exc.context_mark is not None:
+            problem += (f" ({exc.context} at {exc.context_mark.line + 1}:"
+                        f"{exc.context_mark.column + 1})")
+    return f"{source}{where}: not YAML: {' '.join(problem.split())[:200]}"
 
 
 KINDS = {"deployment": "deployments", "deployments": "deployments",

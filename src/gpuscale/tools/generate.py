@@ -76,7 +76,8 @@ class Generated:
     profile: str
     scaled_object: dict[str, Any]
     hpa: dict[str, Any]
-    notes: tuple[str, ...]  # what was chosen and why, and warnings
+    notes: tuple[str, ...]  # what was chosen and why, and warnings (for the ScaledObject)
+    hpa_notes: tuple[str, ...] = ()  # the same for the HPA: without KEDA's fallback
 
 
 def behavior(startup_s: float, planner: bool = False) -> dict[str, Any]:
@@ -126,8 +127,10 @@ def generate(w: Workload, opts: Options) -> Generated:
     max_replicas = opts.max_replicas
     if w.replicas > max_replicas:
         max_replicas = w.replicas
-        notes.append(f"maxReplicaCount raised to the {w.replicas} replicas the manifest runs "
-                     f"(--max {opts.max_replicas} would scale it down at once)")
+        notes.append(f"the maximum (maxReplicaCount, maxReplicas) raised to the {w.replicas} "
+                     f"replicas the manifest runs (--max {opts.max_replicas} would scale it "
+                     "down at once)")
+    hpa_notes = tuple(notes)  # what follows is KEDA's alone
     so: dict[str, Any] = {
         "apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject",
         "metadata": _meta(w),
@@ -146,7 +149,7 @@ def generate(w: Workload, opts: Options) -> Generated:
                      "without one the HPA keeps the current replicas on an error")
     parse_metadata(metadata)  # what the scaler will accept, or a clear error now
     return Generated(engine, profile, so, _hpa(w, profile, opts, startup, metadata),
-                     tuple(notes))
+                     tuple(notes), hpa_notes)
 
 
 def _startup(w: Workload, opts: Options) -> float:

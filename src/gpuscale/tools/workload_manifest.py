@@ -68,6 +68,11 @@ def _obj(value: Any, what: str) -> dict[str, Any]:
     return value
 
 
+def _said(value: Any) -> str:
+    """A value from the manifest, quoted and cut short, for a message."""
+    return "none" if value is None else repr(value)[:60]
+
+
 def _list(value: Any, what: str) -> list[Any]:
     if value is None:
         return []
@@ -81,10 +86,14 @@ def workload_from(doc: Any, docs: Sequence[Any] = ()) -> Workload:
     objects of the manifest, give its DRA claims' requests. ConfigError naming the field
     for anything else."""
     obj = _obj(doc, "the manifest")
-    kind = obj.get("kind")
-    if obj.get("apiVersion") != "apps/v1" or kind not in ("Deployment", "StatefulSet"):
-        raise ConfigError(f"expected an apps/v1 Deployment or StatefulSet, got "
-                          f"{obj.get('apiVersion')!r} {kind!r}")
+    kind, api = obj.get("kind"), obj.get("apiVersion")
+    if kind not in ("Deployment", "StatefulSet"):
+        raise ConfigError(f"kind: expected Deployment or StatefulSet, got {_said(kind)}")
+    if api is None:
+        raise ConfigError(f"apiVersion: missing; a {kind} needs apiVersion: apps/v1")
+    if api != "apps/v1":
+        raise ConfigError(f"apiVersion: {_said(api)}; a {kind} is apps/v1 (what "
+                          f"Kubernetes serves since 1.16)")
     meta, spec = _obj(obj.get("metadata"), "metadata"), _obj(obj.get("spec"), "spec")
     name = meta.get("name")
     if not isinstance(name, str) or not name:
