@@ -289,6 +289,33 @@ async def test_a_starting_pod_that_does_not_answer_is_not_a_warning(
                if r.levelno == logging.DEBUG)
 
 
+async def test_a_pod_going_away_or_starting_without_its_gpu_is_not_a_warning(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Scaling down, a pod is deleted (or turns not Ready) and its engine stops before the
+    agent's next round stops its scrapes; scaling up, a new pod is listed before it holds
+    its GPU. Both are expected (debug); a Ready pod's refusal is still a warning, and every
+    reading still says why."""
+    closed = free_port()
+    pods = {("llm", n): pod(n, closed) for n in ("leaving", "terminating", "broken")}
+    pods["llm", "new"] = pod("new", closed, ready=False)
+    scraper = EngineScraper(lambda: pods, lambda: holding_gpus("leaving", "terminating",
+                                                               "broken"))
+    with caplog.at_level(logging.DEBUG, logger="gpuscale.engines.scrape"):
+        scraper.reconcile(lambda k, t: asyncio.create_task(asyncio.sleep(0)))
+        targets = scraper.targets()
+        del pods["llm", "leaving"]
+        pods["llm", "terminating"] = dataclasses.replace(pods["llm", "terminating"],
+                                                         ready=False)
+        async with scraper.session() as http:
+            for t in targets.values():
+                assert (await scraper.scrape(http, t)).error == "connection refused"
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO]
+    assert [w.split(":")[0] for w in warnings] == ["llm/broken"]
+    quiet = [r.getMessage().split(":")[0] for r in caplog.records
+             if r.levelno == logging.DEBUG]
+    assert sorted(quiet) == ["llm/leaving", "llm/new", "llm/terminating"]
+
+
 async def test_a_reading_recovers_and_the_log_says_so(
         serve: Serve, running: Callable[[EngineScraper], None],
         caplog: pytest.LogCaptureFixture) -> None:
@@ -309,9 +336,10 @@ async def test_a_reading_recovers_and_the_log_says_so(
 async def test_a_bad_value_that_changes_every_scrape_is_logged_once(
         serve: Serve, caplog: pytest.LogCaptureFixture) -> None:
     engine = Engine(lambda n: f"vllm:num_requests_waiting -{n}\n".encode())
-    t = target_for(pod("p", await serve(engine)))
+    info = pod("p", await serve(engine))
+    t = target_for(info)
     assert isinstance(t, Target)
-    scraper = EngineScraper(dict, lambda: None)
+    scraper = EngineScraper(lambda: {("llm", "p"): info}, lambda: None)  # Ready, listed
     with caplog.at_level(logging.INFO, logger="gpuscale.engines.scrape"):
         async with scraper.session() as http:
             errors = [(await scraper.scrape(http, t)).error for _ in range(3)]

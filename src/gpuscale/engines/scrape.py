@@ -210,9 +210,10 @@ class EngineScraper:
             t = target_for(info)
             if t is None:
                 continue
-            if key not in self._gpu_pods:
+            if key not in self._gpu_pods:  # a starting pod may not hold its GPU yet
                 skipped[key] = (f"annotated {ANNOTATION} but holds no GPU on this node; "
-                                "only pods with GPUs here are scraped", logging.INFO)
+                                "only pods with GPUs here are scraped",
+                                logging.INFO if info.ready else logging.DEBUG)
             elif isinstance(t, str):
                 invalid[key] = t
                 skipped[key] = (t, logging.WARNING if info.ready else logging.INFO)
@@ -319,6 +320,13 @@ class EngineScraper:
     def _note(self, key: PodKey, t: Target, why: str) -> None:
         if key in self._starting:
             log.debug("%s/%s: not Ready, engine not answering yet: %s", *key, why)
+            return
+        pods = self._pods()
+        info = None if isinstance(pods, Absent) else pods.get(key)
+        if not isinstance(pods, Absent) and (info is None or not info.ready):
+            # Going away (deleted, or no longer Ready): its engine stopping is expected;
+            # the reading still says why, for whoever asks.
+            log.debug("%s/%s: going away, engine not answering: %s", *key, why)
             return
         # Once per pod and kind of reason: an engine whose bad value changes every scrape
         # (-43, then -44) is said once, not every interval.
