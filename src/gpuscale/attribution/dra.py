@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpuscale.attribution.model import Allocation, DeviceKind, DeviceRef
+from gpuscale.common.errors import PeerError
 
 NVIDIA = "gpu.nvidia.com"
 AMD = "gpu.amd.com"
@@ -46,8 +47,9 @@ _NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _DOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
-class SliceError(ValueError):
-    """A ResourceSlice in a shape the API does not allow (or beyond its bounds)."""
+class SliceError(PeerError, ValueError):
+    """A ResourceSlice in a shape the API does not allow (or beyond its bounds): the API
+    server answered something unusable."""
 
 
 @dataclass(frozen=True, slots=True)
