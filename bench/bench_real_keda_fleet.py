@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -43,6 +44,10 @@ SLOT = 2
 ACTIVE = 4  # workloads with load: 4 x 3 replicas fit the two 8-GPU nodes
 ACTIVE_LOAD = 24  # in flight each: 3 replicas at 8 per replica
 BATCH = 100  # objects per kubectl apply
+
+
+class Failed(Exception):
+    """The run cannot go on; the cluster's folder (its logs) is kept and named."""
 
 
 @dataclass(frozen=True)
@@ -80,22 +85,26 @@ def _pids(root: Path) -> list[Watched]:
                 found.append(Watched(name, int(proc.name)))
     missing = set(wanted) - {w.name.split()[0] for w in found}
     if missing:
-        raise SystemExit(f"processes not found for {sorted(missing)} under {root}")
+        raise Failed(f"processes not found for {sorted(missing)} under {root}")
     return found
 
 
 def _sample(watched: list[Watched], seconds: float) -> dict[str, tuple[float, float]]:
     """Per process: CPU seconds per wall second over ``seconds``, and the highest RSS."""
-    start = {w.name: proc_cpu_seconds(w.pid) for w in watched}
-    peak = {w.name: 0.0 for w in watched}
-    began = time.monotonic()
-    while time.monotonic() - began < seconds:
-        for w in watched:
-            peak[w.name] = max(peak[w.name], proc_mem_mib(w.pid)[0])
-        time.sleep(2.0)
-    wall = time.monotonic() - began
-    return {w.name: ((proc_cpu_seconds(w.pid) - start[w.name]) / wall, peak[w.name])
-            for w in watched}
+    try:
+        start = {w.name: proc_cpu_seconds(w.pid) for w in watched}
+        peak = {w.name: 0.0 for w in watched}
+        began = time.monotonic()
+        while time.monotonic() - began < seconds:
+            for w in watched:
+                peak[w.name] = max(peak[w.name], proc_mem_mib(w.pid)[0])
+            time.sleep(2.0)
+        wall = time.monotonic() - began
+        return {w.name: ((proc_cpu_seconds(w.pid) - start[w.name]) / wall, peak[w.name])
+                for w in watched}
+    except FileNotFoundError as exc:  # /proc/<pid> gone
+        gone = [w.name for w in watched if not Path(f"/proc/{w.pid}").exists()]
+        raise Failed(f"{', '.join(gone) or exc}: exited while sampled") from None
 
 
 def _prometheus_text(url: str, layout: Layout | None = None) -> str:
@@ -134,7 +143,7 @@ def _until(check: Callable[[], bool], within: float, what: str) -> float:
     began = time.monotonic()
     while not check():
         if time.monotonic() - began > within:
-            raise SystemExit(f"not within {within:.0f} s: {what}")
+            raise Failed(f"not within {within:.0f} s: {what}")
         time.sleep(2.0)
     return time.monotonic() - began
 
@@ -232,9 +241,18 @@ def main() -> int:
     p.add_argument("--soak", type=float, default=300.0, help="seconds sampled at full load")
     p.add_argument("--idle", type=float, default=60.0, help="seconds sampled before")
     args = p.parse_args()
-    with tempfile.TemporaryDirectory(prefix="gs-fleet-") as tmp, \
-            running(Path(tmp), SLOT) as cluster:
-        watched = _pids(Path(tmp))
+    tmp = tempfile.mkdtemp(prefix="gs-fleet-")
+    try:
+        return _run(args, Path(tmp))
+    except Failed as exc:
+        print(f"bench_real_keda_fleet: {exc}; the cluster's logs are kept in {tmp}/logs",
+              file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace, tmp: Path) -> int:
+    with running(tmp, SLOT) as cluster:
+        watched = _pids(tmp)
         cluster.apply(namespace())
         print(f"idle yardstick: {args.idle:.0f} s with no ScaledObject", flush=True)
         idle = _sample(watched, args.idle)
@@ -271,7 +289,11 @@ def main() -> int:
     for w in watched:
         print(_row(w.name, idle[w.name], busy[w.name]))
     failed = sum(soak_keda.values()) + len(soak_errors)
-    return 1 if failed or open_now < args.count else 0
+    if failed or open_now < args.count:
+        print(f"errors or streams missing; the cluster's logs are kept in {tmp}/logs")
+        return 1
+    shutil.rmtree(tmp, ignore_errors=True)
+    return 0
 
 
 if __name__ == "__main__":
