@@ -10,7 +10,9 @@ of the finished requests. The glue is ``gpuscale simulate``'s own (``sim.compare
 Loads:
 
 - the shipped Azure LLM conversation trace (one hour) at x1, x2, x4 and x8, the larger
-  ones as superposed shifted copies of the trace (``scale_trace``);
+  ones scaled in place (``scale_trace``: copies of each request within 30 s of its own
+  time, so each minute carries N x its own load; ``--rate-mode rotate``: copies shifted
+  around the trace's span, what every figure before issue 40 used);
 - generated shapes (``traffic.patterns``): diurnal, steps, ramp, a sudden x10 burst,
   short bursty requests, long multi-turn prompts, long-prompt bursts, a noisy diurnal,
   reasoning-length outputs (requests that run for minutes).
@@ -26,6 +28,7 @@ GPU-hours where the reference misses no minute.
 
 Usage: .venv/bin/python bench/bench_simulate.py [--quick] [--jobs N] [--search-runs N]
                                                 [--slo ttft|ttft-tpot|...]
+                                                [--rate-mode place|rotate]
   --quick: the shipped trace at x1 and x8 and two shapes
 """
 
@@ -47,7 +50,7 @@ from gpuscale.models.slo import SLO_SPECS
 from gpuscale.sim.compare import SHOWN, compare
 from gpuscale.sim.reference import MAX_RUNS
 from gpuscale.traffic.patterns import synthetic
-from gpuscale.traffic.scale import scale_trace
+from gpuscale.traffic.scale import RATE_MODES, RateMode, scale_trace
 from gpuscale.traffic.trace import TraceRequest, read_trace
 
 REPO = Path(__file__).resolve().parent.parent
@@ -71,10 +74,11 @@ class Case:
     pattern: str = ""
     seed: int = 1
     tuned: bool = False
+    rate_mode: RateMode = "place"
 
     def requests(self) -> list[TraceRequest]:
         if self.kind == "trace":
-            return scale_trace(read_trace(TRACE), self.scale, 1.0, None)
+            return scale_trace(read_trace(TRACE), self.scale, 1.0, None, mode=self.rate_mode)
         return synthetic(self.pattern, SHAPE_S, SHAPE_RATE, seed=self.seed)
 
 
@@ -103,9 +107,10 @@ class Row:
         return self.gpu_hours / self.bound_hours - 1.0 if self.bound_hours > 0 else math.inf
 
 
-def cases(quick: bool) -> list[Case]:
+def cases(quick: bool, rate_mode: RateMode = "place") -> list[Case]:
     loads = (1.0, 8.0) if quick else (1.0, 2.0, 4.0, 8.0)
-    out = [Case(f"trace x{n:g}", "trace", scale=n, tuned=True) for n in loads]
+    out = [Case(f"trace x{n:g}", "trace", scale=n, tuned=True, rate_mode=rate_mode)
+           for n in loads]
     shapes = ("burst10", "steps") if quick else SHAPES
     seeds = (1,) if quick else (1, 2)
     for seed in seeds:
@@ -210,14 +215,17 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--search-runs", type=int, default=MAX_RUNS,
                     help="simulations each load's reference search may make")
+    ap.add_argument("--rate-mode", choices=RATE_MODES, default="place",
+                    help="how the trace's x2-x8 are made (rotate: as before issue 40)")
     ap.add_argument("--slo", choices=list(SLO_SPECS), default="ttft",
                     help="the objective minutes are judged by (default: p95 TTFT <= 2 s)")
     args = ap.parse_args()
     print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, Python "
-          f"{sys.version.split()[0]}; {args.jobs} worker processes; SLO per minute: "
+          f"{sys.version.split()[0]}; {args.jobs} worker processes; trace rate mode "
+          f"{args.rate_mode}; SLO per minute: "
           f"{SLO_SPECS[args.slo].describe()}", flush=True)
     t0 = time.perf_counter()
-    todo = cases(args.quick)
+    todo = cases(args.quick, args.rate_mode)
     with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         results = list(pool.map(run_case, todo, [args.search_runs] * len(todo),
                                 [args.slo] * len(todo)))

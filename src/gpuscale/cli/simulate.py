@@ -11,11 +11,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpuscale.cli.common import fail
+from gpuscale.common.errors import GpuscaleError
 from gpuscale.models.serving import DEFAULT_GPU, GPU_TYPES
 from gpuscale.models.slo import SLO_SPECS
 from gpuscale.sim.compare import SHOWN
 from gpuscale.sim.reference import MAX_RUNS
 from gpuscale.traffic.patterns import PATTERNS
+from gpuscale.traffic.scale import RATE_MODES
 
 if TYPE_CHECKING:
     from gpuscale.sim.compare import Comparison
@@ -39,7 +41,14 @@ def add_parser(sub: Any) -> None:
                           "gpuscale's triggers then name the gateway's queue as their "
                           "demandSource, and other scalers wake only on their own value)")
     sim.add_argument("--rate", type=float, default=1.0,
-                     help="multiply the arrivals (e.g. 8: eight times the traffic)")
+                     help="multiply the arrivals (e.g. 8: eight times the traffic, each "
+                          "hour's load x8 where it was; see --rate-mode)")
+    sim.add_argument("--rate-mode", choices=RATE_MODES, default="place",
+                     help="how --rate adds a trace's load: place (default): copies of "
+                          "each request within 30 s of its own time, a fraction thinned "
+                          "at random (seeded), so the load keeps its shape over the day; "
+                          "rotate: copies circularly shifted by a fraction of the trace's "
+                          "span (the old mode: keeps the mean rate, moves the day's shape)")
     sim.add_argument("--speedup", type=float, default=1.0,
                      help="compress time (2: the trace plays in half the time)")
     sim.add_argument("--duration", type=float, default=None,
@@ -53,7 +62,8 @@ def add_parser(sub: Any) -> None:
                           + "; ".join(f"{k}: {v.describe()}" for k, v in SLO_SPECS.items()))
     sim.add_argument("--plot", type=Path, default=None,
                      help="also write a PNG: load, replicas and latency over time per "
-                          "policy (needs matplotlib: pip install 'gpuscale[plot]')")
+                          "policy (needs matplotlib: the plot extra; checked before the "
+                          "simulation, as the folder and the format from the suffix are)")
     sim.add_argument("--policies", default="all", metavar="KEYS",
                      help="comma-separated, in any order (default all): "
                           + ", ".join(SHOWN) + ". The reference starts from every "
@@ -74,10 +84,17 @@ def run(args: argparse.Namespace) -> int:
         shown = parse_policies(args.policies)
         if args.search_runs < 0:
             raise ValueError("--search-runs: at least 0")
+        if args.plot is not None:  # before the minutes of work, not after them
+            from gpuscale.common.plotting import check_plot
+
+            check_plot(args.plot)
         requests, duration = load_requests(args.pattern, args.trace, args.rate,
-                                           args.duration, args.speedup, args.loop)
+                                           args.duration, args.speedup, args.loop,
+                                           rate_mode=args.rate_mode)
     except ValueError as exc:  # ConfigError and TraceError are ValueErrors
         return fail(str(exc), 2)
+    except GpuscaleError as exc:  # PlotUnavailable: matplotlib is missing
+        return fail(exc)
     except OSError as exc:
         return fail(f"cannot read the trace: {exc}", 2)
     if not requests:
@@ -87,12 +104,11 @@ def run(args: argparse.Namespace) -> int:
                     progress=_progress_bar() if sys.stderr.isatty() else None, slo=slo,
                     shown=shown, max_runs=args.search_runs)
     if args.plot is not None:
-        from gpuscale.common.plotting import PlotUnavailable
         from gpuscale.sim.plot import plot_results
 
         try:
             plot_results(found, requests, duration, args.plot, slo)
-        except (PlotUnavailable, OSError) as exc:
+        except (GpuscaleError, OSError) as exc:  # checked first: a disk that filled up
             return fail(str(exc), 2)
         print(f"plot written to {args.plot}", file=sys.stderr)
     if args.json:
