@@ -211,8 +211,41 @@ def test_planner_profile_defaults_and_keys() -> None:
     assert (Planner(measured).startup, Planner(measured).startup_source) == (300.0, "default")
 
 
+def test_a_prompt_aware_objective_is_planned_at_the_configured_prompt() -> None:
+    """ttftSecondsPerPromptToken: the objective gpuscale simulate --slo ttft-per-token
+    judges (1 s + 0.5 ms a prompt token), planned for at promptTokens."""
+    md = {"profile": "vllm-planner", "ttftSeconds": "1", "ttftSecondsPerPromptToken": "0.0005",
+          "promptTokens": "12000"}
+    p = parse_metadata(md).planner
+    assert p is not None
+    assert p.ttft_s == pytest.approx(1.0 + 0.0005 * 12_000)  # 7 s for a 12k-token prompt
+    assert p.delay_s == pytest.approx(7.0 - 12_000 / 30_000)
+    # Without promptTokens: at the default 1000-token prompt; without ttftSeconds: 2 s on top.
+    p = parse_metadata({"profile": "vllm-planner",
+                        "ttftSecondsPerPromptToken": "0.001"}).planner
+    assert p is not None
+    assert p.ttft_s == pytest.approx(3.0)
+    zero = parse_metadata({"profile": "vllm-planner", "ttftSecondsPerPromptToken": "0"})
+    assert zero.planner == parse_metadata({"profile": "vllm-planner"}).planner
+    assert "ttftSecondsPerPromptToken" in KNOWN
+
+
 @pytest.mark.parametrize(("md", "message"), [
     ({"startupSeconds": "90"}, "startupSeconds: only with profile vllm-planner"),
+    ({"ttftSecondsPerPromptToken": "0.001"},
+     "ttftSecondsPerPromptToken: only with profile vllm-planner"),
+    ({"profile": "vllm-planner", "ttftSecondsPerPromptToken": "0.001",
+      "queueDelaySeconds": "1"}, "not both"),
+    ({"profile": "vllm-planner", "ttftSecondsPerPromptToken": "0.5"},
+     "ttftSecondsPerPromptToken: must be between 0 and 0.1"),
+    ({"profile": "vllm-planner", "ttftSecondsPerPromptToken": "-1e-3"},
+     "ttftSecondsPerPromptToken: must be between"),
+    ({"profile": "vllm-planner", "ttftSecondsPerPromptToken": "5e-4 "},
+     "ttftSecondsPerPromptToken: '5e-4 ' is not a number"),
+    ({"profile": "vllm-planner", "ttftSecondsPerPromptToken": "inf"},
+     "ttftSecondsPerPromptToken: 'inf' is not a number"),
+    ({"profile": "vllm-planner", "ttftSecondsPerPromptToken": "1" * 400},
+     "ttftSecondsPerPromptToken: must be between"),
     ({"profile": "vllm-planner", "ttftSeconds": "1", "queueDelaySeconds": "1"}, "not both"),
     ({"profile": "vllm-planner", "ttftSeconds": "0.02"}, "leaves no time to queue"),
     ({"profile": "vllm-planner", "utilization": "1.5"}, "utilization: must be between"),

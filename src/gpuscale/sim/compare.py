@@ -126,16 +126,35 @@ def static_peak(requests: Sequence[TraceRequest], duration: float, params: Servi
     return best
 
 
+def planner_objective(slo: SloSpec, requests: Sequence[TraceRequest]) -> dict[str, str]:
+    """The planner's trigger keys for the objective it is judged by: ``ttftSeconds`` for a
+    TTFT one (``ttft-tpot`` too: the planner has no TPOT key; its batch term keeps TPOT),
+    ``queueDelaySeconds`` for a queue delay, and for ``ttft-per-token`` the allowance as
+    ``ttftSeconds`` (at least its 0.01 s floor), the per-token rate as
+    ``ttftSecondsPerPromptToken`` and the requests' mean prompt as ``promptTokens`` (what a
+    team that knows its prompts writes: the planner plans a per-token objective at it)."""
+    if slo.kind in ("ttft", "ttft-tpot"):
+        return {"ttftSeconds": f"{slo.target_s:.10g}"}
+    if slo.kind == "queue":
+        return {"queueDelaySeconds": f"{slo.target_s:.10g}"}
+    prompt = sum(r.input_tokens for r in requests) / max(1, len(requests))
+    return {"ttftSeconds": f"{max(0.01, slo.allowance_s):.10g}",
+            "ttftSecondsPerPromptToken": f"{slo.target_s:.10g}",
+            "promptTokens": f"{max(1.0, prompt):.10g}"}
+
+
 def policy_runs(params: ServingParams, requests: Sequence[TraceRequest],
                 slo: SloSpec, min_replicas: int,
-                start: int) -> list[tuple[str, dict[str, Any]]]:
-    """(key, ``run_policy`` keyword arguments) for every autoscaled policy, made fresh."""
-    target = slo.target_s if slo.kind in ("ttft", "ttft-tpot") else DEFAULT_SLO.target_s
+                start: int, **planner: str) -> list[tuple[str, dict[str, Any]]]:
+    """(key, ``run_policy`` keyword arguments) for every autoscaled policy, made fresh; the
+    planner given the objective it is judged by (``planner_objective``) and ``planner``'s
+    trigger keys on top."""
     common = {"min_replicas": min_replicas, "start": start}
     named = {name: kw for name, kw in baselines(params, min_replicas=min_replicas,
                                                     start=start)}
-    named[POLICIES["planner"]] = {**planner_policy(params, target, False,
-                                                   **wakes({}, min_replicas)), **common}
+    named[POLICIES["planner"]] = {**planner_policy(
+        params, DEFAULT_SLO.target_s, False, **planner_objective(slo, requests),
+        **wakes(planner, min_replicas)), **common}
     named[POLICIES["gpu-utilization"]] = {
         "signal": profile_signal({"profile": "gpu-utilization"}, min_replicas), **common}
     keys = {name: key for key, name in POLICIES.items()}

@@ -222,8 +222,13 @@ def planner_policy(params: ServingParams, slo_s: float = 2.0, measure_startup: b
     value as the HPA's signal, the per-second observation through the decider hook (which
     never decides), and the HPA's scale-down stabilization at 0 s (the planner holds its
     plan for a start-up itself; the HPA's 300 s on top only bills idle replicas).
-    ``measure_startup``: no ``startupSeconds``; the planner measures the replicas'."""
-    policy = PlannerPolicy({**planner_metadata(params, slo_s, measure_startup), **metadata})
+    ``measure_startup``: no ``startupSeconds``; the planner measures the replicas'.
+    ``metadata`` overrides those keys; with ``queueDelaySeconds`` (the objective a queue
+    delay), ``slo_s`` is not given as ``ttftSeconds``."""
+    base = planner_metadata(params, slo_s, measure_startup)
+    if "queueDelaySeconds" in metadata:
+        del base["ttftSeconds"]
+    policy = PlannerPolicy({**base, **metadata})
 
     def tick(model: ServingModel, now: float, replicas: int) -> int | None:
         policy.tick(model, now)

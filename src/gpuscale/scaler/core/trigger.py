@@ -22,6 +22,7 @@ Profile ``vllm-planner`` (the planner, ``scaler.planner``) also takes, each opti
 key                      meaning                                    default
 ======================== ========================================== ==================
 ttftSeconds              time-to-first-token objective, seconds     2
+ttftSecondsPerPromptToken  and per prompt token, seconds, 0 to 0.1  0
 queueDelaySeconds        or: queueing-delay objective, seconds      (from ttftSeconds)
 startupSeconds           creation to Ready of a new replica          measured (*)
 prefillTokensPerSecond   prompt tokens/s one replica prefills        30000
@@ -40,7 +41,12 @@ until three pods have shown theirs; always 300 s where the scaler has no Kuberne
 
 With ``ttftSeconds`` the queueing budget is the objective less the prefill of the mean
 prompt the engines have shown (of a ``promptTokens`` prompt, 1000 unless given, until
-they have) at the replica's prefill rate. Its metric is
+they have) at the replica's prefill rate. ``ttftSecondsPerPromptToken`` makes the objective
+prompt-aware, as ``gpuscale simulate --slo ttft-per-token`` judges it: a request of P prompt
+tokens may take ``ttftSeconds`` + P x ``ttftSecondsPerPromptToken`` to its first token.
+The planner plans for it at a ``promptTokens`` prompt (its objective is that sum, and the
+budget then that less the prefill of the prompts shown): give ``promptTokens`` your
+requests' typical prompt. Its metric is
 ``gpuscale-planned-replicas``, an AverageValue: planned replicas x ``targetValue`` (1).
 
 Numbers are what KEDA's own scalers accept (ASCII decimal, optional sign and exponent; no
@@ -89,7 +95,8 @@ _NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?
 
 PASSTHROUGH = frozenset({"scalerAddress", "caCert", "tlsClientCert", "tlsClientKey",
                          "tlsCertFile", "unsafeSsl", "enableTLS", "cert", "key"})
-PLANNER_KEYS = frozenset({"ttftSeconds", "queueDelaySeconds", "startupSeconds",
+PLANNER_KEYS = frozenset({"ttftSeconds", "ttftSecondsPerPromptToken", "queueDelaySeconds",
+                          "startupSeconds",
                           "prefillTokensPerSecond", "decodeTokensPerSecond", "maxBatch",
                           "utilization", "holdSeconds", "memorySeconds", "promptTokens",
                           "drainSeconds"})
@@ -255,14 +262,17 @@ def _planner(md: Mapping[str, str]) -> PlannerConfig:
     base = PlannerConfig()
     prefill = get("prefillTokensPerSecond", base.prefill_tps, 10.0, 1e8)
     prompt = get("promptTokens", base.prompt_tokens, 1.0, 1e7)
-    if "ttftSeconds" in md and "queueDelaySeconds" in md:
-        raise MetadataError("queueDelaySeconds: give ttftSeconds or queueDelaySeconds, not "
-                            "both")
+    for key in ("ttftSeconds", "ttftSecondsPerPromptToken"):
+        if key in md and "queueDelaySeconds" in md:
+            raise MetadataError(f"queueDelaySeconds: give {key} or queueDelaySeconds, not "
+                                f"both")
     ttft: float | None = None
     if "queueDelaySeconds" in md:
         delay = get("queueDelaySeconds", 0.0, 0.01, 3600.0)
     else:
-        ttft = get("ttftSeconds", 2.0, 0.01, 3600.0)
+        # A prompt-aware objective, planned for at the configured prompt (see the module).
+        ttft = (get("ttftSeconds", 2.0, 0.01, 3600.0)
+                + get("ttftSecondsPerPromptToken", 0.0, 0.0, 0.1) * prompt)
         delay = ttft - prompt / prefill
         if delay < 0.01:
             raise MetadataError(f"ttftSeconds: {ttft:g}s leaves no time to queue: a "
