@@ -43,10 +43,22 @@ def test_gpus_table_and_json() -> None:
 
 
 def test_auto_falls_back_to_simulation_without_nvml() -> None:
-    out = run("gpus", "--scenario", "timesliced-node")
+    out = run("gpus")
     assert out.returncode == 0
-    assert "using simulated GPUs" in out.stderr
-    assert "NVIDIA L4" in out.stdout
+    assert "NVML not usable here" in out.stderr
+    assert "using simulated GPUs from scenario 'h100-vllm'" in out.stderr
+    assert "H100" in out.stdout
+
+
+def test_a_scenario_named_is_simulated_without_asking_nvml() -> None:
+    """``--scenario`` implies ``--gpu-backend sim``: no NVML probe, none of its warnings;
+    with a hardware backend named it is refused."""
+    out = run("gpus", "--scenario", "mig-node")
+    assert (out.returncode, out.stderr) == (0, "")
+    assert "node gpu-node-mig  backend sim" in out.stdout
+    out = run("gpus", "--gpu-backend", "nvml", "--scenario", "mig-node")
+    assert out.returncode != 0
+    assert "--scenario simulates GPUs: not with --gpu-backend nvml" in out.stderr
 
 
 def test_nvml_backend_without_a_driver_says_so() -> None:

@@ -32,9 +32,10 @@ def add_backend_args(p: argparse.ArgumentParser) -> None:
                         "amdsmi and ROCm's libamd_smi.so), sim; auto = NVML when it sees a "
                         "GPU, else AMD SMI when it does, else the simulated scenario "
                         "(default: auto)")
-    p.add_argument("--scenario", default=DEFAULT_SCENARIO,
+    p.add_argument("--scenario", default=None,
                    help="simulated fleet: a YAML file or a shipped scenario "
-                        f"({', '.join(builtin_scenarios())}); default {DEFAULT_SCENARIO}. "
+                        f"({', '.join(builtin_scenarios())}); default {DEFAULT_SCENARIO}; "
+                        "naming one implies --gpu-backend sim. "
                         "A file is followed: when it changes, the node's processes and "
                         "their load are read again (its GPUs stay as at start; a file "
                         "that is missing or invalid keeps the last good processes)")
@@ -69,8 +70,14 @@ def add_backend_args(p: argparse.ArgumentParser) -> None:
 
 def make_backend(args: argparse.Namespace) -> GpuBackend:
     """The backend the arguments ask for. ``auto`` takes NVML when it sees at least one GPU,
-    else the simulated scenario. ScenarioError for a scenario that cannot be used."""
-    kind, scenario = args.gpu_backend, args.scenario
+    else the simulated scenario; with a ``--scenario`` named, the scenario (no NVML probe,
+    nor its warnings). ScenarioError for a scenario that cannot be used, or named with a
+    hardware backend."""
+    kind, scenario = args.gpu_backend, args.scenario or DEFAULT_SCENARIO
+    if args.scenario is not None:
+        if kind not in ("auto", "sim"):
+            raise ScenarioError(f"--scenario simulates GPUs: not with --gpu-backend {kind}")
+        kind = "sim"
     node_name = getattr(args, "hostname", "") or args.node_name
     if kind == "amd":
         from gpuscale.telemetry.amdsmi_backend import AmdSmiBackend
@@ -112,7 +119,9 @@ def make_backend(args: argparse.Namespace) -> GpuBackend:
 
 async def make_sources(args: argparse.Namespace, backend: GpuBackend,
                        watch_pods: bool = True) -> AttributionSources | None:
-    """Attribution inputs matching the backend (see --attribution)."""
+    """Attribution inputs matching the backend (see --attribution). ``watch_pods``: for
+    an agent (a one-shot reading passes False): the pod watch, and on simulated GPUs the
+    scenario's inference engines served at the pods' addresses."""
     mode = args.attribution
     if mode == "auto":
         mode = "scenario" if isinstance(backend, SimulatedBackend) else "cluster"
@@ -121,6 +130,11 @@ async def make_sources(args: argparse.Namespace, backend: GpuBackend,
     if mode == "scenario":
         if not isinstance(backend, SimulatedBackend):
             raise ScenarioError("--attribution scenario needs the simulated backend")
+        if watch_pods:  # an agent: it scrapes the engines it advertises, so serves them
+            from gpuscale.engines.scenario_engines import ServedScenarioSources
+
+            return ServedScenarioSources(lambda: backend.node, backend.scenario_time,
+                                         getattr(args, "interval", 1.0))
         return ScenarioSources(lambda: backend.node)  # the node as last sampled
     if not watch_pods:
         return ClusterSources(PodResourcesClient(args.kubelet_socket,
