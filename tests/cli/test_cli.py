@@ -360,3 +360,21 @@ def test_gpus_from_an_agent_shows_a_device_held_through_a_claim_with_it() -> Non
     assert held.endswith("  llm/a, llm/b (claim b-gpu-x7k2q)")
     (free,) = [line for line in out.splitlines() if line.startswith("1 ")]
     assert free.endswith("  idle")
+
+
+def test_gpus_from_an_agent_says_how_many_of_a_mig_gpus_instances_are_in_use() -> None:
+    """Pods hold a MIG GPU's instances, never the GPU: it is not "idle" while they run."""
+    from gpuscale.cli.gpus import format_report
+    from gpuscale.stream.records import DeviceRecord, NodeReport
+
+    parent = DeviceRecord("GPU-1", 0, "NVIDIA A100-SXM4-80GB", sharing="mig")
+    slices = [DeviceRecord(f"MIG-{i}", 0, profile, parent_uuid="GPU-1", sharing="mig",
+                           pods=pods)
+              for i, (profile, pods) in enumerate((("3g.40gb", ("llm/a",)),
+                                                   ("2g.20gb", ("llm/b",)),
+                                                   ("1g.10gb", ())))]
+    out = format_report(NodeReport("n", 3, 0.0, 1.0, (), (parent, *slices)), "h:9401")
+    (gpu,) = [line for line in out.splitlines() if "A100" in line]
+    assert gpu.endswith("  MIG: 2 of 3 instances in use")
+    (free,) = [line for line in out.splitlines() if "1g.10gb" in line]
+    assert free.endswith("  idle")

@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import subprocess
+from collections.abc import Sequence
 from dataclasses import asdict
 from enum import Enum
 from typing import Any
@@ -17,7 +18,7 @@ from gpuscale.attribution.sources import attribute_tick
 from gpuscale.cli.backend import add_backend_args, make_backend, make_sources
 from gpuscale.cli.common import add_client_tls_args, fail, tls_files
 from gpuscale.common.errors import ConfigError, GpuscaleError, Unavailable
-from gpuscale.stream.records import NodeReport
+from gpuscale.stream.records import DeviceRecord, NodeReport
 from gpuscale.stream.subscriber import read_node
 from gpuscale.stream.tls import DEFAULT_SERVER_NAME, channel_credentials
 from gpuscale.telemetry.model import Absent, BackendState, NodeSnapshot
@@ -135,12 +136,13 @@ def format_report(report: NodeReport, address: str) -> str:
              f"{report.interval:g}s)",
              f"{'GPU':<4}{'NAME / PROFILE':<28}{'SHARING':<14}{'UTIL':>12}{'MEMORY':>20}"
              f"  HELD BY"]
-    for d in report.devices or ():
+    devices = report.devices or ()
+    for d in devices:
         mem = f"{_fmt(d.memory_used_mib, '', gib, 1)}/{_fmt(d.memory_total_mib, '', gib, 1)}G"
         name = d.model if not d.parent_uuid else f"  {d.model}"
         lines.append(f"{d.index:<4}{name[:27]:<28}{d.sharing[:13]:<14}"
                      f"{_fmt(d.utilization, '%'):>12}{mem:>20}  "
-                     f"{', '.join(d.holders()) or 'idle'}")
+                     f"{', '.join(d.holders()) or _unheld(d, devices)}")
     assert not isinstance(report.pods, Unavailable)  # read_node raises for those
     for p in report.pods:
         signals = ", ".join(
@@ -150,6 +152,16 @@ def format_report(report: NodeReport, address: str) -> str:
         lines.append(f"pod {p.namespace}/{p.name}{'' if p.ready else ' (not Ready)'}: "
                      f"{signals or 'no signals'}")
     return "\n".join(lines)
+
+
+def _unheld(device: DeviceRecord, devices: Sequence[DeviceRecord]) -> str:
+    """What a device no pod holds is doing: a GPU split into MIG instances is held through
+    its instances (pods hold those, never the parent), so it says how many are in use."""
+    slices = [d for d in devices if d.parent_uuid == device.uuid]
+    if device.parent_uuid or (device.sharing != "mig" and not slices):
+        return "idle"
+    used = sum(1 for d in slices if d.pods)
+    return f"MIG: {used} of {len(slices)} instances in use"
 
 
 def snapshot_to_json(snap: NodeSnapshot | NodeAttribution | NodeReport) -> dict[str, Any]:
