@@ -4,6 +4,8 @@ Helm chart's (``helm_render``), and what the tests look for in them."""
 from __future__ import annotations
 
 import base64
+import json
+import os
 import shutil
 import subprocess
 from collections.abc import Iterable
@@ -19,15 +21,56 @@ DEPLOY = REPO / "deploy"
 DASHBOARD = DEPLOY / "helm" / "gpuscale" / "dashboards" / "gpuscale.json"
 
 
+#: Every kustomization in deploy/, as render() takes them (test_kustomize: no other).
+KUSTOMIZATIONS = ("kustomize/base", "kustomize/overlays/host-pid", "kustomize/overlays/tls",
+                  "kustomize/overlays/production", "kustomize/overlays/metrics-api")
+#: The oldest kubectl whose kustomize (v5.0) takes what deploy/ writes and warns on nothing.
+MIN_KUBECTL = (1, 27)
+
+
+@cache
+def kubectl() -> str:
+    """The kubectl that renders: $GPUSCALE_KUBECTL (./dev test: the cluster toolchain's,
+    ``cluster/build kubectl``), else that toolchain's when it is built, else the one on PATH;
+    the test fails, saying how to get one, when none is there or it is older than
+    MIN_KUBECTL (Debian's kubernetes-client is 1.20, kustomize v2)."""
+    cache_dir = Path(os.environ.get("GPUSCALE_CLUSTER_CACHE") or
+                     Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+                     / "gpuscale" / "cluster")
+    built = cache_dir / "bin" / "kubectl"
+    found = os.environ.get("GPUSCALE_KUBECTL") or (str(built) if os.access(built, os.X_OK)
+                                                    else shutil.which("kubectl"))
+    get = f"build one with cluster/build kubectl, or install kubectl {MIN_KUBECTL[0]}." \
+          f"{MIN_KUBECTL[1]} or later"
+    if found is None:
+        pytest.fail(f"kubectl not found: {get}")
+    out = subprocess.run([found, "version", "--client", "-o", "json"], capture_output=True,
+                         text=True, check=False).stdout
+    try:
+        v = json.loads(out)["clientVersion"]
+        version = (int(v["major"]), int(v["minor"].rstrip("+")))
+    except (ValueError, KeyError, TypeError):
+        pytest.fail(f"{found}: no version from `kubectl version --client -o json`: {get}")
+    if version < MIN_KUBECTL:
+        pytest.fail(f"{found} is kubectl {version[0]}.{version[1]}: its kustomize does not "
+                    f"take deploy/'s resources and patches; {get}")
+    return found
+
+
+@cache
+def kustomize(path: str) -> tuple[str, str]:
+    """``kubectl kustomize deploy/<path>``: (the rendering, what kubectl said on stderr)."""
+    out = subprocess.run([kubectl(), "kustomize", str(DEPLOY / path)], capture_output=True,
+                         text=True, check=False)
+    if out.returncode != 0:
+        pytest.fail(f"kubectl kustomize deploy/{path}: {out.stderr[-2000:]}")
+    return out.stdout, out.stderr
+
+
 @cache
 def render(path: str) -> tuple[dict[str, Any], ...]:
     """``kubectl kustomize deploy/<path>``: the objects, in the order rendered."""
-    kubectl = shutil.which("kubectl")
-    if kubectl is None:
-        pytest.fail("kubectl not found: ./dev test installs Debian's kubernetes-client")
-    out = subprocess.run([kubectl, "kustomize", str(DEPLOY / path)], capture_output=True,
-                         text=True, check=True)
-    return tuple(d for d in yaml.safe_load_all(out.stdout) if d)
+    return tuple(d for d in yaml.safe_load_all(kustomize(path)[0]) if d)
 
 
 def by_kind(objs: tuple[dict[str, Any], ...], kind: str) -> list[dict[str, Any]]:
