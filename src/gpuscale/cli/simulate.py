@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections.abc import Callable
 from dataclasses import asdict
@@ -68,9 +69,10 @@ def add_parser(sub: Any) -> None:
                      help="comma-separated, in any order (default all): "
                           + ", ".join(SHOWN) + ". The reference starts from every "
                           "policy's schedule whichever are shown")
-    sim.add_argument("--search-runs", type=int, default=MAX_RUNS, metavar="N",
+    sim.add_argument("--search-runs", default=str(MAX_RUNS), metavar="N|all",
                      help=f"simulations the hindsight reference's search may make "
-                          f"(default {MAX_RUNS}; fewer: faster, maybe dearer)")
+                          f"(default {MAX_RUNS}; fewer: faster, maybe dearer; all: until "
+                          f"it converges). The output says whether it converged")
     sim.add_argument("--json", action="store_true",
                      help="results as JSON: every policy, the reference and the bound")
     sim.set_defaults(run=run)
@@ -82,8 +84,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         shown = parse_policies(args.policies)
-        if args.search_runs < 0:
-            raise ValueError("--search-runs: at least 0")
+        search_runs = parse_search_runs(args.search_runs)
         if args.plot is not None:  # before the minutes of work, not after them
             from gpuscale.common.plotting import check_plot
 
@@ -102,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
     slo = SLO_SPECS[args.slo]
     found = compare(requests, duration, GPU_TYPES[args.gpu], min_replicas=args.min_replicas,
                     progress=_progress_bar() if sys.stderr.isatty() else None, slo=slo,
-                    shown=shown, max_runs=args.search_runs)
+                    shown=shown, max_runs=search_runs)
     if args.plot is not None:
         from gpuscale.sim.plot import plot_results
 
@@ -124,6 +125,16 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def parse_search_runs(text: str) -> int | None:
+    """``--search-runs``: a count of at least 0, or ``all`` (None: until it converges).
+    ValueError naming the option."""
+    if text.strip() == "all":
+        return None
+    if not re.fullmatch(r"[0-9]{1,12}", text.strip(), re.ASCII):  # not "٤", nor 10^40
+        raise ValueError(f"--search-runs: a count of at least 0, or all; not {text[:20]!r}")
+    return int(text)
+
+
 def as_json(found: Comparison, requests: int, duration: float, gpu: str,
             slo: str) -> dict[str, Any]:
     """Everything the table shows and more: each result's figures (not its timeline), its
@@ -142,7 +153,11 @@ def as_json(found: Comparison, requests: int, duration: float, gpu: str,
         "reference": None if ref is None else {
             **row(ref.result), "search_start": ref.start,
             "search_start_gpu_hours": ref.start_gpu_hours, "search_runs": ref.runs,
-            "search_complete": ref.complete},
+            "search_complete": ref.complete, "search_state": ref.state,
+            "search_budget": ref.max_runs, "search_step_s": ref.step_s,
+            "search_last_improvement_run": ref.last_improvement,
+            "search_savings": [{"run": run, "gpu_hours": hours}
+                               for run, hours in ref.savings]},
         "bound": None if found.bound is None else asdict(found.bound),
         "bound_missing": found.bound_missing,
     }

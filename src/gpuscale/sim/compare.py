@@ -168,7 +168,7 @@ def policy_runs(params: ServingParams, requests: Sequence[TraceRequest],
 def compare(requests: Sequence[TraceRequest], duration: float,
             params: ServingParams | None = None, min_replicas: int = 1,
             progress: Progress | None = None, slo: SloSpec = DEFAULT_SLO,
-            shown: Sequence[str] = SHOWN, max_runs: int = MAX_RUNS) -> Comparison:
+            shown: Sequence[str] = SHOWN, max_runs: int | None = MAX_RUNS) -> Comparison:
     """The policies in ``shown`` (keys of ``SHOWN``) over the same requests, judged by
     ``slo``; every policy runs when the reference is asked for (it starts from all)."""
     params = params or ServingParams()
@@ -237,9 +237,8 @@ def format_comparison(c: Comparison) -> str:
         lines.append(f"{'fluid lower bound':<40}{c.bound.gpu_hours:>7.2f}")
     elif c.bound_missing:
         lines.append(f"(no bound: {c.bound_missing})")
-    if c.reference is not None and not c.reference.complete:
-        lines.append(f"(the reference's search stopped at its limit of {c.reference.runs} "
-                     f"simulations: a cheaper schedule may exist)")
+    if c.reference is not None:
+        lines.append(f"({c.reference.describe()})")
     return "\n".join(lines)
 
 

@@ -23,8 +23,14 @@ and through its drain. The reference is searched, not derived:
    then whole plateaus (consecutive blocks at one level) lowered by one; then the blocks
    halve, down to ``MIN_STEP_S``. A run that has already missed more minutes than allowed
    stops at that minute (``run_policy(until=...)``), so a failed move costs less than a
-   whole replay. The search ends when nothing is kept at the finest step, or after
-   ``max_runs`` simulations.
+   whole replay.
+4. **Stopping.** The search has *converged* when one whole round of moves (edges, then
+   plateaus) at the finest step keeps nothing: no single move this search can make saves
+   anything, and as the moves follow from the schedule alone, another round would try the
+   same ones. Otherwise it *stopped at its budget* of ``max_runs`` simulations (None: no
+   budget, it runs until it converges; it always does, as every kept move takes at least
+   one replica-step away). ``Reference`` says which, the step it was at, and when the last
+   saving came: a search stopped while it was still saving has a cheaper schedule ahead.
 
 So by construction the reference's (SLO minutes, GPU-hours) is never worse than any start's
 - every policy's included: none misses fewer minutes, and none missing as few costs less.
@@ -37,6 +43,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 from gpuscale.models.serving import InFlightRequest, ServingModel, ServingParams, needed_replicas
 from gpuscale.models.slo import DEFAULT_SLO, SloSpec
@@ -51,15 +58,46 @@ MAX_RUNS = 400
 _SAVING = 1e-9  # GPU-hours: a kept move must save more than rounding
 
 
+SearchState = Literal["converged", "budget"]
+
+
 @dataclass(frozen=True, slots=True)
 class Reference:
-    """The searched schedule's run, and how it was found."""
+    """The searched schedule's run, and how it was found (see the module's "Stopping")."""
 
     result: Result
     start: str  # the start the descent began from (a policy's name, or "work")
     start_gpu_hours: float
     runs: int  # simulations the search made, the starts' own runs not counted
-    complete: bool  # False: ``max_runs`` ended the search before it converged
+    complete: bool  # True: converged; False: ``max_runs`` ended the search before it did
+    step_s: float = STEP_S  # the block of steps its moves were at when it ended
+    # (run, GPU-hours) after each saving kept, in order: the last is when it last improved
+    savings: tuple[tuple[int, float], ...] = ()
+    max_runs: int | None = MAX_RUNS  # its budget (None: until converged)
+
+    @property
+    def state(self) -> SearchState:
+        return "converged" if self.complete else "budget"
+
+    @property
+    def last_improvement(self) -> int | None:
+        """The run that made the last saving (None: nothing saved on the best start)."""
+        return self.savings[-1][0] if self.savings else None
+
+    def describe(self) -> str:
+        """One line on how the search ended, for a person."""
+        last = ("no saving on its start" if not self.savings else
+                f"last saving at run {self.savings[-1][0]} "
+                f"({self.start_gpu_hours:.2f} -> {self.result.gpu_hours:.2f} GPU-h from "
+                f"{self.start})")
+        if self.max_runs == 0:
+            return f"the reference was not searched (--search-runs 0): the best start, {self.start}"
+        if self.complete:
+            return (f"the reference's search converged after {self.runs} simulations (no "
+                    f"move saves at a {self.step_s:g} s step); {last}")
+        return (f"the reference's search stopped at its budget of {self.max_runs} "
+                f"simulations before converging, at a {self.step_s:g} s step: a cheaper "
+                f"schedule may exist; {last} (--search-runs: a larger budget, or 'all')")
 
 
 def work_start(requests: Sequence[TraceRequest], duration: float, params: ServingParams,
@@ -90,30 +128,37 @@ def work_start(requests: Sequence[TraceRequest], duration: float, params: Servin
 def hindsight_reference(requests: Sequence[TraceRequest], duration: float,
                         params: ServingParams, starts: Sequence[Result],
                         slo: SloSpec = DEFAULT_SLO, dt: float = 1.0,
-                        step_s: float = STEP_S, max_runs: int = MAX_RUNS,
+                        step_s: float = STEP_S, max_runs: int | None = MAX_RUNS,
                         progress: Callable[[float], None] | None = None,
                         floor: int = 0) -> Reference:
     """Search from the best of ``starts`` (each a ``run_policy`` result over these requests,
     with its ``steps``); ``work_start`` is added to them. ``max_runs``: at most this many
-    simulations (0: the best start as it is). ``floor``: no step goes below it (the
-    policies' ``min_replicas``, so the reference keeps their constraint: with 1, it does
-    not save the idle tail after the last request that no policy at 1 can; a start below
-    it is not used)."""
+    simulations (0: the best start as it is; None: until it converges). ``progress``: a
+    fraction of the budget, or without one of the step sizes gone through. ``floor``: no
+    step goes below it (the policies' ``min_replicas``, so the reference keeps their
+    constraint: with 1, it does not save the idle tail after the last request that no
+    policy at 1 can; a start below it is not used)."""
     candidates = [s for s in starts if len(s.steps) == int(duration / dt)
                   and min(s.steps, default=floor) >= floor]
     candidates.append(work_start(requests, duration, params, slo, dt, floor))
     best = min(candidates, key=lambda r: (r.slo_violation_minutes, r.gpu_hours))
-    search = _Descent(requests, duration, params, slo, dt, best, max_runs, floor)
+    budget = math.inf if max_runs is None else max_runs
+    search = _Descent(requests, duration, params, slo, dt, best, budget, floor)
     block = max(1, round(step_s / dt))
     finest = max(1, round(MIN_STEP_S / dt))
-    while search.runs < max_runs:
+    sizes = 1 + max(0, math.ceil(math.log2(block / finest))) if block > finest else 1
+    converged = False
+    while search.runs < budget:
         if progress is not None:
-            progress(min(1.0, search.runs / max_runs))
+            progress(min(1.0, search.runs / max_runs) if max_runs else
+                     min(0.99, (sizes - 1 - math.log2(max(1, block / finest))) / sizes))
+        search.cut = False
         if search.apply(_edges(search.counts, block, floor)):
             continue
         if search.apply(_plateaus(search.counts, block, floor)):
             continue
         if block <= finest:
+            converged = not search.cut  # a whole round kept nothing: no move saves
             break
         block = max(finest, block // 2)
     if progress is not None:
@@ -124,8 +169,8 @@ def hindsight_reference(requests: Sequence[TraceRequest], duration: float,
                     final.unserved, timeline=final.timeline, bad_minutes=final.bad_minutes,
                     steps=final.steps, cut_requests=final.cut_requests,
                     p95_tpot_s=final.p95_tpot_s)
-    return Reference(result, best.policy, best.gpu_hours, search.runs,
-                     search.runs < max_runs)
+    return Reference(result, best.policy, best.gpu_hours, search.runs, converged,
+                     block * dt, tuple(search.savings), max_runs)
 
 
 Move = tuple[int, int]  # a block of steps [first, end) that loses one replica
@@ -136,13 +181,15 @@ class _Descent:
 
     def __init__(self, requests: Sequence[TraceRequest], duration: float,
                  params: ServingParams, slo: SloSpec, dt: float, start: Result,
-                 max_runs: int, floor: int) -> None:
+                 max_runs: float, floor: int) -> None:
         self.requests, self.duration, self.params = requests, duration, params
         self.slo, self.dt, self.max_runs, self.floor = slo, dt, max_runs, floor
         self.counts = list(start.steps)
         self.result = start
         self.allowed = start.slo_violation_minutes
         self.runs = 0
+        self.cut = False  # a move was left untried for the budget (since last cleared)
+        self.savings: list[tuple[int, float]] = []  # (run, GPU-hours) of each kept saving
         minutes = max(1, int(duration // 60))
         self._arrivals = [0] * minutes
         for r in requests:
@@ -152,7 +199,10 @@ class _Descent:
 
     def apply(self, moves: list[Move]) -> bool:
         """Keep what fits of ``moves`` (halving sets that do not); True when any was kept."""
-        if not moves or self.runs >= self.max_runs:
+        if not moves:
+            return False
+        if self.runs >= self.max_runs:
+            self.cut = True
             return False
         trial = _lowered(self.counts, moves, self.floor)
         if trial == self.counts:
@@ -161,6 +211,7 @@ class _Descent:
         if (got.stopped_at is None and got.slo_violation_minutes <= self.allowed
                 and got.gpu_hours < self.result.gpu_hours - _SAVING):
             self.counts, self.result = trial, got
+            self.savings.append((self.runs, got.gpu_hours))
             return True
         if len(moves) == 1:
             return False
