@@ -101,9 +101,9 @@ def test_demo_loop_follows_load_over_grpc_and_summarizes() -> None:
     header = proc.stdout.readline()
     assert f"KEDA external scaler on 127.0.0.1:{port}" in header
     hint = proc.stdout.readline()
-    assert "grpcurl" in hint
-    assert hint.rstrip().endswith("externalscaler.ExternalScaler/GetMetrics")
-    asked = json.loads(hint.split("-d '", 1)[1].split("'", 1)[0])
+    assert hint.strip().startswith("gpuscale keda GetMetrics '")
+    assert hint.rstrip().endswith(f"' --scaler 127.0.0.1:{port}")
+    asked = json.loads(hint.split("GetMetrics '", 1)[1].split("'", 1)[0])
 
     async def ask() -> float:
         ref = pb.ScaledObjectRef(name="x", namespace="llm", scalerMetadata={
@@ -213,9 +213,9 @@ def test_the_terminal_screen_fits_its_width_and_shows_the_hints() -> None:
     assert any(line.startswith("          gpuscale top --scaler") for line in lines)
     shown = lines[lines.index("what KEDA gets (paste into another terminal):") + 1:]
     assert " ".join(line.strip() for line in shown) == hint
-    request = json.loads(hint.split("-d '", 1)[1].split("'", 1)[0])
+    request = json.loads(hint.split("GetMetrics '", 1)[1].split("'", 1)[0])
     assert request["metricName"] == "gpuscale-planned-replicas"
-    assert hint.endswith("externalscaler.ExternalScaler/GetMetrics")
+    assert hint.endswith("' --scaler 127.0.0.1:6000")
 
 
 @pytest.mark.slow

@@ -104,12 +104,17 @@ def run(args: argparse.Namespace) -> int:
 def _serve(main: Coroutine[Any, Any, object]) -> int:
     """Run a demo until it ends; a port that cannot be bound (alone or inside a task
     group) is exit 1 with the reason, not a traceback."""
+    def bind_error(exc: BaseException) -> bool:  # a closed stdout is the CLI's (main)
+        return isinstance(exc, OSError) and not isinstance(exc, BrokenPipeError)
+
     try:
         asyncio.run(main)
     except OSError as exc:
+        if not bind_error(exc):
+            raise
         return fail(f"cannot listen: {exc}", 1)
     except ExceptionGroup as group:
-        bind = group.subgroup(OSError)
+        bind = group.subgroup(bind_error)
         if bind is None:
             raise
         return fail(f"cannot listen: {bind.exceptions[0]}", 1)

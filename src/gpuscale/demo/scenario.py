@@ -90,9 +90,9 @@ async def serve_scenario(args: ScenarioOptions) -> None:
                        "podSelector": f"app={pod.name.rsplit('-', 1)[0]}" if pod else "app=x",
                        "profile": "gpu-utilization"}},
                    "metricName": "gpuscale-gpu-utilization"}
-        print(f"KEDA external scaler on {host}:{port}; try:\n  grpcurl -plaintext -d "
-              f"'{json.dumps(example)}' {host}:{port} "
-              f"externalscaler.ExternalScaler/GetMetrics\nWatch the fleet: gpuscale top "
+        print(f"KEDA external scaler on {host}:{port}; try:\n  gpuscale keda GetMetrics "
+              f"'{json.dumps(example)}' --scaler {host}:{port}"
+              f"\nWatch the fleet: gpuscale top "
               f"--scaler {host}:{port}; idle GPUs: gpuscale idle --scaler {host}:{port}",
               flush=True)
 

@@ -221,12 +221,13 @@ def _plan_line(plan: Plan) -> str:
 
 
 def grpcurl_hint(address: str, metadata: dict[str, str]) -> str:
-    """A grpcurl command that asks the demo's scaler for the value KEDA gets (GetMetrics,
-    the trigger's first metric), as printed: the ScaledObject reference with the
-    trigger's real metadata, in single quotes (the JSON has none of its own)."""
+    """A command that asks the demo's scaler for the value KEDA gets (GetMetrics, the
+    trigger's first metric), as printed: ``gpuscale keda``, grpcurl's call with what
+    gpuscale installs (grpcurl itself: ``grpcurl -plaintext -d JSON ADDRESS
+    externalscaler.ExternalScaler/GetMetrics``, docs/keda.md), the ScaledObject reference
+    with the trigger's real metadata, in single quotes (the JSON has none of its own)."""
     trigger = parse_metadata(metadata)
     request = {"scaledObjectRef": {"name": WORKLOAD, "namespace": NAMESPACE,
                                    "scalerMetadata": metadata},
                "metricName": trigger.metric_name(trigger.targets[0])}
-    return (f"grpcurl -plaintext -d '{json.dumps(request)}' {address} "
-            "externalscaler.ExternalScaler/GetMetrics")
+    return f"gpuscale keda GetMetrics '{json.dumps(request)}' --scaler {address}"
