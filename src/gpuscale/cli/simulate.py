@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpuscale.cli.common import fail
+from gpuscale.cli.simulate_sweep import check_jobs, run_sweep
 from gpuscale.models.serving import DEFAULT_GPU, GPU_TYPES
 from gpuscale.models.slo import SLO_SPECS
 from gpuscale.sim.compare import SHOWN
@@ -71,6 +72,14 @@ def add_parser(sub: Any) -> None:
                      help=f"simulations the hindsight reference's search may make "
                           f"(default {MAX_RUNS}; fewer: faster, maybe dearer; all: until "
                           f"it converges). The output says whether it converged")
+    sim.add_argument("--sweep", action="store_true",
+                     help="run every policy at several settings of its own knob (the "
+                          "planner's utilization, KPA/APA targets, the queue model's "
+                          "budget, static counts) and print the frontier of (GPU-hours, "
+                          "SLO minutes) and the planner's curve against the best other "
+                          "policy's; --plot draws the curves")
+    sim.add_argument("--jobs", type=int, default=1, metavar="N",
+                     help="--sweep: runs at once, in worker processes (default 1)")
     sim.add_argument("--json", action="store_true",
                      help="results as JSON: every policy, the reference and the bound")
     sim.set_defaults(run=run)
@@ -83,6 +92,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         shown = parse_policies(args.policies)
         search_runs = parse_search_runs(args.search_runs)
+        check_jobs(args.jobs)
         requests, duration = load_requests(args.pattern, args.trace, args.rate,
                                            args.duration, args.speedup, args.loop,
                                            rate_mode=args.rate_mode)
@@ -93,6 +103,8 @@ def run(args: argparse.Namespace) -> int:
     if not requests:
         return fail("no request in that trace or duration", 2)
     slo = SLO_SPECS[args.slo]
+    if args.sweep:
+        return run_sweep(args, requests, duration, slo, shown)
     found = compare(requests, duration, GPU_TYPES[args.gpu], min_replicas=args.min_replicas,
                     progress=_progress_bar() if sys.stderr.isatty() else None, slo=slo,
                     shown=shown, max_runs=search_runs)

@@ -165,7 +165,7 @@ def kv_cache_total(model: ServingModel, now: float) -> float:
     return sum(s.kv_cache for s in _ready(model, now))
 
 
-def aibrix_kpa() -> Kpa:
+def aibrix_kpa(target: float = KV_TARGET) -> Kpa:
     """AIBrix's KPA (v0.4.1, a port of Knative's ``Scale``) with its own defaults,
     on gpu_cache_usage_perc: scaler/kpa.go NewKpaScalingContext: StableWindow 60 s,
     PanicWindow 10 s, PanicThreshold 2.0, ScaleDownDelay 30 min; common/context.go:
@@ -176,8 +176,9 @@ def aibrix_kpa() -> Kpa:
     scale-down cooldown, and the window holds the pods' *mean* while the desired count is
     still ceil(value / target) (algorithm/kpa.go) - per pod over per pod, which caps the
     count near ceil(100 % / target). We model v0.4.1, whose sum matches Knative's and the
-    algorithm's own unit tests."""
-    return Kpa(KpaSpec(target=KV_TARGET, stable_s=60.0, panic_s=10.0, panic_threshold=2.0,
+    algorithm's own unit tests. ``target``: its targetValue, in percent (``gpuscale simulate
+    --sweep`` moves it)."""
+    return Kpa(KpaSpec(target=target, stable_s=60.0, panic_s=10.0, panic_threshold=2.0,
                        max_up_rate=2.0, max_down_rate=2.0, scale_down_delay_s=30 * 60.0,
                        to_zero_grace_s=0.0, tick_s=AIBRIX_SYNC_S, collect_s=AIBRIX_SYNC_S),
                kv_cache_total)
