@@ -144,9 +144,11 @@ def test_plot_writes_a_png(mig_demo: HistoryDemo, tmp_path: Any) -> None:
     out = idle("--scaler", mig_demo.address, "--plot", str(png), "--json")
     assert out.returncode == 0, out.stderr
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # Refused before the report is read, not after it is printed (tests/cli/test_output).
     bad = idle("--scaler", mig_demo.address, "--plot", str(tmp_path / "no" / "x.png"))
-    assert bad.returncode == 1
-    assert "cannot write" in bad.stderr
+    assert bad.returncode == 2
+    assert "does not exist" in bad.stderr
+    assert bad.stdout == ""
 
 
 def test_the_demos_agent_hint_reads_what_the_scaler_gets(mig_demo: HistoryDemo) -> None:

@@ -4,6 +4,7 @@ behind them: test_device_records.py."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 
 import grpc
@@ -215,3 +216,35 @@ async def test_planned_triggers_read_as_keda_gets_them(served: Served, fleet: Fl
     stale = await served.stub.Explain(pb.ExplainRequest(namespace="llm", name="chat"))
     assert "no usable observation" in stale.answers[0].unavailable
     assert served.service.plans._entries[next(iter(served.service.plans.keys()))].asked_at == asked
+
+
+async def test_a_planned_answer_counts_its_ready_pods(served: Served, fleet: FleetView,
+                                                      clock: Clock) -> None:
+    """One source for explain's table and its JSON: the planned answer's ``ready`` is the
+    selection's Ready pods, as every other signal's (it was 0 beside a table of Ready pods)."""
+    from tests.scaler.test_planner_service import METADATA, pod
+
+    ref = kpb.ScaledObjectRef(name="chat", namespace="llm", scalerMetadata=METADATA)
+    fleet.update_node("node-a", [pod("v-0", 1.2, at=clock.now), pod("v-1", 1.2, at=clock.now),
+                                 pod("v-2", 0.0, at=clock.now, ready=False)])
+    await served.keda.GetMetrics(kpb.GetMetricsRequest(
+        scaledObjectRef=ref, metricName="s0-gpuscale-planned-replicas"))
+    explained = await served.stub.Explain(pb.ExplainRequest(namespace="llm", name="chat"))
+    assert sum(p.ready for p in explained.pods) == 2
+    assert (explained.answers[0].counted, explained.answers[0].ready) == (3, 2)
+
+
+async def test_a_moment_not_recorded_is_said_in_readable_times(served: Served,
+                                                               fleet: FleetView) -> None:
+    await ask(served)
+    served.inspector.recorder.record_now()
+    wall = 1_800_000_000.0 + fleet.now()
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await served.stub.Explain(pb.ExplainRequest(namespace="llm", name="so",
+                                                    at=wall - 3600.0))
+    assert err.value.code() is grpc.StatusCode.OUT_OF_RANGE
+    details = err.value.details() or ""
+    recorded = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(wall))
+    assert f"runs from {recorded} to {recorded} (1 moment, one every " in details
+    assert "before it" in details
+    assert str(int(wall)) not in details  # no epoch seconds

@@ -22,7 +22,8 @@ from gpuscale.scaler.answers import Value
 from gpuscale.scaler.answers import activity as activity_rule
 from gpuscale.scaler.core.profiles import Target
 from gpuscale.telemetry.scenario import builtin_scenarios
-from gpuscale.tools.explain import decide, parse_time, render
+from gpuscale.tools.explain import decide, render
+from gpuscale.tools.explain_time import parse_time, refused_at
 from tests.support.polling import until_sync
 from tests.support.ports import free_port
 from tests.support.processes import Proc
@@ -152,6 +153,57 @@ def test_render_fits_and_names_everything() -> None:
     assert "-> 3 replicas" in text
 
 
+def test_piped_lines_wrap_between_values_and_never_cut_one() -> None:
+    r = reply(160.0)
+    r.metadata.update({"podSelector": "app=" + "a" * 90, "profile": "vllm-planner",
+                       "prefillTokensPerSecond": "24632.62765", "ttftSeconds": "2"})
+    r.planned_replicas = 4
+    r.plan_terms.update({f"term_{i}": i + 0.5 for i in range(20)})
+    r.pods.add(namespace="llm", name="p-" + "x" * 60, node="node-with-a-long-name-0123",
+               ready=True, age=0.4, stale_after=3.0, gpus=["MIG 3g.40gb on GPU 0", "GPU 1"])
+    text = render(r, decide(r), width=80)
+    for value in ("podSelector=app=" + "a" * 90, "prefillTokensPerSecond=24632.62765",
+                  "p-" + "x" * 60, "node-with-a-long-name-0123",
+                  "MIG 3g.40gb on GPU 0, GPU 1", "term_19 19.5"):
+        assert any(value in line for line in text.splitlines()), value  # whole, one line
+    lines = text.splitlines()
+    trigger = lines[1:lines.index(next(x for x in lines if x.startswith("selects")))]
+    assert trigger[0].startswith("trigger   ")
+    assert all(line.startswith(" " * 10) for line in trigger[1:])
+    assert max(len(x) for x in trigger if "a" * 90 not in x) <= 80  # the rest fit 80
+    planner = [x for x in lines if "term_" in x]
+    assert planner[0].startswith("planner   4 replicas (")
+    assert all(len(x) <= 80 for x in planner)
+    assert planner[-1].endswith("term_9 9.5)")  # sorted by name: term_9 is the last
+    assert "…" not in text
+
+
+def test_bounds_are_the_scaled_objects_given_or_said_to_be_assumed() -> None:
+    low = reply(10.0, minimum=0, maximum=100)  # 10 / 70 per pod: one replica is enough
+    assumed = decide(low, replicas=3)
+    clamp = next(line for line in assumed.lines if "clamped" in line)
+    assert "min 0, max 100 (KEDA's defaults, assumed" in clamp
+    assert "pass --min-replicas and --max-replicas" in clamp
+    given = decide(low, replicas=3, bounds=(2, 16))
+    assert "min 2, max 16 (given with --min-replicas and --max-replicas)" in " ".join(
+        given.lines)
+    assert given.desired >= 2
+    known = decide(reply(10.0, known=True, minimum=1, maximum=16, replicas=3))
+    assert "min 1, max 16 (the ScaledObject's)" in " ".join(known.lines)
+    assert "assumed" not in " ".join(known.lines)
+
+
+def test_a_moment_not_recorded_is_said_as_asked() -> None:
+    why = "llm/so: the history this scaler keeps runs from A to B"
+    clock = refused_at("22:18", NOW - 3600, why)
+    asked = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(NOW - 3600))
+    assert clock.startswith(f"--at 22:18 ({asked}): {why}")
+    assert "not the demo's simulated time" in clock
+    ago = refused_at("-1m", NOW - 60, why)
+    assert ago.startswith("--at -1m (")
+    assert "simulated" not in ago
+
+
 def test_times() -> None:
     assert parse_time("-5m", NOW) == NOW - 300
     assert parse_time("1799999000", NOW) == 1_799_999_000
@@ -227,6 +279,14 @@ def test_explain_a_live_workload(scaler: int) -> None:
     spaced = explain("llm/embed", "--scaler", address, "--at", "-1s")
     assert spaced.returncode == 0, spaced.stderr
     assert "(recorded)" in spaced.stdout
+    # Before the history: said as asked, with the span kept, in readable times.
+    for asked in ("-1h", "-1m"):
+        early = explain("llm/embed", "--scaler", address, "--at", asked)
+        assert early.returncode == 2  # the input cannot be used, as any bad --at
+        assert early.stderr.startswith(f"gpuscale: --at {asked} (20"), early.stderr
+        assert "the history this scaler keeps runs from 20" in early.stderr
+        assert " UTC" in early.stderr
+        assert "Traceback" not in early.stderr
 
 
 @pytest.mark.slow

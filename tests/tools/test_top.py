@@ -56,14 +56,18 @@ def run_top(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, s
     return code, out, err
 
 
-def test_once_prints_mig_instances_pods_and_workloads_in_80_columns(
+def test_once_prints_mig_instances_pods_and_workloads_whole_when_piped(
         scaler: str, capsys: pytest.CaptureFixture[str],
         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Printed to a pipe (capsys is not a terminal): for reading and grep, so every value
+    is whole, whatever COLUMNS says, and no line is a wrapped piece of another."""
     monkeypatch.setenv("COLUMNS", "80")
     code, out, err = run_top(capsys, "--scaler", scaler, "--once")
     assert code == 0, err
     lines = out.splitlines()
-    assert max(len(line) for line in lines) <= 80
+    assert "…" not in out
+    assert "nodes" in lines[0]
+    assert lines[0].rstrip().endswith("node all")  # the summary is one line, not wrapped
     for header in ("NODE GPU MODEL UTIL MEMORY PODS", "POD NODE GPU UTIL MEM QUEUE",
                    "SCALEDOBJECT SIGNAL VALUE / TARGET PODS PLAN"):
         assert any(" ".join(line.split()) == header for line in lines), header  # not cut
@@ -80,12 +84,24 @@ def test_once_prints_mig_instances_pods_and_workloads_in_80_columns(
     assert "/ 70 %" in triton
     ocr = next(line for line in lines if line.startswith("batch/ocr "))
     assert "UNAVAILABLE" in ocr
-    # The reason a row had no room for is printed whole below its table, wrapped at 80.
+    assert "ocr-worker" in ocr  # the reason whole in its row, the pods it names included
+
+
+def test_once_on_a_terminal_fits_its_width_and_says_what_it_cut(scaler: str) -> None:
+    from gpuscale.tools.client import InspectClient
+
+    with InspectClient(Target(scaler)) as client:
+        view = top.build(client.fleet())
+    out = top_render.once_text(view, 80)
+    lines = out.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    ocr = next(line for line in lines if line.startswith("batch/ocr "))
+    assert "…" in ocr  # a cut cell is marked
+    # ... and its whole text is printed below its table, wrapped between words at 80.
     detail = out[out.index("  batch/ocr "):].split("\n\n")[0]
-    assert "…" not in detail
     reason = " ".join(detail.split())
     assert "UNAVAILABLE" in reason
-    assert "ocr-worker" in reason  # the pods it names, not cut off
+    assert "ocr-worker" in reason
 
 
 def test_json_is_the_fleet_reply(scaler: str, capsys: pytest.CaptureFixture[str]) -> None:

@@ -40,7 +40,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--format", choices=("table", "csv", "json"), default="table")
     p.add_argument("--json", action="store_true", help="the same as --format json")
     p.add_argument("--plot", type=Path, default=None, metavar="FILE.png",
-                   help="also draw GPUs allocated and used over time (needs matplotlib)")
+                   help="also draw GPUs allocated and used over time (needs matplotlib: "
+                        "the plot extra; checked before the report is read)")
     p.set_defaults(run=run)
 
 
@@ -58,7 +59,11 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError(f"--namespace: {args.namespace[:64]!r} is not a Kubernetes "
                               f"namespace name")
         options = Options(window, args.threshold, idle_for, args.namespace, _prices(args))
-    except ConfigError as exc:
+        if args.plot is not None:  # before the report is read and printed, not after
+            from gpuscale.common.plotting import check_plot
+
+            check_plot(args.plot)
+    except GpuscaleError as exc:  # a ConfigError, or PlotUnavailable
         return fail(exc)
     try:
         if args.prometheus is not None:

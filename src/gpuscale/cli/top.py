@@ -60,15 +60,17 @@ def run(args: argparse.Namespace) -> int:
                                         always_print_fields_with_no_presence=True))
         return 0
     if not live:
-        from rich.console import Console
+        import shutil
 
         from gpuscale.tools.top import build
-        from gpuscale.tools.top_render import rich_tables
+        from gpuscale.tools.top_render import once_text
 
-        console = Console(highlight=False)
         view = build(reply, args.sort, args.namespace, args.node)
-        for part in rich_tables(view, console.width):
-            console.print(part)
+        # A terminal: fitted to its width (a cut cell ends in "…", its whole text below
+        # the table); a pipe or a file: every value whole, for reading and grep.
+        tty = sys.stdout.isatty()
+        print(once_text(view, shutil.get_terminal_size().columns if tty else None, tty),
+              end="")
         return 0
     from gpuscale.tools.top_app import TopApp
 

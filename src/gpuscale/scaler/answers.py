@@ -216,7 +216,10 @@ class Answers:
             selection = self.selection(workload)
         pods = () if selection is None or isinstance(selection, Unavailable) \
             else selection.pods
-        return Value(plan.replicas * target.target, target, pods, len(pods), plan=plan)
+        # ready as evaluate counts it for the other signals: explain's table and its JSON
+        # (and the HPA's Value-mode divisor) read the same pods.
+        return Value(plan.replicas * target.target, target, pods, len(pods),
+                     ready=sum(1 for p in pods if p.ready), plan=plan)
 
     # -- activity ------------------------------------------------------------------------
 

@@ -19,7 +19,7 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
-from gpuscale.common.plotting import PlotUnavailable
+from gpuscale.common.plotting import load_pyplot
 from gpuscale.models.slo import DEFAULT_SLO, SloSpec
 from gpuscale.sim.compare import POLICIES, Comparison
 from gpuscale.sim.simulate import Result
@@ -42,13 +42,7 @@ def panels(found: Comparison) -> list[Result]:
 
 def plot_results(found: Comparison, requests: Sequence[TraceRequest], duration: float,
                  path: Path, slo: SloSpec = DEFAULT_SLO) -> None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")  # files only: no display needed
-        import matplotlib.pyplot as plt
-    except ImportError as exc:
-        raise PlotUnavailable("--plot needs matplotlib: pip install 'gpuscale[plot]'") from exc
+    plt = load_pyplot()  # PlotUnavailable without matplotlib
 
     minutes = max(1, math.ceil(duration / 60))
     per_minute = [0] * minutes

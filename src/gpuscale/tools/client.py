@@ -25,7 +25,12 @@ MAX_REPLY = 256 * 1024 * 1024  # a fleet of 10,000 pods is ~4 MB
 
 class ToolError(PeerError, RuntimeError):
     """The scaler (or Prometheus) could not be read; the message says why and what to do.
-    A PeerError: exit 1, like every peer failure."""
+    A PeerError: exit 1, like every peer failure. ``out_of_range``: the scaler has no
+    record of the moment asked for (its answer's status), so the asker can say which."""
+
+    def __init__(self, message: str, out_of_range: bool = False) -> None:
+        super().__init__(message)
+        self.out_of_range = out_of_range
 
 
 @dataclass(frozen=True)
@@ -89,7 +94,9 @@ class InspectClient:
         try:
             got = method(request, timeout=self._timeout)
         except grpc.RpcError as exc:
-            raise ToolError(explain_error(self.target, exc)) from None
+            code = exc.code() if hasattr(exc, "code") else None
+            raise ToolError(explain_error(self.target, exc),
+                            code is grpc.StatusCode.OUT_OF_RANGE) from None
         assert isinstance(got, reply)
         return got
 

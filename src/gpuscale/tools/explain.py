@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from google.protobuf.json_format import MessageToDict
 
-from gpuscale.common.errors import ConfigError
 from gpuscale.common.freshness import is_stale
 from gpuscale.models.hpa import Hpa, Metric, MetricSource, TargetType, parse_behavior
 from gpuscale.models.keda import (
@@ -35,7 +34,9 @@ from gpuscale.models.keda import (
 from gpuscale.proto import inspect_pb2 as pb
 from gpuscale.scaler.core.planner import CUT_SHARE
 
-KEDA_DEFAULTS = "KEDA's defaults: the scaler does not watch ScaledObjects (no API access)"
+KEDA_DEFAULTS = ("KEDA's defaults, assumed: this scaler does not watch ScaledObjects (no API "
+                 "access), so it was not told this one's; pass --min-replicas and "
+                 "--max-replicas as its spec sets them")
 
 
 @dataclass
@@ -47,9 +48,12 @@ class Decision:
     lines: list[str] = field(default_factory=list)  # the reasoning, a line each
 
 
-def decide(reply: pb.ExplainReply, replicas: int | None = None) -> Decision:
+def decide(reply: pb.ExplainReply, replicas: int | None = None,
+           bounds: tuple[int | None, int | None] = (None, None)) -> Decision:
     """What KEDA and the HPA do with the answer in ``reply`` given ``replicas`` now (None:
-    the target's spec.replicas from the scaler's watch, else the pods it sees).
+    the target's spec.replicas from the scaler's watch, else the pods it sees), within
+    ``bounds`` (min and max replicas, as given on the command line; None: the
+    ScaledObject's, from the scaler's watch, else KEDA's defaults, said to be assumed).
 
     Whether the workload is active is the scaler's answer (``reply.activity``: IsActive's,
     by its one rule), never decided here. What KEDA makes of the answers is models.keda's
@@ -68,9 +72,12 @@ def decide(reply: pb.ExplainReply, replicas: int | None = None) -> Decision:
         current, source = reply.pod_count, ("pods of the selection the agents report "
                                             "(pass --replicas for the HPA's count)")
     spec = scaled_object_spec(st)
+    given_lo, given_hi = bounds
+    spec = replace(spec, min_replicas=spec.min_replicas if given_lo is None else given_lo,
+                   max_replicas=spec.max_replicas if given_hi is None else given_hi)
     lo, hi = spec.min_replicas, spec.max_replicas
     d = Decision(current, source, current, _ACTIVITY.get(reply.activity))
-    bounds = f"min {lo}, max {hi}" + ("" if st.known else f" ({KEDA_DEFAULTS})")
+    limits = f"min {lo}, max {hi} ({_bounds_from(st.known, bounds)})"
     value_mode = reply.value_mode == "average"
     target_type = TargetType.VALUE if value_mode else TargetType.AVERAGE_VALUE
     readable = [a for a in reply.answers if not a.unavailable]
@@ -107,7 +114,7 @@ def decide(reply: pb.ExplainReply, replicas: int | None = None) -> Decision:
                        f"{' (within tolerance: keep ' + str(current) + ')' if within else ''}")
     desired = hpa.step(at, current, list(seen.metrics), ready)
     d.desired = desired
-    d.lines.append(f"HPA: {hpa.last_reason}; clamped to {bounds} -> {desired}"
+    d.lines.append(f"HPA: {hpa.last_reason}; clamped to {limits} -> {desired}"
                    f"{'' if desired != current else ' (no change)'}")
     window = hpa.down_window_s
     if not hpa.has_behavior:
@@ -128,6 +135,18 @@ def decide(reply: pb.ExplainReply, replicas: int | None = None) -> Decision:
 
 
 _ACTIVITY = {"active": True, "inactive": False}  # else (unavailable, not said): None
+
+
+def _bounds_from(known: bool, given: tuple[int | None, int | None]) -> str:
+    """Where the replica bounds came from, in words."""
+    if None not in given:
+        return "given with --min-replicas and --max-replicas"
+    if known:
+        return "the ScaledObject's" + ("" if given == (None, None) else ", one given")
+    if given == (None, None):
+        return KEDA_DEFAULTS
+    return ("one given, KEDA's default for the other: this scaler does not know the "
+            "ScaledObject's; pass both")
 
 
 def scaled_object_spec(st: pb.ScaleTarget) -> ScaledObjectSpec:
@@ -217,52 +236,89 @@ def _fallback_lines(d: Decision, st: pb.ScaleTarget, failing: list[pb.Answer],
     return count
 
 
+LABEL = 10  # the width of each line's label ("trigger   ", "decision  ")
+
+
+def fields(label: str, items: Sequence[str], width: int, sep: str = "") -> list[str]:
+    """``label`` and ``items`` (each ending in ``sep`` but the last) on lines of at most
+    ``width`` columns, wrapped between items and never inside one: an item wider than a
+    line has a line of its own. Continuation lines are indented under the first item."""
+    out = [f"{label:<{LABEL}}"]
+    for i, item in enumerate(items):
+        piece = item + (sep if i < len(items) - 1 else "")
+        line = out[-1]
+        if len(line) > LABEL and len(line) + 1 + len(piece) > width:
+            out.append(" " * LABEL + piece)
+        else:
+            out[-1] = line + ("" if len(line) == LABEL else " ") + piece
+    return out
+
+
 def render(reply: pb.ExplainReply, decision: Decision, width: int = 100) -> str:
-    """One screen of text."""
+    """One screen of text. Nothing is ever cut (a pipe's reader greps for it): the
+    trigger's metadata and the planner's terms wrap between values at ``width`` columns,
+    a sentence has a line of its own, and the pod table is as wide as its widest cells."""
     when = reply.at or reply.now
     stamp = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(when))
     out = [f"ScaledObject {reply.namespace}/{reply.name} at {stamp}"
            f"{' (recorded)' if reply.at else ' (now)'}; KEDA last asked "
            f"{_ago(reply.seen)}"]
-    md = " ".join(f"{k}={v}" for k, v in sorted(reply.metadata.items()))
-    out.append(f"trigger   {md}"[:width])
+    out += fields("trigger", [f"{k}={v}" for k, v in sorted(reply.metadata.items())]
+                  or ["-"], width)
     out.append(f"selects   {reply.selector or '-'} ({reply.value_mode} over pods); "
                f"{reply.pod_count} pods in the fleet view")
     if reply.pods:
-        signals = [a.signal for a in reply.answers]
-        out.append(f"  {'POD':<28} {'NODE':<16} {'GPUS':<22} {'READY':<5} "
-                   f"{'VALUE':>9} {'AGE':>6}")
-        for p in reply.pods[:40]:
-            value = "-"
-            if signals and signals[0] in p.signals:
-                r = p.signals[signals[0]]
-                value = (f"({r.absent})" if r.absent else f"{r.value:.4g}")
-            stale = " stale" if is_stale(p.age, p.stale_after) else ""
-            out.append(f"  {p.name[:28]:<28} {p.node[:16]:<16} "
-                       f"{', '.join(p.gpus)[:22] or '-':<22} {'yes' if p.ready else 'no':<5} "
-                       f"{value:>9} {p.age:5.1f}s{stale}")
-        if len(reply.pods) > 40:
-            out.append(f"  ... and {len(reply.pods) - 40} more (--json lists all)")
-    for m in reply.missing:
-        out.append(f"missing   {m}"[:width * 2])
+        out += _pod_table(reply)
+    out += [f"missing   {m}" for m in reply.missing]
     for a in reply.answers:
         if a.unavailable:
-            out.append(f"answer    {a.metric_name}: UNAVAILABLE ({a.unavailable})"[:width * 3])
+            out.append(f"answer    {a.metric_name}: UNAVAILABLE ({a.unavailable})")
         else:
             out.append(f"answer    {a.metric_name}: {a.value:.6g} (signal {a.signal}, target "
                        f"{a.target:g}, activation {a.activation:g}; {a.counted} pods counted"
                        f", {a.starting} starting)")
     if reply.planned_replicas >= 0:
-        terms = ", ".join(f"{k} {v:.3g}" for k, v in sorted(reply.plan_terms.items()))
-        out.append(f"planner   {reply.planned_replicas} replicas ({terms})"[:width * 2])
-        out.append(f"why       {plan_reason(reply.planned_replicas, reply.plan_terms)}"
-                   [:width * 2])
+        terms = [f"{k} {v:.3g}" for k, v in sorted(reply.plan_terms.items())]
+        items = [f"{reply.planned_replicas} replicas" + (f" ({terms[0]}" if terms else ""),
+                 *terms[1:]]
+        items[-1] += ")" if terms else ""
+        out += fields("planner", items, width, sep=",")
+        out.append(f"why       {plan_reason(reply.planned_replicas, reply.plan_terms)}")
     out.append(f"replicas  now {decision.current} ({decision.current_from})")
     out.extend(f"decision  {line}" for line in decision.lines)
     verdict = (f"-> {decision.desired} replicas" if decision.desired != decision.current
                else f"-> stays at {decision.current}")
     out.append(f"result    {verdict}")
     return "\n".join(out)
+
+
+SHOWN_PODS = 40  # the pod table's rows (--json lists every pod)
+
+
+def _pod_table(reply: pb.ExplainReply) -> list[str]:
+    """The selection's pods, each column as wide as its widest value (none is cut)."""
+    signals = [a.signal for a in reply.answers]
+    rows = []
+    for p in reply.pods[:SHOWN_PODS]:
+        value = "-"
+        if signals and signals[0] in p.signals:
+            r = p.signals[signals[0]]
+            value = (f"({r.absent})" if r.absent else f"{r.value:.4g}")
+        stale = " stale" if is_stale(p.age, p.stale_after) else ""
+        rows.append((p.name, p.node, ", ".join(p.gpus) or "-", "yes" if p.ready else "no",
+                     value, f"{p.age:5.1f}s{stale}"))
+    head = ("POD", "NODE", "GPUS", "READY", "VALUE", "AGE")
+    w = [max([len(head[i]), 5] + [len(r[i]) for r in rows]) for i in range(len(head))]
+    w[0], w[1], w[2] = max(w[0], 28), max(w[1], 16), max(w[2], 22)  # as it always was
+
+    def line(cells: Sequence[str]) -> str:
+        return (f"  {cells[0]:<{w[0]}} {cells[1]:<{w[1]}} {cells[2]:<{w[2]}} "
+                f"{cells[3]:<{w[3]}} {cells[4]:>{w[4]}} {cells[5]:>6}").rstrip()
+
+    out = [line(head)] + [line(r) for r in rows]
+    if len(reply.pods) > SHOWN_PODS:
+        out.append(f"  ... and {len(reply.pods) - SHOWN_PODS} more (--json lists all)")
+    return out
 
 
 _TERMS = {"steady": "the last minute's work at the utilization target, with its growth "
@@ -303,46 +359,6 @@ def as_json(reply: pb.ExplainReply, decision: Decision) -> dict[str, Any]:
                        "desired": decision.desired, "active": decision.active,
                        "reasons": decision.lines}
     return doc
-
-
-def parse_time(text: str, now: float) -> float:
-    """``--at``: epoch seconds, an ISO time (UTC unless it says), HH:MM[:SS] today (UTC;
-    yesterday when that is in the future), or "-90s"/"-5m"/"-1h" ago. ConfigError else."""
-    from datetime import UTC, datetime, timedelta
-
-    t = text.strip()
-    if t.startswith("-") and t[-1:] in ("s", "m", "h"):
-        try:
-            n = float(t[1:-1])
-        except ValueError:
-            raise ConfigError(f"--at {text!r}: not a duration like -90s, -5m, -1h") from None
-        if not math.isfinite(n) or n < 0:
-            raise ConfigError(f"--at {text!r}: not a duration")
-        return now - n * {"s": 1, "m": 60, "h": 3600}[t[-1]]
-    try:
-        value = float(t)
-        if math.isfinite(value) and value > 0:
-            return value
-    except ValueError:
-        pass
-    day = datetime.fromtimestamp(now, UTC)
-    for fmt in ("%H:%M", "%H:%M:%S"):
-        try:
-            hm = datetime.strptime(t, fmt)
-        except ValueError:
-            continue
-        when = day.replace(hour=hm.hour, minute=hm.minute, second=hm.second, microsecond=0)
-        if when.timestamp() > now:
-            when -= timedelta(days=1)
-        return when.timestamp()
-    try:
-        parsed = datetime.fromisoformat(t)
-    except ValueError:
-        raise ConfigError(f"--at {text!r}: give epoch seconds, an ISO time, HH:MM (UTC) or "
-                          f"-5m") from None
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=UTC)
-    return parsed.timestamp()
 
 
 def _ago(seconds: float) -> str:

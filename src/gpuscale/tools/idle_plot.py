@@ -7,20 +7,14 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from gpuscale.common.plotting import PlotUnavailable
+from gpuscale.common.plotting import load_pyplot
 from gpuscale.tools.idle import Report
 
 
 def plot_report(report: Report, source: str, path: Path) -> None:
     """Write the PNG; PlotUnavailable without matplotlib, OSError when ``path`` cannot be
     written."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")  # files only: no display needed
-        import matplotlib.pyplot as plt
-    except ImportError as exc:
-        raise PlotUnavailable("--plot needs matplotlib: pip install 'gpuscale[plot]'") from exc
+    plt = load_pyplot()  # PlotUnavailable without matplotlib
 
     points = list(report.timeline)
     if points:  # a step plot needs the last bucket's end

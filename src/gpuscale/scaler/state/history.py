@@ -11,6 +11,7 @@ trigger bound, the ScaledObject KEDA asked about least recently is forgotten fir
 from __future__ import annotations
 
 import math
+import time
 from array import array
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -117,11 +118,14 @@ class TriggerHistory:
         first, last = seen.moments[0].at, seen.moments[-1].at
         if when < first - self.step_s or when > last + self.step_s:
             return None, (f"{namespace}/{name}: the history this scaler keeps runs from "
-                          f"{first:.0f} to {last:.0f} (wall seconds); {when:.0f} is outside it")
+                          f"{_utc(first)} to {_utc(last)} ({_moments(len(seen.moments))}, "
+                          f"one every {self.step_s:g} s while KEDA asks); that is "
+                          f"{_utc(when)}, {'before' if when < first else 'after'} it")
         best = min(seen.moments, key=lambda m: abs(m.at - when))
         if abs(best.at - when) > 1.5 * self.step_s:  # a gap: KEDA stopped asking, or a stall
-            return None, (f"{namespace}/{name}: nothing recorded near {when:.0f} (the "
-                          f"nearest moment is {abs(best.at - when):.0f}s away)")
+            return None, (f"{namespace}/{name}: nothing recorded near {_utc(when)} (the "
+                          f"nearest moment, {_utc(best.at)}, is {abs(best.at - when):.0f} s "
+                          f"away: KEDA did not ask in between)")
         return best, ""
 
     def before(self, namespace: str, name: str, when: float,
@@ -186,6 +190,15 @@ class DeviceLog:
                if start >= 0 and start + MINUTE_S > since]
         out.sort(key=lambda m: m.start)
         return out
+
+
+def _moments(n: int) -> str:
+    return f"{n} moment{'' if n == 1 else 's'}"
+
+
+def _utc(when: float) -> str:
+    """Wall seconds as a person reads them (the explain tool's --at refusals)."""
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(when))
 
 
 def owner_text(pod: PodRecord | None) -> str:
