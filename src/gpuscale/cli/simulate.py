@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpuscale.cli.common import fail
 from gpuscale.cli.simulate_sweep import check_jobs, run_sweep
+from gpuscale.common.errors import GpuscaleError
 from gpuscale.models.serving import DEFAULT_GPU, GPU_TYPES
 from gpuscale.models.slo import SLO_SPECS
 from gpuscale.sim.compare import SHOWN
@@ -63,7 +64,8 @@ def add_parser(sub: Any) -> None:
                           + "; ".join(f"{k}: {v.describe()}" for k, v in SLO_SPECS.items()))
     sim.add_argument("--plot", type=Path, default=None,
                      help="also write a PNG: load, replicas and latency over time per "
-                          "policy (needs matplotlib: pip install 'gpuscale[plot]')")
+                          "policy (needs matplotlib: the plot extra; checked before the "
+                          "simulation, as the folder and the format from the suffix are)")
     sim.add_argument("--policies", default="all", metavar="KEYS",
                      help="comma-separated, in any order (default all): "
                           + ", ".join(SHOWN) + ". The reference starts from every "
@@ -93,11 +95,17 @@ def run(args: argparse.Namespace) -> int:
         shown = parse_policies(args.policies)
         search_runs = parse_search_runs(args.search_runs)
         check_jobs(args.jobs)
+        if args.plot is not None:  # before the minutes of work, not after them
+            from gpuscale.common.plotting import check_plot
+
+            check_plot(args.plot)
         requests, duration = load_requests(args.pattern, args.trace, args.rate,
                                            args.duration, args.speedup, args.loop,
                                            rate_mode=args.rate_mode)
     except ValueError as exc:  # ConfigError and TraceError are ValueErrors
         return fail(str(exc), 2)
+    except GpuscaleError as exc:  # PlotUnavailable: matplotlib is missing
+        return fail(exc)
     except OSError as exc:
         return fail(f"cannot read the trace: {exc}", 2)
     if not requests:
@@ -109,12 +117,11 @@ def run(args: argparse.Namespace) -> int:
                     progress=_progress_bar() if sys.stderr.isatty() else None, slo=slo,
                     shown=shown, max_runs=search_runs)
     if args.plot is not None:
-        from gpuscale.common.plotting import PlotUnavailable
         from gpuscale.sim.plot import plot_results
 
         try:
             plot_results(found, requests, duration, args.plot, slo)
-        except (PlotUnavailable, OSError) as exc:
+        except (GpuscaleError, OSError) as exc:  # checked first: a disk that filled up
             return fail(str(exc), 2)
         print(f"plot written to {args.plot}", file=sys.stderr)
     if args.json:
