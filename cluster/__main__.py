@@ -72,7 +72,9 @@ def _follow(layout: Layout, proc: subprocess.Popen[bytes], timeout: float) -> in
             print(f"cluster: ready in {time.monotonic() - start:.0f} s", file=sys.stderr)
             return 0
         if phase == "failed" or proc.poll() is not None:
-            print(f"cluster: the start failed: {text}\n(logs: {layout.logs})", file=sys.stderr)
+            why = text if phase == "failed" else (
+                f"the launcher exited ({_exit_status(proc.returncode)}) during: {text}")
+            print(f"cluster: the start failed: {why}\n(logs: {layout.logs})", file=sys.stderr)
             stop(layout, quiet=True)
             return 1
         time.sleep(0.3)
@@ -80,6 +82,14 @@ def _follow(layout: Layout, proc: subprocess.Popen[bytes], timeout: float) -> in
           f"{layout.logs}); stopping it", file=sys.stderr)
     stop(layout, quiet=True)
     return 1
+
+
+def _exit_status(code: int | None) -> str:
+    """A launcher's end in words: killed by a signal (someone's kill, the OOM killer) or
+    its exit code (its traceback is then at the end of logs/supervisor.log)."""
+    if code is not None and code < 0:
+        return f"killed by {signal.Signals(-code).name}"
+    return f"exit code {code}; its last lines are in logs/supervisor.log"
 
 
 def stop(layout: Layout, quiet: bool = False) -> int:
