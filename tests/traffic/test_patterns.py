@@ -17,6 +17,9 @@ def test_synthetic_patterns_have_their_shape_and_are_reproducible() -> None:
     assert middle > 3 * first  # busy in the middle of the "day"
     night = synthetic("idle-night", 3600.0, 10.0)
     assert max(r.arrival_s for r in night) < 1800.0
+    gap = synthetic("idle-gap", 3600.0, 10.0)
+    assert not [r for r in gap if 1080.0 <= r.arrival_s < 2520.0]  # quiet 30-70 %
+    assert len([r for r in gap if r.arrival_s >= 2520.0]) > 5000  # then demand again
     bursts = synthetic("bursts", 3600.0, 10.0)
     in_burst = sum(1 for r in bursts if 720 <= r.arrival_s < 840)
     calm = sum(1 for r in bursts if 300 <= r.arrival_s < 420)

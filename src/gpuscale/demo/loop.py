@@ -302,7 +302,15 @@ def _warm_world(cfg: LiveConfig) -> World:
 
 def _serving(cfg: LiveConfig, address: str) -> str:
     """What a run without a terminal says once the scaler serves: where, what runs, and
-    the commands that ask it what KEDA gets and why."""
+    the commands that ask it what KEDA gets and why (with the plain HPA, the commands
+    that work on that path: explain and top's workloads are the ScaledObjects KEDA asks
+    about, and an HPA asks the metrics API instead)."""
+    if cfg.hpa:
+        return (f"scaler on {address}; {cfg.nodes} simulated nodes of {GPUS_PER_NODE}x "
+                f"{GPU_MODEL}; profile {cfg.profile}; simulated {fmt_time(cfg.duration)} "
+                f"at x{cfg.speed:g}; the HPA's reasons are on each decision line. {HPA_TRY} "
+                f"gpuscale top --scaler {address}; idle GPUs and their cost: gpuscale idle "
+                f"--scaler {address}")
     return (f"KEDA external scaler on {address}; {cfg.nodes} simulated nodes of "
             f"{GPUS_PER_NODE}x {GPU_MODEL}; profile {cfg.profile}; simulated "
             f"{fmt_time(cfg.duration)} at x{cfg.speed:g}. Ask it what KEDA "
@@ -310,6 +318,11 @@ def _serving(cfg: LiveConfig, address: str) -> str:
             f"Watch it: gpuscale top --scaler {address}; why this count: "
             f"gpuscale explain {NAMESPACE}/{WORKLOAD} --scaler {address}; "
             f"idle GPUs and their cost: gpuscale idle --scaler {address}")
+
+
+# With the plain HPA there is no ScaledObject: explain (and top's workloads) have none to
+# show; top's pods and GPUs are the same.
+HPA_TRY = "Pods and GPUs as the scaler sees them (no ScaledObject on this path):"
 
 
 def terminal_width() -> int:

@@ -10,6 +10,8 @@ Shapes, with ``rate`` in requests/s and D the duration:
 - ``diurnal``: one slow day-night cycle, 20-100 % of rate (lowest at 0 and D).
 - ``bursts``: rate/4, with three 2-minute bursts at 2 x rate (from 20, 50 and 80 % of D).
 - ``idle-night``: rate for the first half, nothing after.
+- ``idle-gap``: rate for the first 30 % of D, nothing until 70 %, rate again after: a
+  workload that goes to zero replicas (``--min-replicas 0``) and must come back on demand.
 - ``steps``: five equal stretches at 25, 50, 100, 50 and 25 % of rate (steps up, then down).
 - ``ramp``: linear from 10 % of rate to rate at D/2, then linearly back to 10 %.
 - ``burst10``: rate/10, and from 40 % of D a sudden burst of 10 x that (rate) for
@@ -41,8 +43,8 @@ from collections.abc import Callable
 
 from gpuscale.traffic.trace import TraceRequest
 
-PATTERNS = ("diurnal", "bursts", "idle-night", "steps", "ramp", "burst10", "short-bursty",
-            "long-prompts", "long-prompt-bursts", "noisy-diurnal", "reasoning")
+PATTERNS = ("diurnal", "bursts", "idle-night", "idle-gap", "steps", "ramp", "burst10",
+            "short-bursty", "long-prompts", "long-prompt-bursts", "noisy-diurnal", "reasoning")
 
 Shape = Callable[[float], float]  # t -> requests/s as a multiple of ``rate``
 
@@ -57,6 +59,7 @@ def _shapes(duration: float) -> dict[str, tuple[Shape, float]]:
         "diurnal": (lambda t: 0.2 + 0.8 * (1 - math.cos(2 * math.pi * t / d)) / 2, 1.0),
         "bursts": (lambda t: 2.0 if any(b <= t < b + 120 for b in bursts) else 0.25, 2.0),
         "idle-night": (lambda t: 1.0 if t < d / 2 else 0.0, 1.0),
+        "idle-gap": (lambda t: 0.0 if 0.3 * d <= t < 0.7 * d else 1.0, 1.0),
         "steps": (lambda t: levels[min(len(levels) - 1, int(t / d * len(levels)))], 1.0),
         "ramp": (lambda t: 0.1 + 0.9 * (1 - abs(2 * t / d - 1)), 1.0),
         "burst10": (lambda t: 1.0 if burst10_at <= t < burst10_at + burst10_len else 0.1,
