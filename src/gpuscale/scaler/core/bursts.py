@@ -4,6 +4,9 @@ the excess of each burst over the level it stood on, remembered for ``memory_s``
 
 A server of rate c keeps each arrival's wait within D exactly when the work arriving in
 every interval of length L is at most c x (L + D); that is taken over ``BURST_SPANS``. The
+objective is a percentile per minute, so a clump may overflow that bound by what
+``late_share`` of its minute's work absorbs (``remember``): the Poisson-like clumps of
+long prompts that the batches absorb are not bursts; sustained excess is. The
 level is the quietest whole minute of the ``BURST_BASE_S`` before the longest span; a rate
 the load keeps for ``LEVEL_S`` (every whole minute at least ``LEVEL_SHARE`` of it) is a
 level, not a burst, and the excess remembered on the way up to it is forgotten. The term is
@@ -71,9 +74,19 @@ class Bursts:
         """Remember this second's burst rate over ``arrived`` and its excess."""
         c = self.config
         spans = [span for span in BURST_SPANS if span <= c.burst_s]
-        rates = [arrived.last(c.bins(span)) * c.resolution_s / (span + delay)
-                 for span in spans]
-        rate = max(rates)
+        # The objective is a percentile per minute: a minute may have ``late_share`` of
+        # its work (its requests, at their mean size) wait past the budget. Work W that
+        # arrives over L at a server of rate c leaves W - c(L + D) over the bound, and of
+        # it the share that waits late is W / (W - cL) times that (arrivals at the span's
+        # rate keep coming while the queue stands; an instant clump: 1x); allowing ``a`` of
+        # late work, c = (W - a) / (L + D - aL/W). A clump whose overflow the percentile
+        # absorbs is no burst; sustained excess barely changes (aL/W ~ a/rate is small).
+        allowed = c.late_share * arrived.last(c.bins(BASE_BLOCK_S)) * c.resolution_s
+        rate = 0.0
+        for span in spans:
+            work = arrived.last(c.bins(span)) * c.resolution_s
+            if work > allowed:
+                rate = max(rate, (work - allowed) / (span + delay - allowed * span / work))
         # The level the bursts stand on: the quietest whole minute of the BURST_BASE_S
         # before the longest span (a minute, not the window's mean: bursts that recur
         # within the window would raise a mean and hide their own excess).

@@ -30,6 +30,7 @@ class PlannerConfig:
     kv_target: float = 90.0  # percent of KV cache a pod may use before another is needed
     memory_s: float = 900.0  # how long a burst is remembered
     burst_s: float = 120.0  # the longest burst the burst term looks at
+    late_share: float = 0.05  # of a minute's work that may wait past the budget (p95)
     trend: bool = True  # plan for the load's growth over a start-up
     hold_s: float | None = None  # scale-down hold; None: one start-up
     prompt_tokens: float = 1_000.0  # a request's tokens until the engine has shown its own

@@ -22,9 +22,11 @@ replica does in one second (a "replica-second"):
   a server of rate c keeps each arrival's wait within D exactly when the work arriving in
   every interval of length L is at most c x (L + D) (the delay bound of a constant-rate
   server). Taken over intervals up to ``BURST_SPANS[-1]`` seconds (longer ones are what
-  ``steady`` follows). This is what a 15 s scrape cannot see. A burst is remembered as
-  two figures: that rate, and its **excess** over the level it stood on (the quietest
-  minute of the ``BURST_BASE_S`` before it); the term is the smaller of the largest
+  ``steady`` follows), less the overflow the objective's percentile absorbs:
+  ``late_share`` (5 %) of the minute's work may wait late, so a second-scale clump of
+  long prompts is no burst (``bursts``). This is what a 15 s scrape cannot see. A burst
+  is remembered as two figures: that rate, and its **excess** over the level it stood
+  on (the quietest minute of the ``BURST_BASE_S`` before it); the term is the smaller of the largest
   remembered rate and the current level (the steady term's mean) plus the largest
   remembered excess. So a workload that bursts keeps its headroom *above its level*
   for ``memory_s``, and when the level itself falls (the evening side of a day), the
