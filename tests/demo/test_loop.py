@@ -103,6 +103,8 @@ def test_demo_loop_follows_load_over_grpc_and_summarizes() -> None:
     assert hint.strip().startswith("gpuscale keda GetMetrics '")
     assert hint.rstrip().endswith(f"' --scaler 127.0.0.1:{port}")
     asked = json.loads(hint.split("GetMetrics '", 1)[1].split("'", 1)[0])
+    watch = proc.stdout.readline()  # idle's window is wall-clock time: the line says so
+    assert "(wall-clock minutes: the times here are simulated, x30" in watch, watch
 
     async def ask() -> float:
         ref = pb.ScaledObjectRef(name="x", namespace="llm", scalerMetadata={

@@ -310,14 +310,21 @@ def _serving(cfg: LiveConfig, address: str) -> str:
                 f"{GPU_MODEL}; profile {cfg.profile}; simulated {fmt_time(cfg.duration)} "
                 f"at x{cfg.speed:g}; the HPA's reasons are on each decision line. {HPA_TRY} "
                 f"gpuscale top --scaler {address}; idle GPUs and their cost: gpuscale idle "
-                f"--scaler {address}")
+                f"--scaler {address} {_wall(cfg)}")
     return (f"KEDA external scaler on {address}; {cfg.nodes} simulated nodes of "
             f"{GPUS_PER_NODE}x {GPU_MODEL}; profile {cfg.profile}; simulated "
             f"{fmt_time(cfg.duration)} at x{cfg.speed:g}. Ask it what KEDA "
             f"gets:\n  {grpcurl_hint(address, trigger_metadata(cfg))}\n"
             f"Watch it: gpuscale top --scaler {address}; why this count: "
             f"gpuscale explain {NAMESPACE}/{WORKLOAD} --scaler {address}; "
-            f"idle GPUs and their cost: gpuscale idle --scaler {address}")
+            f"idle GPUs and their cost: gpuscale idle --scaler {address} {_wall(cfg)}")
+
+
+def _wall(cfg: LiveConfig) -> str:
+    """Why idle's minutes are not the demo's: it counts the scaler's history on the wall
+    clock, the demo's times are simulated."""
+    return (f"(wall-clock minutes: the times here are simulated, x{cfg.speed:g}, so a "
+            f"simulated hour is {3600 / cfg.speed:g} s of idle's window)")
 
 
 # With the plain HPA there is no ScaledObject: explain (and top's workloads) have none to

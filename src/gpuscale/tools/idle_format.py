@@ -45,7 +45,8 @@ def _clock(t: float) -> str:
 def table(report: Report, source: str) -> str:
     o = report.options
     lines = [f"GPU use from {source}, {_clock(report.now - o.window_s)}-{_clock(report.now)} "
-             f"UTC ({_span(o.window_s)}){f', namespace {o.namespace}' if o.namespace else ''}"
+             f"UTC ({_span(o.window_s)} of wall-clock time)"
+             f"{f', namespace {o.namespace}' if o.namespace else ''}"
              f": {report.devices} devices, data for {_pct(report.data_coverage)} of their time",
              ""]
     head = ("NAMESPACE", "WORKLOAD", "GPU-H ALLOC", "GPU-H USED", "IDLE", "COVERAGE",
