@@ -6,12 +6,12 @@ import argparse
 import json
 import re
 import sys
-from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpuscale.cli.common import fail
+from gpuscale.cli.progress import progress_bar
 from gpuscale.cli.simulate_sweep import check_jobs, run_sweep
 from gpuscale.common.errors import GpuscaleError
 from gpuscale.models.serving import DEFAULT_GPU, GPU_TYPES
@@ -114,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
     if args.sweep:
         return run_sweep(args, requests, duration, slo, shown)
     found = compare(requests, duration, GPU_TYPES[args.gpu], min_replicas=args.min_replicas,
-                    progress=_progress_bar() if sys.stderr.isatty() else None, slo=slo,
+                    progress=progress_bar(), slo=slo,
                     shown=shown, max_runs=search_runs)
     if args.plot is not None:
         from gpuscale.sim.plot import plot_results
@@ -173,14 +173,3 @@ def as_json(found: Comparison, requests: int, duration: float, gpu: str,
         "bound": None if found.bound is None else asdict(found.bound),
         "bound_missing": found.bound_missing,
     }
-
-
-def _progress_bar(width: int = 30) -> Callable[[str, float], None]:
-    """A one-line bar on stderr, redrawn in place; a newline when it reaches 100 %."""
-    def show(policy: str, fraction: float) -> None:
-        filled = int(width * fraction)
-        end = "\n" if fraction >= 1.0 else ""
-        sys.stderr.write(f"\r[{'#' * filled}{' ' * (width - filled)}] {fraction:4.0%} "
-                         f"{policy[:40]:<40}{end}")
-        sys.stderr.flush()
-    return show

@@ -9,6 +9,7 @@ import sys
 from collections.abc import Sequence
 
 from gpuscale.cli.common import fail
+from gpuscale.cli.progress import progress_bar
 from gpuscale.common.errors import GpuscaleError
 from gpuscale.models.serving import GPU_TYPES
 from gpuscale.models.slo import SloSpec
@@ -27,7 +28,6 @@ def run_sweep(args: argparse.Namespace, requests: Sequence[TraceRequest], durati
               slo: SloSpec, shown: Sequence[str]) -> int:
     """The sweep over the policies in ``shown`` (the reference and the bound are not
     swept), printed or as JSON, and plotted when ``--plot`` names a file."""
-    from gpuscale.cli.simulate import _progress_bar
     from gpuscale.sim.compare import POLICIES
     from gpuscale.sim.sweep import format_sweep, sweep, sweep_json
 
@@ -37,7 +37,7 @@ def run_sweep(args: argparse.Namespace, requests: Sequence[TraceRequest], durati
                     "the bound are not swept)", 2)
     found = sweep(requests, duration, GPU_TYPES[args.gpu], slo=slo,
                   min_replicas=args.min_replicas, keys=keys, jobs=args.jobs,
-                  progress=_progress_bar() if sys.stderr.isatty() else None)
+                  progress=progress_bar())
     head = (f"{len(requests)} requests over {duration / 60:.0f} simulated minutes on "
             f"{args.gpu}; SLO per minute: {slo.describe()}; {len(found.points)} runs")
     if args.plot is not None:
