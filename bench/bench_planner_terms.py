@@ -41,6 +41,7 @@ from gpuscale.traffic.trace import TraceRequest, read_trace
 
 TRACE = Path(__file__).resolve().parents[1] / "traces" / "azure-llm-inference-2023-conv.csv"
 TERMS = ("steady", "burst", "concurrency", "kv", "current")
+FLIP_S = 60.0  # a plan that falls within this of rising counts as a flip (see the docstring)
 
 
 def load(name: str, seed: int, duration: float | None) -> tuple[list[TraceRequest], float]:
@@ -80,6 +81,8 @@ class Recorder:
         self.extra: Counter[str] = Counter()  # replica-seconds over the steady count
         self.planned = 0.0
         self._held: deque[tuple[float, int, str]] = deque()
+        self.flips = 0  # plans that fell within FLIP_S of rising (a pod asked for, given back)
+        self._last = (0.0, 0)  # (when the plan last rose, the plan)
 
     def __call__(self, model: ServingModel, now: float, replicas: int) -> int | None:
         self._tick(model, now, replicas)
@@ -103,6 +106,12 @@ class Recorder:
         else:
             who = setter(p)
         self.seconds[who] += 1
+        rose_at, last = self._last
+        if p.replicas > last:
+            rose_at = now
+        elif p.replicas < last and now - rose_at <= FLIP_S:
+            self.flips += 1
+        self._last = (rose_at, p.replicas)
         self.extra[who] += max(0, p.replicas - base)
         self.planned += p.replicas
         return None
@@ -128,7 +137,7 @@ def run(name: str, seed: int, duration: float | None, metadata: dict[str, str]) 
     total = sum(rec.seconds.values()) or 1
     return {"load": name if name.startswith("conv") else f"{name} s{seed}",
             "gpu_hours": round(r.gpu_hours, 3), "slo_min": r.slo_violation_minutes,
-            "planned_replica_hours": round(rec.planned / 3600, 3),
+            "planned_replica_hours": round(rec.planned / 3600, 3), "flips": rec.flips,
             "setter_share": {k: round(v / total, 3) for k, v in rec.seconds.most_common()},
             "over_steady_replica_hours": {k: round(v / 3600, 3)
                                           for k, v in rec.extra.most_common() if v},
@@ -153,7 +162,7 @@ def main() -> None:
                 print(json.dumps(got), flush=True)
                 continue
             print(f"{got['load']:<16} {got['gpu_hours']:6.2f} GPU-h {got['slo_min']:3d} SLO min"
-                  f"  planned {got['planned_replica_hours']:.2f} replica-h"
+                  f"  planned {got['planned_replica_hours']:.2f} replica-h, {got['flips']} flips"
                   f"  set by {got['setter_share']}  over steady "
                   f"{got['over_steady_replica_hours']}  ({got['seconds']} s)", flush=True)
 
