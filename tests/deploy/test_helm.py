@@ -121,3 +121,38 @@ def test_the_scaler_service_is_headless_unless_asked_otherwise() -> None:
         assert all(ports[p["targetPort"]] == p["port"] for p in svc["spec"]["ports"])
     assert "clusterIP" not in scaler_service(helm_render(
         {"scaler": {"headless": False}}))["spec"]
+
+
+GATEWAY = {"demandSources": [{
+    "name": "gateway", "kind": "metrics", "url": "http://gateway.llm:9090/metrics",
+    "metric": "gateway_pending_requests", "labels": {"workload": "llm/vllm"}}]}
+
+
+def test_the_scalers_configuration_is_a_value(tmp_path: Any) -> None:
+    """``scaler.config`` becomes the file ``--config`` reads (the scaler's own loader
+    accepts what the chart writes), mounted read-only; a new configuration rolls the pods;
+    without it there is no ConfigMap and no ``--config``."""
+    from gpuscale.scaler.config import load_file
+
+    objs = helm_render({"scaler": {"config": GATEWAY}})
+    text = named(objs, "ConfigMap", "gpuscale-scaler-config")["data"]["scaler.yaml"]
+    (tmp_path / "scaler.yaml").write_text(text)
+    demand, _ = load_file(tmp_path / "scaler.yaml")
+    assert [s.name for s in demand.demand_sources] == ["gateway"]
+    pod = named(objs, "Deployment", "gpuscale-scaler")["spec"]["template"]
+    container = pod["spec"]["containers"][0]
+    assert "--config=/etc/gpuscale/scaler.yaml" in container["args"]
+    assert {"name": "scaler-config", "mountPath": "/etc/gpuscale", "readOnly": True} in \
+        container["volumeMounts"]
+    assert {"name": "scaler-config", "configMap": {"name": "gpuscale-scaler-config"}} in \
+        pod["spec"]["volumes"]
+    other = {"demandSources": [{**GATEWAY["demandSources"][0], "name": "queue"}]}
+    rolled = named(helm_render({"scaler": {"config": other}}), "Deployment",
+                   "gpuscale-scaler")["spec"]["template"]["metadata"]["annotations"]
+    assert rolled != pod["metadata"]["annotations"]
+    plain = helm_render({"tls": {"enabled": False}})
+    assert not [o for o in plain if o["kind"] == "ConfigMap"
+                and o["metadata"]["name"] == "gpuscale-scaler-config"]
+    args = named(plain, "Deployment", "gpuscale-scaler")["spec"]["template"]["spec"][
+        "containers"][0]["args"]
+    assert not [a for a in args if a.startswith("--config")]
