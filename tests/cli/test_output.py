@@ -9,6 +9,7 @@ import subprocess
 import sys
 from importlib import metadata
 from pathlib import Path
+from typing import cast
 
 import grpc
 import pytest
@@ -44,6 +45,9 @@ def closed_pipe(*args: str) -> subprocess.CompletedProcess[str]:
     ["gpus", "--gpu-backend", "sim", "--scenario", "mig-node"],
     ["generate", str(MANIFEST)],
     ["simulate", "--pattern", "steps", "--duration", "120", "--policies", "planner"],
+    # Its first line fails while the other agents and the scaler are still starting: each
+    # gRPC server (agent streams, KEDA's port) is stopped even when cancelled in its start.
+    ["demo", "--scenario", "h100-vllm", "--port", "0", "--metrics-port", "0"],
 ])
 def test_a_reader_that_goes_away_ends_the_command_quietly(args: list[str]) -> None:
     got = closed_pipe(*args)
@@ -146,6 +150,17 @@ def test_without_matplotlib_the_hint_fits_the_install(
     with pytest.raises(PlotUnavailable) as err:
         plotting.load_pyplot()
     # This checkout is installed editable (./dev): the hint names its folder and -e.
+    assert f"pip install -e '{ROOT}[plot]'" in str(err.value)
+
+
+def test_the_sweeps_plot_gives_the_same_hint(monkeypatch: pytest.MonkeyPatch,
+                                             tmp_path: Path) -> None:
+    from gpuscale.sim.sweep import Sweep
+    from gpuscale.sim.sweep_plot import plot_sweep
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    with pytest.raises(PlotUnavailable) as err:
+        plot_sweep(cast(Sweep, None), tmp_path / "x.png")  # refused before reading it
     assert f"pip install -e '{ROOT}[plot]'" in str(err.value)
 
 

@@ -110,7 +110,12 @@ class Agent:
                                         server_credentials(self.config.stream_tls)
                                         if self.config.stream_tls is not None else None)
                 await stream.start()
-        except BaseException:  # the HTTP server's threads must not outlive a failed start
+        except BaseException:  # no server may outlive a failed or cancelled start
+            if stream is not None:
+                # Cancelled in start() (a demo whose reader went away while a sibling
+                # started): unstopped, grpc's __del__ schedules its shutdown on a closed
+                # loop and prints a traceback at exit.
+                await asyncio.shield(stream.stop(None))
             await asyncio.shield(asyncio.wait_for(http.close(), timeout=5.0))
             raise
         try:

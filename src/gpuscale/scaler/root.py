@@ -234,6 +234,11 @@ class Scaler:
                     tg.create_task(component.run(self))
         finally:
             gc.callbacks.remove(self._on_gc)
+            if self.server is not None:
+                # Bound at construction: stopped here too, for when the serving task was
+                # cancelled before its first step (its own finally never ran; unstopped,
+                # grpc's __del__ prints a traceback once the loop has closed).
+                await asyncio.shield(self.server.stop(0))
             if front is not None:
                 await front.stop(self.service.stopping)
             if self.subscriber is not None:

@@ -3,32 +3,20 @@ SLO minutes) over its knob's settings, the planner's drawn thick, the frontier o
 as a grey band under them, each policy's default as a hollow marker; a curve is a staircase
 (with x GPU-hours, the fewest minutes its settings reach). A point lower and to
 the left is better: fewer minutes missed for fewer GPU-hours. matplotlib is optional
-(``pip install 'gpuscale[plot]'``)."""
+(the ``plot`` extra; common.plotting says how to install it)."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
-from gpuscale.common.plotting import PlotUnavailable
+from gpuscale.common.plotting import load_pyplot
 from gpuscale.sim.sweep import PLANNER, Sweep
-
-
-def _pyplot() -> Any:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")  # files only: no display needed
-        import matplotlib.pyplot as plt
-    except ImportError as exc:
-        raise PlotUnavailable("--plot needs matplotlib: pip install 'gpuscale[plot]'") from exc
-    return plt
 
 
 def plot_sweep(s: Sweep, path: Path, title: str = "") -> None:
     """Write the curves to ``path`` (PlotUnavailable without matplotlib; OSError as the
     file system gives it)."""
-    plt = _pyplot()
+    plt = load_pyplot()  # PlotUnavailable without matplotlib
     fig, ax = plt.subplots(figsize=(9, 6))
     try:
         frontier = s.frontier
