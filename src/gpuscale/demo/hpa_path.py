@@ -145,7 +145,8 @@ async def control_hpa(world: World, clock: SimClock, status: Status, local: Loca
                 desired = hpa.step(now, replicas, readings, world.ready_count())
                 if desired != replicas:
                     world.scale(desired)
-                    decision = Decision(now, replicas, desired, f"HPA: {hpa.last_reason}")
+                    decision = Decision(now, replicas, desired, f"HPA: {hpa.last_reason}",
+                                        time.time())
                     status.decisions.append(decision)
                     on_decision(decision)
             await asyncio.sleep(0.02)

@@ -47,6 +47,7 @@ from gpuscale.demo.view import (
     Summary,
     View,
     ViewLog,
+    explain_command,
     fmt_time,
     grpcurl_hint,
 )
@@ -75,6 +76,7 @@ from gpuscale.scaler.config import ScalerConfig
 from gpuscale.scaler.root import Scaler
 from gpuscale.scaler.sources.demand import DemandConfig
 from gpuscale.scaler.sources.demand import parse_config as parse_demand
+from gpuscale.scaler.state.history import STEP_S
 
 log = logging.getLogger(__name__)
 
@@ -159,7 +161,7 @@ async def control(world: World, clock: SimClock, status: Status, address: str,
                                       status.active)
                 if desired != replicas:
                     world.scale(desired)
-                    decision = Decision(now, replicas, desired, loop.reason)
+                    decision = Decision(now, replicas, desired, loop.reason, time.time())
                     status.decisions.append(decision)
                     on_decision(decision)
             await asyncio.sleep(0.02)
@@ -218,7 +220,8 @@ async def run_live(cfg: LiveConfig, tty: bool | None = None,
     try:
         scaler = Scaler(ScalerConfig(host=cfg.host, port=cfg.port, metrics_port=None,
                                      name="demo", stale_after_s=staleness_bound(interval),
-                                     time_scale=cfg.speed, demand=demand),
+                                     time_scale=cfg.speed, demand=demand,
+                                     history_step_s=history_step(cfg.speed)),
                         components=[local.component(cfg, listening)] if local else ())
     except BaseException:  # (a taken port): what was claimed goes with it
         if gateway is not None:
@@ -288,6 +291,21 @@ async def run_live(cfg: LiveConfig, tty: bool | None = None,
     return summary
 
 
+def history_step(speed: float) -> float:
+    """Wall seconds between the scaler's recorded moments: its default step (KEDA's
+    polling interval) in simulated time, so a decision the demo prints (to the wall
+    second) can be looked up with ``explain --at`` - at x40 the default 30 wall seconds
+    would be 20 simulated minutes - but no shorter than HISTORY_MIN_STEP_S. Memory stays
+    bounded: the history keeps KEEP_S / step moments per workload, ~2 KB each with the
+    planner's terms: 4,800 (~10 MB) at x40, at most 7,200 (~15 MB) for the demo's one."""
+    return max(HISTORY_MIN_STEP_S, min(STEP_S, STEP_S / speed))
+
+
+# Half the printed decision times' resolution (a wall second), so one is always within
+# reach of explain --at's nearest moment.
+HISTORY_MIN_STEP_S = 0.5
+
+
 def _warm_world(cfg: LiveConfig) -> World:
     """The simulated cluster, running what the first minute's load needs (within the
     replica bounds) warm when the demo starts."""
@@ -316,7 +334,7 @@ def _serving(cfg: LiveConfig, address: str) -> str:
             f"{fmt_time(cfg.duration)} at x{cfg.speed:g}. Ask it what KEDA "
             f"gets:\n  {grpcurl_hint(address, trigger_metadata(cfg))}\n"
             f"Watch it: gpuscale top --scaler {address}; why this count: "
-            f"gpuscale explain {NAMESPACE}/{WORKLOAD} --scaler {address}; "
+            f"{explain_command(cfg.min_replicas, cfg.max_replicas)} --scaler {address}; "
             f"idle GPUs and their cost: gpuscale idle --scaler {address} {_wall(cfg)}")
 
 

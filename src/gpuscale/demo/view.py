@@ -8,6 +8,7 @@ import json
 import logging
 import shutil
 import textwrap
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,10 +26,19 @@ from gpuscale.telemetry.model import Absent
 
 @dataclass
 class Decision:
-    at: float
+    at: float  # simulated seconds since the demo began
     before: int
     after: int
     why: str
+    wall: float = 0.0  # when it was made, wall seconds (time.time()); 0: not known
+
+    def when(self) -> str:
+        """Its simulated time, and the wall-clock time in UTC that ``gpuscale explain
+        --at`` takes to look it up: "00:42:10 sim (03:41:07 UTC)"."""
+        if not self.wall:
+            return fmt_time(self.at)
+        utc = time.strftime("%H:%M:%S", time.gmtime(round(self.wall)))
+        return f"{fmt_time(self.at)} sim ({utc} UTC)"
 
 
 @dataclass
@@ -91,7 +101,7 @@ class View:
     def decision(self, d: Decision) -> None:
         self.max_seen = max(self.max_seen, d.after)
         if not self.tty:
-            self._out(f"{fmt_time(d.at)} replicas {d.before} -> {d.after}: {d.why}; "
+            self._out(f"{d.when()} replicas {d.before} -> {d.after}: {d.why}; "
                       f"{self._metrics_text()}")
 
     def _metrics_text(self) -> str:
@@ -163,7 +173,8 @@ class View:
             *([f"try       gpuscale top --scaler {self.address}",
                "          (pods and GPUs; explain has no ScaledObject on the HPA path: "
                "the HPA's reasons are under decisions)"] if w.cfg.hpa else
-              [f"try       gpuscale explain {NAMESPACE}/{WORKLOAD} --scaler {self.address}",
+              [f"try       {explain_command(w.cfg.min_replicas, w.cfg.max_replicas)} \\",
+               f"            --scaler {self.address}",
                f"          gpuscale top --scaler {self.address}"]),
         ]
         if s.error:
@@ -172,7 +183,7 @@ class View:
         if plan:
             lines.append(f"planner   {plan}")
         lines.append("decisions")
-        lines += [f"  {fmt_time(d.at)} {d.before} -> {d.after}: {d.why[:90]}"
+        lines += [f"  {d.when()} {d.before} -> {d.after}: {d.why[:90]}"
                   for d in list(s.decisions)[-3:]] or ["  none yet"]
         lines += ["", "pods, as the scaler sees them (GPU from the agents' NVML-style "
                   "readings, requests and KV cache from the engines)",
@@ -221,6 +232,14 @@ def _plan_line(plan: Plan) -> str:
             f"{plan.burst:.1f}, batch {plan.concurrency:.1f}, kv {plan.kv:.1f}) + backlog "
             f"{plan.backlog:.1f}) = {plan.unheld}); {plan.ready} ready + {plan.starting} "
             f"starting{', warming up' if plan.warming else ''}")
+
+
+def explain_command(min_replicas: int, max_replicas: int) -> str:
+    """``gpuscale explain`` for the demo's workload with its bounds: its scaler has no
+    ScaledObject watch to learn them from (without them explain assumes KEDA's 0 and
+    100); the caller adds ``--scaler``."""
+    return (f"gpuscale explain {NAMESPACE}/{WORKLOAD} --min-replicas {min_replicas} "
+            f"--max-replicas {max_replicas}")
 
 
 def grpcurl_hint(address: str, metadata: dict[str, str]) -> str:
