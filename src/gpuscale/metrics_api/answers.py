@@ -27,6 +27,7 @@ from gpuscale.scaler.answers import Answers, Selection, Workload
 from gpuscale.scaler.core.profiles import PLANNED, Target
 from gpuscale.scaler.core.selector import Selector, SelectorError, parse_selector
 from gpuscale.scaler.core.trigger import PLANNER_KEYS, TriggerConfig, parse_metadata
+from gpuscale.scaler.state.history import TriggerHistory
 from gpuscale.scaler.state.plan_book import TooManyPlans
 from gpuscale.stream.records import PodRecord
 from gpuscale.telemetry.model import Absent
@@ -58,13 +59,17 @@ def signal_trigger(signal: str) -> TriggerConfig:
 
 class MetricAnswers:
     def __init__(self, answers: Answers, targets: Targets | None,
-                 wall: Callable[[], float] = time.time) -> None:
+                 wall: Callable[[], float] = time.time,
+                 history: TriggerHistory | None = None) -> None:
         """``answers``: the scaler's one answer function; ``targets``: the Deployments'
-        and StatefulSets' selectors (the workload resolver), None without the API."""
+        and StatefulSets' selectors (the workload resolver), None without the API;
+        ``history``: where the scaler notes who asks (scaler.state.history), so
+        ``gpuscale explain`` and ``top`` show the workloads an HPA reads here."""
         self.answers = answers
         self.fleet = answers.fleet
         self._targets = targets
         self._wall = wall
+        self._history = history
 
     def _when(self, records: Sequence[PodRecord]) -> float:
         """The wall time of the oldest record: the answer is at least this fresh."""
@@ -135,13 +140,14 @@ class MetricAnswers:
         if isinstance(selector, Unavailable):
             raise DataUnavailable(f"the pods of {kind} {namespace}/{name}: {selector.reason}")
         if om.signal == PLANNED:
-            trigger = parse_metadata({"profile": "vllm-planner",
-                                      **planner_settings(metric_selector)})
+            metadata = {"profile": "vllm-planner", **planner_settings(metric_selector)}
         else:
             if metric_selector.strip():
                 raise ConfigError(f"metricLabelSelector: {metric} takes no selector")
-            trigger = signal_trigger(om.signal)
+            metadata = {"signal": om.signal, "targetValue": "1"}
+        trigger = parse_metadata(metadata)
         workload = Workload(namespace, f"{kind}/{name}", trigger, selector, SOURCE)
+        self._note(workload, metadata)
         selection = _known(self.answers.selection(workload))
         if om.signal == PLANNED:
             self._room_for(workload)
@@ -170,6 +176,22 @@ class MetricAnswers:
         return Item(kind, api_version, namespace, name, "gpuscale_demand_pending",
                     1.0 if pending else 0.0, self._wall(), None, metric_selector)
 
+    def _note(self, workload: Workload, metadata: dict[str, str]) -> None:
+        """Remembered for the operator tools, as KEDA's asks are (bounded there), under
+        "Kind/name", which no ScaledObject's name can be. An HPA reading a planned and a
+        plain metric of one workload: the planned one is what explain shows."""
+        if self._history is None:
+            return
+        ns, name = workload.namespace, workload.name
+        seen = self._history.get(ns, name)
+        if seen is not None and seen.source == SOURCE and \
+                _planned(seen.config) and not _planned(workload.trigger):
+            self._history.note(ns, name, seen.metadata, seen.config, self.fleet.now(),
+                               SOURCE, workload.selector)  # still read: the planner's stays
+            return
+        self._history.note(ns, name, metadata, workload.trigger, self.fleet.now(), SOURCE,
+                           workload.selector)
+
     def _room_for(self, workload: Workload) -> None:
         """The KEDA planners share the book: this API's take a part of it."""
         plans = self.answers.plans
@@ -184,6 +206,10 @@ class MetricAnswers:
 
 
 _T = TypeVar("_T")
+
+
+def _planned(trigger: TriggerConfig) -> bool:
+    return any(t.signal == PLANNED for t in trigger.targets)
 
 
 def _known(got: _T | Unavailable) -> _T:

@@ -86,14 +86,16 @@ class MetricsApi:
         options = self.options
         if options.local is not None:
             server = MetricsApiServer(
-                MetricAnswers(scaler.answers, options.targets or scaler.resolver), None, None,
+                MetricAnswers(scaler.answers, options.targets or scaler.resolver,
+                              history=scaler.service.history), None, None,
                 options.local.cert, options.local.key, options.host, options.port,
                 local=options.local)
         elif scaler.api is None:
             raise ConfigError("the metrics API needs the Kubernetes API (in-cluster "
                               "credentials or --kubeconfig)")
         else:
-            server = MetricsApiServer(MetricAnswers(scaler.answers, scaler.resolver),
+            server = MetricsApiServer(MetricAnswers(scaler.answers, scaler.resolver,
+                                                    history=scaler.service.history),
                                       Authorizer(scaler.api),
                                       TrustSource(configmap_reader(scaler.api)),
                                       options.cert, options.key, options.host, options.port)

@@ -48,7 +48,7 @@ def moment(answers: Answers, namespace: str, name: str, asked: AskedTrigger,
     """What the scaler answers now for each target of the trigger KEDA asked about, read
     only (``Plans.PEEK``), and the selection it read (None when it could not select)."""
     cfg = asked.config
-    workload = Workload(namespace, name, cfg, source=asked.source)
+    workload = Workload(namespace, name, cfg, asked.selector, asked.source)
     selection: Selection | None = None
     whole = ""
     try:

@@ -17,6 +17,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from gpuscale.scaler.core.selector import Selector
 from gpuscale.scaler.core.trigger import TriggerConfig
 from gpuscale.stream.records import DeviceRecord, PodRecord
 
@@ -65,7 +66,10 @@ class AskedTrigger:
     config: TriggerConfig
     asked_at: float  # monotonic
     moments: deque[RecordedAnswers] = field(default_factory=deque)
-    source: str = "keda"  # who asks (answers.Workload.source): KEDA, or advisory plans
+    source: str = "keda"  # who asks (answers.Workload.source): KEDA, advisory plans, or
+    #   the metrics API (an HPA's read of a Deployment's or StatefulSet's value)
+    selector: Selector | None = None  # the pods, resolved by the asker (answers.Workload
+    #   .selector: the metrics API's); None: the trigger's podSelector or the ScaledObject's
 
 
 class TriggerHistory:
@@ -77,10 +81,13 @@ class TriggerHistory:
         self.step_s = step_s
 
     def note(self, namespace: str, name: str, metadata: Mapping[str, str],
-             config: TriggerConfig, now: float, source: str = "keda") -> None:
+             config: TriggerConfig, now: float, source: str = "keda",
+             selector: Selector | None = None) -> None:
         """KEDA asked about ``namespace/name`` (called on every request: O(1), no copy of
         the metadata unless the trigger's configuration changed). ``source``: who asks;
-        another asker's note does not replace KEDA's trigger of the same name."""
+        another asker's note does not replace KEDA's trigger of the same name.
+        ``selector``: the pods as the asker resolved them (the metrics API's workloads,
+        named "Kind/name"), so a moment reads the asker's selection and plan."""
         key = (namespace, name)
         seen = self._seen.get(key)
         if seen is None:
@@ -88,7 +95,7 @@ class TriggerHistory:
                 self._seen.popitem(last=False)
             self._seen[key] = AskedTrigger(dict(metadata), config, now,
                                    deque(maxlen=max(1, int(self.keep_s / self.step_s))),
-                                   source)
+                                   source, selector)
             return
         if seen.source != source:
             if source != "keda":
@@ -96,6 +103,7 @@ class TriggerHistory:
             seen.source, seen.moments = source, deque(maxlen=seen.moments.maxlen)
         if seen.config is not config:
             seen.metadata, seen.config = dict(metadata), config
+        seen.selector = selector
         seen.asked_at = now
         self._seen.move_to_end(key)
 
