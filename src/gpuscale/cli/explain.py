@@ -20,7 +20,8 @@ def add_parser(sub: Any) -> None:
                                        "Deployment it scales), why, and what KEDA and the "
                                        "HPA will do with it")
     e.add_argument("workload", help="NAMESPACE/NAME: a ScaledObject, or a Deployment or "
-                                    "StatefulSet one scales")
+                                    "StatefulSet one scales or an HPA reads through the "
+                                    "scaler's custom metrics API")
     e.add_argument("--at", default=None,
                    help="explain a past moment from the scaler's recent history: a "
                         "wall-clock time - epoch seconds, an ISO time, HH:MM[:SS] (UTC) - "
@@ -31,9 +32,11 @@ def add_parser(sub: Any) -> None:
     e.add_argument("--min-replicas", type=int, default=None, metavar="N",
                    help="the ScaledObject's minReplicaCount (default: as the scaler's "
                         "ScaledObject watch knows it; a scaler without one, as ./dev run's, "
-                        "does not, and KEDA's default 0 is assumed and said)")
+                        "does not, and KEDA's default 0 is assumed and said); for a "
+                        "workload a plain HPA reads, its minReplicas (default 1)")
     e.add_argument("--max-replicas", type=int, default=None, metavar="N",
-                   help="its maxReplicaCount (the same; KEDA's default 100)")
+                   help="its maxReplicaCount (the same; KEDA's default 100), or the HPA's "
+                        "maxReplicas (default: none assumed, said)")
     e.add_argument("--json", action="store_true", help="the whole answer as JSON")
     add_scaler_args(e)
     e.set_defaults(run=run)

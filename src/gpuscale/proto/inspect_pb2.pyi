@@ -138,7 +138,7 @@ class ExplainRequest(_message.Message):
     def __init__(self, namespace: _Optional[str] = ..., name: _Optional[str] = ..., at: _Optional[float] = ..., history: _Optional[float] = ...) -> None: ...
 
 class ExplainReply(_message.Message):
-    __slots__ = ("now", "namespace", "name", "metadata", "selector", "value_mode", "seen", "answers", "pods", "missing", "plan_terms", "planned_replicas", "at", "scale_target", "demand_source", "demand", "pod_count", "past", "step", "activity", "activity_reason")
+    __slots__ = ("now", "namespace", "name", "metadata", "selector", "value_mode", "seen", "answers", "pods", "missing", "plan_terms", "planned_replicas", "at", "scale_target", "demand_source", "demand", "pod_count", "past", "step", "activity", "activity_reason", "source")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -174,6 +174,7 @@ class ExplainReply(_message.Message):
     STEP_FIELD_NUMBER: _ClassVar[int]
     ACTIVITY_FIELD_NUMBER: _ClassVar[int]
     ACTIVITY_REASON_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
     now: float
     namespace: str
     name: str
@@ -195,7 +196,8 @@ class ExplainReply(_message.Message):
     step: float
     activity: str
     activity_reason: str
-    def __init__(self, now: _Optional[float] = ..., namespace: _Optional[str] = ..., name: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., selector: _Optional[str] = ..., value_mode: _Optional[str] = ..., seen: _Optional[float] = ..., answers: _Optional[_Iterable[_Union[Answer, _Mapping]]] = ..., pods: _Optional[_Iterable[_Union[Pod, _Mapping]]] = ..., missing: _Optional[_Iterable[str]] = ..., plan_terms: _Optional[_Mapping[str, float]] = ..., planned_replicas: _Optional[int] = ..., at: _Optional[float] = ..., scale_target: _Optional[_Union[ScaleTarget, _Mapping]] = ..., demand_source: _Optional[str] = ..., demand: _Optional[str] = ..., pod_count: _Optional[int] = ..., past: _Optional[_Iterable[_Union[Past, _Mapping]]] = ..., step: _Optional[float] = ..., activity: _Optional[str] = ..., activity_reason: _Optional[str] = ...) -> None: ...
+    source: str
+    def __init__(self, now: _Optional[float] = ..., namespace: _Optional[str] = ..., name: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., selector: _Optional[str] = ..., value_mode: _Optional[str] = ..., seen: _Optional[float] = ..., answers: _Optional[_Iterable[_Union[Answer, _Mapping]]] = ..., pods: _Optional[_Iterable[_Union[Pod, _Mapping]]] = ..., missing: _Optional[_Iterable[str]] = ..., plan_terms: _Optional[_Mapping[str, float]] = ..., planned_replicas: _Optional[int] = ..., at: _Optional[float] = ..., scale_target: _Optional[_Union[ScaleTarget, _Mapping]] = ..., demand_source: _Optional[str] = ..., demand: _Optional[str] = ..., pod_count: _Optional[int] = ..., past: _Optional[_Iterable[_Union[Past, _Mapping]]] = ..., step: _Optional[float] = ..., activity: _Optional[str] = ..., activity_reason: _Optional[str] = ..., source: _Optional[str] = ...) -> None: ...
 
 class Past(_message.Message):
     __slots__ = ("at", "answers", "pods", "planned_replicas")

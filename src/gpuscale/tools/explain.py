@@ -10,6 +10,8 @@ ScaledObject's bounds, through the HPA's own limits when the ScaledObject sets n
 (KEDA then passes none); KEDA's activation, scale to zero after cooldownPeriod, and fallback
 (models.keda's count and value) when the scaler answers UNAVAILABLE. Rate limits assume no
 scaling in the policies' periods (the scaler does not see the HPA's past scale events).
+A workload a plain HPA reads through the metrics API (``reply.source`` "metrics-api") is
+tools.explain_hpa's: the HPA alone, no KEDA.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from gpuscale.models.keda import (
 )
 from gpuscale.proto import inspect_pb2 as pb
 from gpuscale.scaler.core.planner import CUT_SHARE
+from gpuscale.tools import explain_hpa
 
 KEDA_DEFAULTS = ("KEDA's defaults, assumed: this scaler does not watch ScaledObjects (no API "
                  "access), so it was not told this one's; pass --min-replicas and "
@@ -66,11 +69,15 @@ def decide(reply: pb.ExplainReply, replicas: int | None = None,
     st = reply.scale_target
     if replicas is not None:
         current, source = replicas, "given with --replicas"
-    elif st.known and st.replicas >= 0:
+    elif st.replicas >= 0 and (st.known or reply.source == explain_hpa.METRICS_API):
         current, source = st.replicas, f"{st.kind} {st.name}'s spec.replicas"
     else:
         current, source = reply.pod_count, ("pods of the selection the agents report "
                                             "(pass --replicas for the HPA's count)")
+    if reply.source == explain_hpa.METRICS_API:  # a plain HPA: no ScaledObject, no KEDA
+        d = Decision(current, source, current, None)
+        explain_hpa.decide_hpa(reply, d, bounds)
+        return d
     spec = scaled_object_spec(st)
     given_lo, given_hi = bounds
     spec = replace(spec, min_replicas=spec.min_replicas if given_lo is None else given_lo,
@@ -260,11 +267,15 @@ def render(reply: pb.ExplainReply, decision: Decision, width: int = 100) -> str:
     a sentence has a line of its own, and the pod table is as wide as its widest cells."""
     when = reply.at or reply.now
     stamp = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(when))
-    out = [f"ScaledObject {reply.namespace}/{reply.name} at {stamp}"
-           f"{' (recorded)' if reply.at else ' (now)'}; KEDA last asked "
-           f"{_ago(reply.seen)}"]
-    out += fields("trigger", [f"{k}={v}" for k, v in sorted(reply.metadata.items())]
-                  or ["-"], width)
+    hpa = reply.source == explain_hpa.METRICS_API
+    moment = f"{stamp}{' (recorded)' if reply.at else ' (now)'}"
+    out = ([explain_hpa.header(reply), f"at        {moment}; the HPA last read it "
+                                       f"{_ago(reply.seen)}"] if hpa else
+           [f"ScaledObject {reply.namespace}/{reply.name} at {moment}; KEDA last asked "
+            f"{_ago(reply.seen)}"])
+    out += (fields("metric", explain_hpa.settings(reply), width, sep=",") if hpa else
+            fields("trigger", [f"{k}={v}" for k, v in sorted(reply.metadata.items())]
+                   or ["-"], width))
     out.append(f"selects   {reply.selector or '-'} ({reply.value_mode} over pods); "
                f"{reply.pod_count} pods in the fleet view")
     if reply.pods:
@@ -273,6 +284,9 @@ def render(reply: pb.ExplainReply, decision: Decision, width: int = 100) -> str:
     for a in reply.answers:
         if a.unavailable:
             out.append(f"answer    {a.metric_name}: UNAVAILABLE ({a.unavailable})")
+        elif hpa:
+            out.append(f"answer    {explain_hpa.metric_name(a.signal)}: {a.value:.6g} "
+                       f"({a.counted} pods counted, {a.starting} starting)")
         else:
             out.append(f"answer    {a.metric_name}: {a.value:.6g} (signal {a.signal}, target "
                        f"{a.target:g}, activation {a.activation:g}; {a.counted} pods counted"

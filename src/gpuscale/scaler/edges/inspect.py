@@ -132,12 +132,13 @@ class Inspector(pb_grpc.InspectServicer):
                 await context.abort(grpc.StatusCode.NOT_FOUND, why)
             seen = self._history.get(ns, name)
             assert seen is not None
+        chosen = seen.selector or seen.config.selector  # the asker's resolved, or its own
         reply = pb.ExplainReply(now=self._wall(), namespace=ns, name=name,
-                                selector=seen.config.selector.text
-                                if seen.config.selector is not None else "",
+                                selector=chosen.text if chosen is not None else "",
                                 value_mode=seen.config.value_mode.value,
                                 seen=self._fleet.now() - seen.asked_at, at=request.at,
-                                demand_source=seen.config.demand_source or "")
+                                demand_source=seen.config.demand_source or "",
+                                source=seen.source)
         reply.metadata.update(seen.metadata)
         if request.at:
             moment, why = self._history.at(ns, name, request.at)
@@ -150,7 +151,7 @@ class Inspector(pb_grpc.InspectServicer):
             gpus = self._gpus()
             for p in selection.pods if selection is not None else ():
                 self._put_pod(reply.pods.add(), p, gpus)
-            if seen.config.selector is None and self._workloads is not None:
+            if chosen is None and self._workloads is not None:
                 resolved = self._workloads.resolve(ns, name)
                 reply.selector = (resolved.reason if isinstance(resolved, Unavailable)
                                   else resolved.text)
@@ -235,10 +236,20 @@ class Inspector(pb_grpc.InspectServicer):
         if found:
             return "", (f"{namespace}/{name} is scaled by several ScaledObjects: "
                         f"{', '.join(found)}; name one")
+        # No ScaledObject: a workload an HPA reads through the metrics API, noted as
+        # "Kind/name" (metrics_api.answers), which no ScaledObject's name can be.
+        read = [k for k in (f"Deployment/{name}", f"StatefulSet/{name}") if k in known]
+        if len(read) == 1:
+            return read[0], ""
+        if read:
+            return "", (f"{namespace}/{name} is both a Deployment and a StatefulSet that an "
+                        "HPA reads through the metrics API; this scaler cannot tell which "
+                        "is meant")
         listed = ", ".join(known[:20]) or "none"
         return "", (f"no ScaledObject {namespace}/{name} (nor one scaling a workload of that "
-                    f"name) has been asked about by KEDA at this scaler; known in "
-                    f"{namespace}: {listed}")
+                    f"name) has been asked about by KEDA at this scaler, and no HPA has "
+                    f"read a Deployment or StatefulSet of that name through its metrics "
+                    f"API; known in {namespace}: {listed}")
 
     def _gpus(self) -> dict[str, list[str]]:
         """"namespace/name" -> the devices it holds, in words."""
@@ -273,6 +284,12 @@ class Inspector(pb_grpc.InspectServicer):
                 msg.signals[signal].detail = p.reasons[signal]
 
     def _put_target(self, msg: pb.ScaleTarget, namespace: str, name: str) -> None:
+        kind, _, target = name.partition("/")
+        if target:  # a workload an HPA reads (metrics API): no ScaledObject, its replicas
+            count = (self._workloads.replicas(namespace, kind, target)
+                     if self._workloads is not None else None)
+            msg.kind, msg.name, msg.replicas = kind, target, -1 if count is None else count
+            return
         raw = (self._workloads.scaled_object(namespace, name)
                if self._workloads is not None else None)
         spec = scaled_object_spec(raw or {})  # KEDA's defaults when it is not known
