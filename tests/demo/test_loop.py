@@ -264,6 +264,18 @@ def test_the_closed_loop_through_the_plain_hpa_path_with_kubectl() -> None:
             urllib.request.urlopen(server["server"] + path, context=ctx, timeout=10)
         assert refused.value.code == 401
         assert json.loads(refused.value.read())["kind"] == "Status"
+        # The banner's explain, as printed: the Deployment the HPA reads, the HPA alone.
+        serving = "".join(proc.stdout.readline() for _ in range(2))
+        printed = re.search(r"why this count: (gpuscale explain [^;]+?) \(", serving)
+        assert printed, serving
+        words = printed[1].split()
+        explained = subprocess.run([sys.executable, "-m", "gpuscale.cli", *words[1:]],
+                                   capture_output=True, text=True, timeout=60, check=False)
+        assert explained.returncode == 0, explained.stderr
+        assert explained.stdout.startswith("Deployment llm/vllm-demo (read by an HPA "
+                                           "through custom.metrics.k8s.io)\n"), explained.stdout
+        assert "clamped to min 1, max 16 (given with" in explained.stdout
+        assert "KEDA" not in explained.stdout
         out, err = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
@@ -272,9 +284,8 @@ def test_the_closed_loop_through_the_plain_hpa_path_with_kubectl() -> None:
     assert proc.returncode == 0, err[-2000:]
     assert re.search(r"replicas 1 -> \d+: HPA: metrics propose", out), out
     assert "the same requests, other ways (simulated):" in out
-    # explain and top's workloads are KEDA's ScaledObjects: not offered on this path
-    assert "gpuscale explain" not in out
-    assert "no ScaledObject on this path" in out
+    # explain and top show the Deployment the HPA reads (no ScaledObject on this path)
+    assert "(the Deployment the HPA reads through custom.metrics.k8s.io" in serving
     assert "Traceback" not in err
 
 

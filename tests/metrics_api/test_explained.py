@@ -1,17 +1,29 @@
 """A workload an HPA reads through the metrics API is one the operator tools know: its
 reads are noted in the scaler's trigger history under "Kind/name" with the selector the API
-resolved, so the recorder's moment reads the same pods and finds the same plan."""
+resolved, so the recorder's moment reads the same pods and finds the same plan; end to end,
+an HPA's read over HTTPS, then ``gpuscale explain`` and ``gpuscale top`` against the same
+scaler show that workload with the value the HPA got."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from gpuscale.kube.connect import connect
 from gpuscale.metrics_api.answers import SOURCE, MetricAnswers, NotFound
+from gpuscale.metrics_api.local import LocalAccess
+from gpuscale.metrics_api.main import MetricsApi, MetricsApiOptions
+from gpuscale.metrics_api.quantity import parse_quantity
 from gpuscale.scaler.answers import Answers
+from gpuscale.scaler.config import ScalerConfig
 from gpuscale.scaler.core.selector import parse_selector
 from gpuscale.scaler.recorder import Recorder
+from gpuscale.scaler.root import Scaler
 from gpuscale.scaler.state.fleet import FleetView
 from gpuscale.scaler.state.history import TriggerHistory
 from gpuscale.stream.records import PodRecord
@@ -80,3 +92,63 @@ def test_objects_that_do_not_exist_are_not_noted() -> None:
         with pytest.raises(NotFound):
             api.object("llm", "deployments.apps", f"nope-{i}", PLANNED)
     assert history.items() == []
+
+
+# -- end to end: an HPA's HTTPS reads, then explain and top as a person runs them --------
+
+
+async def _tool(*args: str) -> dict[str, Any]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "gpuscale.cli", *args, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0, err.decode()
+    doc: dict[str, Any] = json.loads(out)
+    return doc
+
+
+async def test_explain_and_top_show_the_workload_an_hpa_reads_with_its_value(
+        tmp_path: Path) -> None:
+    access = LocalAccess.create(tmp_path / "local")
+    bound: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+    scaler = Scaler(ScalerConfig(host="127.0.0.1", port=0, metrics_port=None,
+                                 in_process=True),
+                    components=[MetricsApi(MetricsApiOptions(
+                        "127.0.0.1", 0, access.cert, access.key, local=access,
+                        targets=Vllm()), bound.set_result)])
+    up = asyncio.Event()
+
+    async def feed() -> None:  # the agents' stream: fresh readings, as long as it runs
+        while True:
+            now = scaler.fleet.now()
+            scaler.fleet.update_node("node-a", [vllm_pod(f"vllm-{i}", now) for i in range(2)])
+            await asyncio.sleep(0.2)
+
+    tasks = [asyncio.create_task(scaler.run(lambda _: up.set())), asyncio.create_task(feed())]
+    try:
+        await asyncio.wait_for(up.wait(), 10)
+        api = await connect(access.write_kubeconfig(await asyncio.wait_for(bound, 10)))
+        try:
+            body = await api.get_raw(
+                "/apis/custom.metrics.k8s.io/v1beta2/namespaces/llm/deployments.apps/vllm/"
+                f"{PLANNED}?metricLabelSelector=startupSeconds%3D100")
+        finally:
+            await api.close()
+        served_value = float(parse_quantity(body["items"][0]["value"]))
+        assert served_value >= 1
+        target = ("--scaler", f"127.0.0.1:{scaler.port}")
+        explained = await _tool("explain", "llm/vllm", "--json", *target)
+        fleet = await _tool("top", "--json", *target)
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    assert (explained["name"], explained["source"]) == ("Deployment/vllm", SOURCE)
+    assert explained["selector"] == "app=vllm"
+    (answer,) = explained["answers"]
+    assert answer["value"] == served_value
+    assert explained["planned_replicas"] == served_value  # the HPA's plan, found
+    assert not any("KEDA" in r for r in explained["decision"]["reasons"])
+    (workload,) = fleet["workloads"]
+    assert (workload["namespace"], workload["name"]) == ("llm", "Deployment/vllm")
+    assert workload["answers"][0]["value"] == served_value

@@ -320,15 +320,16 @@ def _warm_world(cfg: LiveConfig) -> World:
 
 def _serving(cfg: LiveConfig, address: str) -> str:
     """What a run without a terminal says once the scaler serves: where, what runs, and
-    the commands that ask it what KEDA gets and why (with the plain HPA, the commands
-    that work on that path: explain and top's workloads are the ScaledObjects KEDA asks
-    about, and an HPA asks the metrics API instead)."""
+    the commands that ask it what KEDA gets and why (with the plain HPA, what the HPA
+    reads: explain and top show the Deployment it reads through the metrics API)."""
     if cfg.hpa:
         return (f"scaler on {address}; {cfg.nodes} simulated nodes of {GPUS_PER_NODE}x "
                 f"{GPU_MODEL}; profile {cfg.profile}; simulated {fmt_time(cfg.duration)} "
-                f"at x{cfg.speed:g}; the HPA's reasons are on each decision line. {HPA_TRY} "
-                f"gpuscale top --scaler {address}; idle GPUs and their cost: gpuscale idle "
-                f"--scaler {address} {_wall(cfg)}")
+                f"at x{cfg.speed:g}; the HPA's reasons are on each decision line. Watch "
+                f"it: gpuscale top --scaler {address}; why this count: "
+                f"{explain_command(cfg.min_replicas, cfg.max_replicas)} --scaler {address} "
+                f"{HPA_TRY}; idle GPUs and their cost: gpuscale idle --scaler {address} "
+                f"{_wall(cfg)}")
     return (f"KEDA external scaler on {address}; {cfg.nodes} simulated nodes of "
             f"{GPUS_PER_NODE}x {GPU_MODEL}; profile {cfg.profile}; simulated "
             f"{fmt_time(cfg.duration)} at x{cfg.speed:g}. Ask it what KEDA "
@@ -345,9 +346,9 @@ def _wall(cfg: LiveConfig) -> str:
             f"simulated hour is {3600 / cfg.speed:g} s of idle's window)")
 
 
-# With the plain HPA there is no ScaledObject: explain (and top's workloads) have none to
-# show; top's pods and GPUs are the same.
-HPA_TRY = "Pods and GPUs as the scaler sees them (no ScaledObject on this path):"
+# With the plain HPA there is no ScaledObject: explain and top show the Deployment the HPA
+# reads, and explain models the HPA alone (tools.explain_hpa).
+HPA_TRY = "(the Deployment the HPA reads through custom.metrics.k8s.io; no ScaledObject)"
 
 
 def terminal_width() -> int:

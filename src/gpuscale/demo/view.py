@@ -170,12 +170,11 @@ class View:
             f"scaler    {self.address} profile {w.cfg.profile}, {s.rpc_ms:.1f} ms, "
             f"active {s.active}",
             f"          {self._metrics_text()}",
-            *([f"try       gpuscale top --scaler {self.address}",
-               "          (pods and GPUs; explain has no ScaledObject on the HPA path: "
-               "the HPA's reasons are under decisions)"] if w.cfg.hpa else
-              [f"try       {explain_command(w.cfg.min_replicas, w.cfg.max_replicas)} \\",
-               f"            --scaler {self.address}",
-               f"          gpuscale top --scaler {self.address}"]),
+            f"try       {explain_command(w.cfg.min_replicas, w.cfg.max_replicas)} \\",
+            f"            --scaler {self.address}",
+            f"          gpuscale top --scaler {self.address}",
+            *(["          (the Deployment the HPA reads; its reasons are under "
+               "decisions)"] if w.cfg.hpa else []),
         ]
         if s.error:
             lines.append(f"          {s.error[:100]}")

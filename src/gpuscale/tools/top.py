@@ -304,6 +304,9 @@ def _workload_rows(reply: pb.FleetReply) -> list[Row]:
             if a.unavailable:
                 value = Cell(f"UNAVAILABLE {a.unavailable}", f"{name.text} {a.signal}: "
                              f"UNAVAILABLE: {a.unavailable}", "red")
+            elif "/" in w.name and a.signal != "planned-replicas":
+                # an HPA reads it (metrics API, "Kind/name"): its target is in the HPA
+                value = Cell(_fmt(a.value) + (f" {unit}" if unit else ""))
             else:
                 value = Cell(f"{_fmt(a.value)} / {_fmt(a.target)}"
                              + (f" {unit}" if unit else ""),
@@ -331,7 +334,8 @@ def build(reply: pb.FleetReply, sort: str = "util", namespace: str = "",
         Table("GPUs, MIG instances and AMD partitions", DEVICE_COLUMNS,
               tuple(_device_rows(shown, sort))),
         Table("Pods", POD_COLUMNS, tuple(_pod_rows(shown, sort))),
-        Table("Workloads (ScaledObjects KEDA asked about)", WORKLOAD_COLUMNS,
+        Table("Workloads (ScaledObjects KEDA asked about; Kind/name: read by an HPA "
+              "through the metrics API)", WORKLOAD_COLUMNS,
               tuple(_workload_rows(shown))),
         summary,
         tuple(sorted({p.namespace for p in reply.pods} | {w.namespace for w in reply.workloads})),
