@@ -12,8 +12,9 @@ objective of ``gpuscale simulate``), each setter's share of the seconds, and the
 replica-hours each setter plans over the steady term.
 
 Usage: .venv/bin/python bench/bench_planner_terms.py [--loads conv-x2,conv-x4,burst10]
-           [--set utilization=0.95 ...] [--duration S] [--seeds 1]
-A load is ``conv-xN`` (the shipped trace, ``traffic.scale.scale_trace`` at xN) or a
+           [--set utilization=0.95 ...] [--duration S] [--seeds 1] [--rate-mode rotate]
+A load is ``conv-xN`` (the shipped trace, ``traffic.scale.scale_trace`` at xN, by default
+``--rate-mode rotate``: the copies circularly shifted, as issue 40 measured) or a
 generated shape's name (``traffic.patterns``, at 60 requests/s as ``bench_simulate.py``).
 """
 
@@ -36,7 +37,7 @@ from gpuscale.scaler.core.planner import Plan
 from gpuscale.sim.compare import opening, policy_runs
 from gpuscale.sim.simulate import run_policy
 from gpuscale.traffic.patterns import synthetic
-from gpuscale.traffic.scale import scale_trace
+from gpuscale.traffic.scale import RATE_MODES, RateMode, scale_trace
 from gpuscale.traffic.trace import TraceRequest, read_trace
 
 TRACE = Path(__file__).resolve().parents[1] / "traces" / "azure-llm-inference-2023-conv.csv"
@@ -44,9 +45,10 @@ TERMS = ("steady", "burst", "concurrency", "kv", "current")
 FLIP_S = 60.0  # a plan that falls within this of rising counts as a flip (see the docstring)
 
 
-def load(name: str, seed: int, duration: float | None) -> tuple[list[TraceRequest], float]:
+def load(name: str, seed: int, duration: float | None,
+         rate_mode: RateMode = "rotate") -> tuple[list[TraceRequest], float]:
     if name.startswith("conv-x"):
-        reqs = scale_trace(read_trace(TRACE), float(name[6:]), 1.0, duration)
+        reqs = scale_trace(read_trace(TRACE), float(name[6:]), 1.0, duration, mode=rate_mode)
     else:
         reqs = synthetic(name, duration or 3600.0, 60.0, seed=seed)
     end = reqs[-1].arrival_s + 300.0 if duration is None else duration
@@ -117,9 +119,10 @@ class Recorder:
         return None
 
 
-def run(name: str, seed: int, duration: float | None, metadata: dict[str, str]) -> dict[str, Any]:
+def run(name: str, seed: int, duration: float | None, metadata: dict[str, str],
+        rate_mode: RateMode = "rotate") -> dict[str, Any]:
     params = ServingParams()
-    reqs, end = load(name, seed, duration)
+    reqs, end = load(name, seed, duration, rate_mode)
     start = opening(reqs, end, params)
     runs = dict(policy_runs(params, reqs, DEFAULT_SLO, 1, start))
     kwargs = dict(runs["planner"])
@@ -151,13 +154,16 @@ def main() -> None:
     ap.add_argument("--duration", type=float, default=None)
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--rate-mode", choices=RATE_MODES, default="rotate",
+                    help="how conv-xN scales the trace (traffic.scale; default rotate: "
+                         "the loads issue 40 measured)")
     args = ap.parse_args()
     metadata = dict(kv.split("=", 1) for kv in args.set)
     print(f"# {platform.machine()}, {os.cpu_count()} CPUs, Python {sys.version.split()[0]}, "
           f"{time.strftime('%Y-%m-%d')}; planner keys {metadata or 'default'}", flush=True)
     for name in args.loads.split(","):
         for seed in (args.seeds if not name.startswith("conv") else [1]):
-            got = run(name, seed, args.duration, metadata)
+            got = run(name, seed, args.duration, metadata, args.rate_mode)
             if args.json:
                 print(json.dumps(got), flush=True)
                 continue
