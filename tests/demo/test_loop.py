@@ -200,6 +200,7 @@ def test_a_taken_port_is_a_clear_error() -> None:
                              capture_output=True, text=True, timeout=60, check=False)
     assert out.returncode == 1
     assert "cannot listen" in out.stderr
+    assert "in use" in out.stderr  # the port's own error, not "errors in a TaskGroup"
     assert "Traceback" not in out.stderr
 
 

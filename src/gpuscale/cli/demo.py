@@ -117,8 +117,16 @@ def _serve(main: Coroutine[Any, Any, object]) -> int:
         bind = group.subgroup(bind_error)
         if bind is None:
             raise
-        return fail(f"cannot listen: {bind.exceptions[0]}", 1)
+        return fail(f"cannot listen: {_leaf(bind)}", 1)
     return 0
+
+
+def _leaf(error: BaseException) -> BaseException:
+    """The first error a (nested) exception group holds: the port's, not "unhandled errors
+    in a TaskGroup"."""
+    while isinstance(error, BaseExceptionGroup) and error.exceptions:
+        error = error.exceptions[0]
+    return error
 
 
 def _run_loop(args: argparse.Namespace) -> int:

@@ -234,10 +234,12 @@ class Scaler:
                     tg.create_task(component.run(self))
         finally:
             gc.callbacks.remove(self._on_gc)
-            if self.server is not None:
-                # Bound at construction: stopped here too, for when the serving task was
-                # cancelled before its first step (its own finally never ran; unstopped,
-                # grpc's __del__ prints a traceback once the loop has closed).
+            if self.server is not None and not self.server.serving:
+                # Bound at construction: stopped here when the serving task was cancelled
+                # before its first step (unstopped, grpc's __del__ prints a traceback once
+                # the loop has closed). Once serve() began it stops the server itself: a
+                # second stop beside its own never returned, and a demo whose metrics API
+                # could not listen hung instead of saying so.
                 await asyncio.shield(self.server.stop(0))
             if front is not None:
                 await front.stop(self.service.stopping)

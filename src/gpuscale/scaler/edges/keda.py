@@ -318,6 +318,7 @@ class ScalerServer:
                            *(name for name, _ in extra)))
         address = host if host.startswith("unix:") else f"{host}:{port}"
         self.port = bind(self._server, address, credentials)
+        self.serving = False  # serve() began (and will stop it)
 
     @staticmethod
     def options(service: ScalerService) -> list[tuple[str, int]]:
@@ -345,10 +346,13 @@ class ScalerServer:
         await self._server.stop(grace)
 
     async def serve(self, on_listening: Callable[[int], None] | None = None) -> None:
-        await self.start()
-        if on_listening is not None:
-            on_listening(self.port)
+        """Serve until cancelled, then stop. ``serving`` says it began: a server whose
+        serving task was cancelled before its first step is its owner's to stop."""
+        self.serving = True
         try:
+            await self.start()
+            if on_listening is not None:
+                on_listening(self.port)
             await self._server.wait_for_termination()
         finally:
             await asyncio.shield(self.stop())
