@@ -65,10 +65,12 @@ def setter(p: Plan) -> str:
     return "current"
 
 
-def here_setter(p: Plan, utilization: float, kv_target: float) -> str:
+def here_setter(p: Plan, utilization: float, kv_target: float, burst_held: bool) -> str:
     """The term the hold keeps from this second (the load that is here: steady and kv
-    without their growth)."""
-    values = {"steady": p.steady - p.growth / utilization / p.capacity, "burst": p.burst,
+    without their growth; the burst term only where its memory is shorter than the hold,
+    as ``Planner._make``)."""
+    values = {"steady": p.steady - p.growth / utilization / p.capacity,
+              "burst": p.burst if burst_held else 0.0,
               "concurrency": p.concurrency, "kv": p.kv - p.kv_growth / kv_target}
     name = max(values, key=lambda k: values[k])
     return name if math.ceil(values[name] - 1e-9) >= p.held else "current"
@@ -93,7 +95,7 @@ class Recorder:
             return None
         base = math.ceil(p.steady + p.backlog - 1e-9)
         c = self.policy._sim.trigger.planner
-        held_by = here_setter(p, c.utilization, c.kv_target)
+        held_by = here_setter(p, c.utilization, c.kv_target, c.memory_s < self.policy.hold_s)
         while self._held and self._held[-1][1] <= p.held:
             self._held.pop()
         self._held.append((now, p.held, held_by))

@@ -31,10 +31,36 @@ def test_a_short_burst_is_planned_for_and_remembered_then_forgotten() -> None:
     # Remembered for memory_s (600 s) from the second it ended ...
     run(p, range(400, 804), busy(0.4))
     assert p.current(803.0).unheld == 7
-    # ... then the spans that still hold part of it (up to 120 s long) fade, and the hold
-    # (100 s) keeps each count a while: back to one replica within 120 + 100 s.
-    run(p, range(804, 1030), busy(0.4))
-    assert p.current(1029.0).replicas == 1
+    # ... then the spans that still hold part of it (up to 120 s long) fade, and the plan
+    # follows them down: the memory is the burst's hold, the hold (100 s) adds none to it.
+    run(p, range(804, 925), busy(0.4))
+    assert p.current(924.0).replicas == 1
+
+
+def test_the_burst_term_follows_the_level_down_unheld() -> None:
+    """The burst term is the level plus the remembered excess; as the level falls the
+    term falls with it, and the hold does not keep its old height (its memory keeps the
+    excess: holding the term too kept the count of a level left behind a start-up more).
+    A memory shorter than the hold is held, as any load that is here."""
+    p = Planner(CFG)  # hold 100 s, memory 600 s
+    for t in range(0, 900):  # level 4/s, and every 5 min a 5-s burst of +6/s
+        run(p, range(t, t + 1), busy(10.0 if t % 300 < 5 else 4.0, ready=5))
+    run(p, range(900, 905), busy(1.0, ready=5))  # the level falls to a quarter
+    before = p.current(904.0)
+    assert before.replicas == math.ceil(before.burst) == 7  # the level's 4 and the excess
+    run(p, range(905, 1000), busy(1.0, ready=5))
+    plan = p.current(999.0)  # within the hold of that 7
+    assert plan.burst == pytest.approx(plan.steady * CFG.utilization + plan.burst_excess)
+    assert plan.unheld == math.ceil(plan.burst) == 4
+    # The hold keeps the load that was here (4/s over 0.8 busy: 5), not the burst's 7.
+    assert plan.replicas == 5
+    short = Planner(replace(CFG, memory_s=50.0))
+    run(short, range(0, 300), busy(0.4))
+    run(short, range(300, 305), busy(10.0))
+    run(short, range(305, 480), busy(0.4))  # the burst's spans fade by 425
+    assert short.current(479.0).replicas > 1  # held 100 s from there
+    run(short, range(480, 560), busy(0.4))
+    assert short.current(559.0).replicas == 1
 
 
 def test_the_burst_term_is_the_delay_bound_of_a_constant_rate_server() -> None:

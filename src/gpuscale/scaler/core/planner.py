@@ -30,7 +30,7 @@ replica does in one second (a "replica-second"):
   remembered rate and the current level (the steady term's mean) plus the largest
   remembered excess. So a workload that bursts keeps its headroom *above its level*
   for ``memory_s``, and when the level itself falls (the evening side of a day), the
-  capacity of the morning's level is not held for the memory's 15 minutes. A rate the
+  capacity of the morning's level is not held for the memory's 20 minutes. A rate the
   load keeps for ``LEVEL_S`` (every whole minute at least ``LEVEL_SHARE`` of it) is a
   level, not a burst - a step up, a day's peak: it is no excess, and the excess
   remembered on the way up to it is forgotten (measured: a step that lasts 12 minutes
@@ -63,7 +63,8 @@ being the work the Ready pods served over the last ``CURRENT_S`` seconds, so a p
 never below what runs now - and never below the largest **held** count of the last
 ``hold_s`` (default: the start-up time; capacity given back that is needed again within a
 start-up costs a cold start of missed SLO). The hold keeps the load that is here:
-ceil(max(steady and kv without their growth, burst, concurrency, current)). The forecast
+ceil(max(steady and kv without their growth, concurrency, current)) - not the burst term,
+which its own memory keeps (a memory shorter than the hold is held). The forecast
 growth and the backlog are planned for while they last, not held: a trend that a step in
 the load made (the 5-minute slope of a load that jumped and stays flat) is gone once the
 step is, and the replicas that drain a queue are not needed once it is drained (measured:
@@ -303,8 +304,11 @@ class Planner:
         current = (self._served.last(m) / m if m else served) / k
         required = max(steady, burst, concurrency, kv, current) + backlog
         unheld = math.ceil(required - 1e-9) if required > 0 else 0
-        # The hold keeps the load that is here, not its forecast growth or the backlog.
-        here = max(load, burst, concurrency, kv_now, current)
+        # The hold keeps the load that is here, not its forecast growth or the backlog -
+        # nor the burst term, which its own memory keeps (holding it too kept the count of
+        # a level left behind a start-up longer; only a memory shorter than the hold is).
+        here = max(load, concurrency, kv_now, current,
+                   burst if c.memory_s < self.hold() else 0.0)
         held = math.ceil(here - 1e-9) if here > 0 else 0
         while self._held and self._held[-1][1] <= held:
             self._held.pop()
