@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 from google.protobuf.json_format import MessageToDict
@@ -36,19 +36,11 @@ from gpuscale.models.keda import (
 from gpuscale.proto import inspect_pb2 as pb
 from gpuscale.scaler.core.planner import CUT_SHARE
 from gpuscale.tools import explain_hpa
+from gpuscale.tools.explain_decision import Decision
 
 KEDA_DEFAULTS = ("KEDA's defaults, assumed: this scaler does not watch ScaledObjects (no API "
                  "access), so it was not told this one's; pass --min-replicas and "
                  "--max-replicas as its spec sets them")
-
-
-@dataclass
-class Decision:
-    current: int
-    current_from: str  # where the current count came from
-    desired: int
-    active: bool | None  # None: cannot be known (UNAVAILABLE)
-    lines: list[str] = field(default_factory=list)  # the reasoning, a line each
 
 
 def decide(reply: pb.ExplainReply, replicas: int | None = None,

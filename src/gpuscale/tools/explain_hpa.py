@@ -20,7 +20,7 @@ from gpuscale.scaler.core.profiles import PLANNED
 
 if TYPE_CHECKING:
     from gpuscale.proto import inspect_pb2 as pb
-    from gpuscale.tools.explain import Decision
+    from gpuscale.tools.explain_decision import Decision
 
 METRICS_API = "metrics-api"  # ExplainReply.source of a workload an HPA reads
 UNBOUNDED = 2**31 - 1  # an HPA's maxReplicas when not given (an int32)
