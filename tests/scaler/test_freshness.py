@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from gpuscale.common.errors import Unavailable
-from gpuscale.common.freshness import MIN_STALE_S, is_stale, staleness_bound
+from gpuscale.common.freshness import MAX_STALE_S, MIN_STALE_S, is_stale, staleness_bound
 from gpuscale.proto import inspect_pb2 as ipb
 from gpuscale.scaler.answers import Answers, Value, Workload
 from gpuscale.scaler.core.profiles import Target
@@ -77,6 +77,14 @@ def test_an_interval_that_is_no_cadence_gets_the_shortest_bound(interval: float)
     """A broken or hostile agent's interval must not make its readings count for ever."""
     assert staleness_bound(interval) == MIN_STALE_S
     assert is_stale(MIN_STALE_S + 0.1, staleness_bound(interval))
+
+
+def test_a_huge_interval_does_not_keep_a_quiet_node_fresh() -> None:
+    """An agent announcing an interval of 1e9 s (finite, positive) is still stale once
+    MAX_STALE_S has passed without a reading."""
+    assert staleness_bound(1e9) == MAX_STALE_S
+    assert is_stale(MAX_STALE_S + 0.1, staleness_bound(1e9))
+    assert staleness_bound(100.0) == MAX_STALE_S  # the slowest cadence still whole
 
 
 def test_the_bound_itself() -> None:

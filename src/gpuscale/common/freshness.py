@@ -23,6 +23,10 @@ import math
 
 STALE_AFTER_INTERVALS = 3.0
 MIN_STALE_S = 2.0
+# The longest any reading counts: an agent announcing a huge (finite) interval would
+# otherwise keep a node gone quiet answering OK for as long as it claimed. 300 s covers a
+# deliberate slow cadence (an interval up to 100 s); nothing slower can feed an autoscaler.
+MAX_STALE_S = 300.0
 PLAN_STALE_S = 10.0  # scaler.core.planner: a plan without a usable observation this long
 POD_LIST_STALE_S = 120.0  # scaler.sources.roster: the last listed pods stand in this long
 
@@ -30,10 +34,11 @@ POD_LIST_STALE_S = 120.0  # scaler.sources.roster: the last listed pods stand in
 def staleness_bound(interval_s: float) -> float:
     """Seconds after which a reading made every ``interval_s`` seconds is stale. An
     interval that is not a positive finite number (a broken or hostile peer's) gets the
-    shortest bound: it must not make its readings count for ever."""
+    shortest bound, and no interval gives more than MAX_STALE_S: it must not make its
+    readings count for ever."""
     if not math.isfinite(interval_s) or interval_s <= 0:
         return MIN_STALE_S
-    return max(STALE_AFTER_INTERVALS * interval_s, MIN_STALE_S)
+    return min(max(STALE_AFTER_INTERVALS * interval_s, MIN_STALE_S), MAX_STALE_S)
 
 
 def is_stale(age_s: float, bound_s: float) -> bool:
