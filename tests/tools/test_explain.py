@@ -211,6 +211,12 @@ def test_times() -> None:
     day = parse_time("03:12", NOW)
     assert 0 < NOW - day <= 86400
     assert time.gmtime(day).tm_hour == 3
+    # A second just ahead of now (a printed time rounded up, a clock a little ahead) is
+    # today's, not yesterday's; well ahead, it is yesterday's.
+    ahead = time.strftime("%H:%M:%S", time.gmtime(NOW + 1))
+    assert parse_time(ahead, NOW) == math.floor(NOW) + 1
+    later = time.strftime("%H:%M:%S", time.gmtime(NOW + 3600))
+    assert parse_time(later, NOW) == math.floor(NOW) + 3600 - 86400
     for bad in ("yesterday", "-xm", "25:99", "", "-infm"):
         with pytest.raises(ConfigError, match="--at"):
             parse_time(bad, NOW)

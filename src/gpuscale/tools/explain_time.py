@@ -10,6 +10,10 @@ import time
 from gpuscale.common.errors import ConfigError
 
 _CLOCK = re.compile(r"\d{1,2}:\d\d(:\d\d)?")
+# A clock time this little ahead of now is today's: a printed second rounded up (the demo's
+# decision lines round to the nearest second) or another machine's clock a little ahead -
+# not a time 24 hours ago.
+AHEAD_S = 300.0
 
 
 def utc(when: float) -> str:
@@ -19,7 +23,7 @@ def utc(when: float) -> str:
 
 def parse_time(text: str, now: float) -> float:
     """``--at``: epoch seconds, an ISO time (UTC unless it says), HH:MM[:SS] today (UTC;
-    yesterday when that is in the future), or "-90s"/"-5m"/"-1h" ago. ConfigError else."""
+    yesterday when that is more than AHEAD_S later than now), or "-90s"/"-5m"/"-1h" ago. ConfigError else."""
     from datetime import UTC, datetime, timedelta
 
     t = text.strip()
@@ -44,7 +48,7 @@ def parse_time(text: str, now: float) -> float:
         except ValueError:
             continue
         when = day.replace(hour=hm.hour, minute=hm.minute, second=hm.second, microsecond=0)
-        if when.timestamp() > now:
+        if when.timestamp() > now + AHEAD_S:
             when -= timedelta(days=1)
         return when.timestamp()
     try:
@@ -67,6 +71,6 @@ def refused_at(text: str, at: float, why: str) -> str:
     hint = ""
     if _CLOCK.fullmatch(text.strip()):
         hint = (f"; {text.strip()} is read as a wall-clock time today in UTC (yesterday "
-                f"when later than now), not the demo's simulated time since its start: "
+                f"when more than {AHEAD_S / 60:g} minutes later than now), not the demo's simulated time since its start: "
                 f"use the UTC time or a duration ago (-5m)")
     return f"{said}: {why}{hint}"
