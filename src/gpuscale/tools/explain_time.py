@@ -23,7 +23,8 @@ def utc(when: float) -> str:
 
 def parse_time(text: str, now: float) -> float:
     """``--at``: epoch seconds, an ISO time (UTC unless it says), HH:MM[:SS] today (UTC;
-    yesterday when that is more than AHEAD_S later than now), or "-90s"/"-5m"/"-1h" ago. ConfigError else."""
+    yesterday when that is more than AHEAD_S later than now), or "-90s"/"-5m"/"-1h" ago.
+    ConfigError else."""
     from datetime import UTC, datetime, timedelta
 
     t = text.strip()
@@ -71,6 +72,7 @@ def refused_at(text: str, at: float, why: str) -> str:
     hint = ""
     if _CLOCK.fullmatch(text.strip()):
         hint = (f"; {text.strip()} is read as a wall-clock time today in UTC (yesterday "
-                f"when more than {AHEAD_S / 60:g} minutes later than now), not the demo's simulated time since its start: "
+                f"when more than {AHEAD_S / 60:g} minutes later than now), not the demo's "
+                f"simulated time since its start: "
                 f"use the UTC time or a duration ago (-5m)")
     return f"{said}: {why}{hint}"
