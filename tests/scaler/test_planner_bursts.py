@@ -37,6 +37,24 @@ def test_a_short_burst_is_planned_for_and_remembered_then_forgotten() -> None:
     assert p.current(924.0).replicas == 1
 
 
+def test_a_workload_gone_quiet_holds_no_burst_headroom() -> None:
+    """A burst's excess is remembered for memory_s above the level - but a workload with
+    no arrival for QUIET_S has no level to burst from: the term holds nothing, and the
+    plan may reach zero (scale to zero after a spiky hour took memory_s plus KEDA's
+    cooldown, longer than the quiet of ./dev run's idle-gap pattern)."""
+    p = Planner(CFG)  # memory 600 s, hold 100 s
+    run(p, range(0, 200), busy(0.4))
+    run(p, range(200, 205), busy(10.0))
+    run(p, range(205, 400), busy(0.4))
+    run(p, range(400, 650), busy(0.0))  # quiet, shorter than QUIET_S: still remembered
+    assert p.current(649.0).burst > 0
+    run(p, range(650, 701), busy(0.0))  # QUIET_S (300 s) without an arrival
+    plan = p.current(700.0)
+    assert (plan.burst, plan.replicas) == (0.0, 0)
+    run(p, range(701, 705), busy(10.0))  # it comes back: planned for as any burst
+    assert p.current(704.0).burst > 0
+
+
 def test_the_burst_term_follows_the_level_down_unheld() -> None:
     """The burst term is the level plus the remembered excess; as the level falls the
     term falls with it, and the hold does not keep its old height (its memory keeps the

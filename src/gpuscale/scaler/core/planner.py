@@ -35,7 +35,8 @@ replica does in one second (a "replica-second"):
   level, not a burst - a step up, a day's peak: it is no excess, and the excess
   remembered on the way up to it is forgotten (measured: a step that lasts 12 minutes
   no longer holds its height as headroom for 15 more; -6 % GPU-hours on ``steps``, -2-3 %
-  on ``ramp`` and ``diurnal``, no load missing more minutes).
+  on ``ramp`` and ``diurnal``, no load missing more minutes). A workload with no arrival
+  for ``QUIET_S`` holds no burst headroom: it has no level to burst from.
 - **concurrency**: running sequences over ``max_batch`` at ``utilization`` (full batches
   cannot take the next request; waiting ones are the backlog's); **kv**: the Ready pods'
   KV-cache use, plus its growth over one start-up (the ``TREND_S`` slope, at most
@@ -117,6 +118,7 @@ TREND_S = 300  # the load's growth is the least-squares slope over this window
 TREND_CAP = 0.5  # growth planned for over a start-up, at most this fraction of the load
 KV_TREND_CAP = 0.5  # the KV cache's fill planned for, at most this fraction of its use
 REQUEST_MEMORY_S = 300  # the window of the mean work of one request
+QUIET_S = TREND_S  # no arrival this long: the burst term holds nothing (it may go to zero)
 MAX_GAP_S = 30  # a longer gap between observations restarts the arrival history
 CURRENT_S = 10  # the window of the current term
 DEFAULTS = PlannerConfig()
@@ -287,6 +289,8 @@ class Planner:
         load = now_rate / c.utilization / k
         steady = load + growth / c.utilization / k
         burst, excess = self._bursts.term(now_rate)
+        if seen >= c.bins(QUIET_S) and self._arrived.last(c.bins(QUIET_S)) <= 0:
+            burst = 0.0  # quiet for QUIET_S: no headroom held for a workload that has gone
         burst /= k
         concurrency = obs.running / (c.max_batch * c.utilization)
         kv_growth = 0.0
