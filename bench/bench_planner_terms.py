@@ -99,8 +99,8 @@ class Recorder:
         while self._held and self._held[-1][1] <= p.held:
             self._held.pop()
         self._held.append((now, p.held, held_by))
-        while self._held[0][0] <= now - self.policy.hold_s:
-            self._held.popleft()
+        while len(self._held) > 1 and self._held[0][0] <= now - self.policy.hold_s:
+            self._held.popleft()  # keeps this second's own (a hold of 0 s holds nothing)
         if p.drain_floor:
             who = "drain"
         elif p.replicas > max(p.unheld, self._held[0][1]):

@@ -86,6 +86,24 @@ def test_a_sweeps_defaults_are_what_simulate_shows() -> None:
     assert seen[-1] == 1.0
 
 
+def test_trigger_keys_given_to_a_sweep_reach_every_planner_run() -> None:
+    from gpuscale.sim.compare import opening, policy_runs
+    from gpuscale.sim.simulate import run_policy
+
+    keys = {"startupSeconds": "30", "memorySeconds": "60"}
+    s = sweep(LOAD, 360.0, FAST, keys=("planner",), planner_metadata=keys)
+    start = opening(LOAD, 360.0, FAST)
+    for point in s.points:  # the knob still swept, the keys on top
+        kwargs = dict(dict(policy_runs(FAST, LOAD, DEFAULT_SLO, 1, start, **keys,
+                                       utilization=f"{point.setting:g}"))["planner"])
+        name = kwargs.pop("name")
+        run = run_policy(name, LOAD, 360.0, FAST, slo=DEFAULT_SLO, **kwargs)
+        assert (point.gpu_hours, point.slo_minutes) == (run.gpu_hours,
+                                                        run.slo_violation_minutes)
+    plain = sweep(LOAD, 360.0, FAST, keys=("planner",))
+    assert [p.gpu_hours for p in plain.points] != [p.gpu_hours for p in s.points]
+
+
 def _simulate(trace: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "gpuscale.cli", "simulate", "--trace",
                            str(trace), *args], capture_output=True, text=True, check=False,

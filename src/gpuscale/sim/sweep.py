@@ -26,7 +26,7 @@ minutes either reaches, the fewest GPU-hours each gets with no more minutes than
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -166,6 +166,7 @@ class _Context:
     slo: SloSpec
     min_replicas: int
     start: int
+    planner_metadata: tuple[tuple[str, str], ...] = ()  # trigger keys on every planner run
 
 
 # The load every task of this process runs on: set once per worker (its initializer), so
@@ -187,7 +188,9 @@ def run_task(task: Task) -> SweepPoint:
                             slo=c.slo)
         return SweepPoint(key, "static", "count", float(n), False,
                           result.gpu_hours, result.slo_violation_minutes, result.minutes)
-    extra = {"utilization": f"{setting:g}"} if key == PLANNER and setting is not None else {}
+    extra = dict(c.planner_metadata) if key == PLANNER else {}
+    if key == PLANNER and setting is not None:
+        extra["utilization"] = f"{setting:g}"
     kwargs = dict(dict(policy_runs(c.params, c.requests, c.slo, c.min_replicas, c.start,
                                    **extra))[key])
     name = kwargs.pop("name")
@@ -215,12 +218,15 @@ def _decider(key: str, setting: float, params: ServingParams) -> Any:
 def sweep(requests: Sequence[TraceRequest], duration: float,
           params: ServingParams | None = None, slo: SloSpec = DEFAULT_SLO,
           min_replicas: int = 1, keys: Sequence[str] = tuple(POLICIES), jobs: int = 1,
-          progress: Progress | None = None) -> Sweep:
-    """Every task of ``tasks`` on this load, ``jobs`` at a time (1: in this process)."""
+          progress: Progress | None = None,
+          planner_metadata: Mapping[str, str] | None = None) -> Sweep:
+    """Every task of ``tasks`` on this load, ``jobs`` at a time (1: in this process);
+    ``planner_metadata``: trigger keys given to every planner run (its knob still swept)."""
     params = params or ServingParams()
     todo = tasks(requests, duration, params, keys)
     context = _Context(requests, duration, params, slo, min_replicas,
-                       opening(requests, duration, params))
+                       opening(requests, duration, params),
+                       tuple(sorted((planner_metadata or {}).items())))
     points: list[SweepPoint] = []
 
     def done(point: SweepPoint) -> None:

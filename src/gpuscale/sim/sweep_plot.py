@@ -13,12 +13,14 @@ from gpuscale.common.plotting import load_pyplot
 from gpuscale.sim.sweep import PLANNER, Sweep
 
 
-def plot_sweep(s: Sweep, path: Path, title: str = "") -> None:
+def plot_sweep(s: Sweep, path: Path, title: str = "", dpi: int = 110) -> None:
     """Write the curves to ``path`` (PlotUnavailable without matplotlib; OSError as the
     file system gives it)."""
     plt = load_pyplot()  # PlotUnavailable without matplotlib
     fig, ax = plt.subplots(figsize=(9, 6))
     try:
+        # Twenty colours: a sweep draws 13 policies, and ten repeat two of them.
+        ax.set_prop_cycle(color=plt.get_cmap("tab20").colors)
         frontier = s.frontier
         ax.step([p.gpu_hours for p in frontier], [p.slo_minutes for p in frontier],
                 where="post", color="0.8", linewidth=8, label="frontier of every run",
@@ -47,6 +49,6 @@ def plot_sweep(s: Sweep, path: Path, title: str = "") -> None:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc="upper right")
         fig.tight_layout()
-        fig.savefig(path, dpi=110)
+        fig.savefig(path, dpi=dpi)
     finally:
         plt.close(fig)

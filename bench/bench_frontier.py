@@ -1,0 +1,205 @@
+"""The cost/SLO frontier on every load of the planner's benchmark: every policy over its own
+knob (``gpuscale simulate --sweep``'s runs, ``sim.sweep``) on the shipped trace x1-x8 and
+every generated shape with both seeds, and the issue's tests of the planner on it.
+
+Per load, the planner at its default against:
+
+- **defaults**: every other online policy at its documented default - none may give no
+  more SLO minutes for ``ONLINE_MARGIN`` (3 %) fewer GPU-hours;
+- **static**: a constant fleet at every count the sweep tries (from 3 below the work's
+  peak to 1 above it, the hindsight peak among them) - none may give no more minutes for
+  ``STATIC_MARGIN`` (5 %) fewer;
+- **curves** (on the loads of ``CURVE_LOADS``): at every number of SLO minutes a
+  baseline's swept curve reaches, the planner's swept curve costs no more GPU-hours
+  (``TIE``: within 0.5 % is a tie) - and a level only a baseline reaches is a miss.
+
+Tuned loads (the shipped trace, ``bursts`` and ``diurnal`` seed 1) are marked apart from
+held-out ones. The hindsight reference is ``bench_simulate.py``'s (it searches hundreds of
+runs per load); this bench sweeps the policies only.
+
+Usage: .venv/bin/python bench/bench_frontier.py [--quick] [--jobs N] [--loads A,B]
+           [--rate-mode place|rotate] [--plots DIR] [--json FILE] [--set KEY=VALUE ...]
+  --loads: names as printed, '-' for a space ("trace-x2,burst10-s1")
+  --plots DIR: one PNG per load (matplotlib: pip install -e '.[plot]')
+  --set: a planner trigger key for every planner run (its knob still swept)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from bench.bench_simulate import Case, cases  # noqa: E402
+from gpuscale.models.serving import ServingParams  # noqa: E402
+from gpuscale.sim.compare import POLICIES  # noqa: E402
+from gpuscale.sim.sweep import PLANNER, STATIC, Sweep, SweepPoint, sweep, sweep_json  # noqa: E402
+
+ONLINE_MARGIN = 0.03  # an online policy's default this much cheaper at as few minutes
+STATIC_MARGIN = 0.05  # a constant fleet this much cheaper at as few minutes
+TIE = 0.005  # GPU-hours within this fraction are a tie on a curve
+PLOT_DPI = 72  # small enough to keep one per load in docs/frontier/
+CURVE_LOADS = ("trace x2", "trace x4", "long-prompts s1", "long-prompts s2", "burst10 s1",
+               "burst10 s2", "noisy-diurnal s1", "noisy-diurnal s2")
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """The planner's default and the runs that beat it, and its curve against the rest."""
+
+    case: str
+    tuned: bool
+    planner: SweepPoint
+    online: tuple[SweepPoint, ...]  # defaults of other online policies that beat it
+    static: tuple[SweepPoint, ...]  # constant fleets that beat it
+    curve_gaps: tuple[tuple[int, float | None], ...]  # (SLO minutes, gap); None: a miss
+    curve_checked: bool
+
+    @property
+    def on_frontier(self) -> bool:
+        return not self.online and not self.static
+
+    @property
+    def curve_ok(self) -> bool:
+        return all(g is not None and g <= TIE for _, g in self.curve_gaps)
+
+
+def judge(case: Case, s: Sweep) -> Verdict:
+    """The tests of the module's docstring on one load's sweep."""
+    mine = next(p for p in s.points if p.key == PLANNER and p.default)
+    online = tuple(p for p in s.points if p.key not in (PLANNER, STATIC) and p.default
+                   and _beats(p, mine, ONLINE_MARGIN))
+    static = tuple(p for p in s.points if p.key == STATIC and _beats(p, mine, STATIC_MARGIN))
+    gaps: list[tuple[int, float | None]] = []
+    checked = case.name in CURVE_LOADS
+    if checked:
+        for row in s.levels():
+            if row.baseline is None:
+                continue
+            if row.planner is None:
+                gaps.append((row.slo_minutes, None))
+            elif row.gap is not None and row.gap > 0:
+                gaps.append((row.slo_minutes, row.gap))
+    return Verdict(case.name, case.tuned, mine, online, static, tuple(gaps), checked)
+
+
+def _beats(p: SweepPoint, mine: SweepPoint, margin: float) -> bool:
+    return p.slo_minutes <= mine.slo_minutes and p.gpu_hours < mine.gpu_hours * (1 - margin)
+
+
+def table(verdicts: Sequence[Verdict]) -> str:
+    """One row per load: the planner's default, what beats it, its curve's worst gap."""
+    head = ("| load | planner GPU-h / min | online default cheaper by >= 3 % | static "
+            "cheaper by >= 5 % | curve vs baselines |")
+    lines = [head, "| --- | --- | --- | --- | --- |"]
+    for v in verdicts:
+        name = v.case + ("" if not v.tuned else " (tuned)")
+        online = ", ".join(_said(p) for p in v.online) or "none"
+        static = ", ".join(_said(p) for p in v.static) or "none"
+        lines.append(f"| {name} | {v.planner.gpu_hours:.2f} / {v.planner.slo_minutes} | "
+                     f"{online} | {static} | {_curve(v)} |")
+    return "\n".join(lines)
+
+
+def _said(p: SweepPoint) -> str:
+    what = p.policy if p.key != STATIC else f"static {p.setting:g}"
+    return f"{what} {p.gpu_hours:.2f} / {p.slo_minutes}"
+
+
+def _curve(v: Verdict) -> str:
+    if not v.curve_checked:
+        return "-"
+    if v.curve_ok:
+        return "at or below"
+    worst = [f"{m} min: " + ("baseline only" if g is None else f"{g:+.0%}")
+             for m, g in v.curve_gaps if g is None or g > TIE]
+    return "above at " + ", ".join(worst)
+
+
+def tally(verdicts: Sequence[Verdict]) -> str:
+    """How many loads pass each test, tuned and held out apart."""
+    lines = []
+    for label, tuned in (("tuned", True), ("held out", False)):
+        mine = [v for v in verdicts if v.tuned == tuned]
+        if not mine:
+            continue
+        curves = [v for v in mine if v.curve_checked]
+        lines.append(f"{label}: {len(mine)} loads; no online default cheaper "
+                     f"{sum(not v.online for v in mine)}, no static cheaper "
+                     f"{sum(not v.static for v in mine)}, both {sum(v.on_frontier for v in mine)}"
+                     + (f"; curve at or below every baseline's on {sum(v.curve_ok for v in curves)}"
+                        f" of {len(curves)}" if curves else ""))
+    return "\n".join(lines)
+
+
+def _slug(name: str) -> str:
+    return name.replace(" ", "-")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="four loads, as bench_simulate's")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--loads", default="", help="comma-separated load names ('-' for ' ')")
+    ap.add_argument("--rate-mode", choices=("place", "rotate"), default="place")
+    ap.add_argument("--plots", type=Path, help="a directory for one PNG per load")
+    ap.add_argument("--json", type=Path, help="every run of every load, as JSON")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a planner trigger key for every planner run")
+    args = ap.parse_args()
+    extra = dict(kv.split("=", 1) for kv in args.set)
+    todo = cases(args.quick, args.rate_mode)
+    if args.loads:
+        wanted = {w.replace("-", " ").strip() for w in args.loads.split(",")}
+        unknown = wanted - {c.name for c in todo}
+        if unknown:
+            sys.exit(f"--loads: no load {', '.join(sorted(unknown))}; the loads: "
+                     + ", ".join(_slug(c.name) for c in todo))
+        todo = [c for c in todo if c.name in wanted]
+    if args.plots is not None:
+        from gpuscale.common.plotting import load_pyplot
+
+        load_pyplot()  # refuse before the work, not after it
+        args.plots.mkdir(parents=True, exist_ok=True)
+    print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, Python "
+          f"{sys.version.split()[0]}; {args.jobs} worker processes; trace rate mode "
+          f"{args.rate_mode}; planner {extra or 'defaults'}", flush=True)
+    t0 = time.perf_counter()
+    verdicts, dump = [], {}
+    for case in todo:
+        t1 = time.perf_counter()
+        requests = case.requests()
+        duration = (requests[-1].arrival_s if requests else 0.0) + 300.0
+        found = sweep(requests, duration, ServingParams(), keys=tuple(POLICIES),
+                      jobs=args.jobs, planner_metadata=extra)
+        verdicts.append(judge(case, found))
+        dump[case.name] = {"tuned": case.tuned, **sweep_json(found)}
+        if args.plots is not None:
+            from gpuscale.sim.sweep_plot import plot_sweep
+
+            plot_sweep(found, args.plots / f"{_slug(case.name)}.png",
+                       f"{case.name}: {len(requests)} requests", dpi=PLOT_DPI)
+        v = verdicts[-1]
+        print(f"{case.name}: planner {v.planner.gpu_hours:.2f} / {v.planner.slo_minutes}; "
+              f"{'on the frontier' if v.on_frontier else 'beaten'}; "
+              f"{len(found.points)} runs in {time.perf_counter() - t1:.0f} s", flush=True)
+    print()
+    print(table(verdicts))
+    print()
+    print(tally(verdicts))
+    print(f"\n{len(todo)} loads in {time.perf_counter() - t0:.0f} s")
+    if args.json is not None:
+        args.json.write_text(json.dumps(dump, indent=1))
+
+
+if __name__ == "__main__":
+    main()
