@@ -9,9 +9,13 @@ Per load, the planner at its default against:
 - **static**: a constant fleet at every count the sweep tries (from 3 below the work's
   peak to 1 above it, the hindsight peak among them) - none may give no more minutes for
   ``STATIC_MARGIN`` (5 %) fewer;
-- **curves** (on the loads of ``CURVE_LOADS``): at every number of SLO minutes a
-  baseline's swept curve reaches, the planner's swept curve costs no more GPU-hours
-  (``TIE``: within 0.5 % is a tie) - and a level only a baseline reaches is a miss.
+- **the knob**: as ``utilization`` rises, the planner's GPU-hours never rise and its SLO
+  minutes never fall (monotone: a team can move along the curve one way);
+- **curves** (on the loads of ``CURVE_LOADS``): at every number of SLO minutes within
+  the planner's reach (from the fewest to the most its settings give) the planner's
+  swept curve costs no more GPU-hours than the best baseline's (``TIE``: within 0.5 % is
+  a tie); outside it, what only a baseline reaches is named: fewer minutes, or fewer
+  GPU-hours for more minutes than the planner ever misses.
 
 Tuned loads (the shipped trace, ``bursts`` and ``diurnal`` seed 1) are marked apart from
 held-out ones. The hindsight reference is ``bench_simulate.py``'s (it searches hundreds of
@@ -19,6 +23,7 @@ runs per load); this bench sweeps the policies only.
 
 Usage: .venv/bin/python bench/bench_frontier.py [--quick] [--jobs N] [--loads A,B]
            [--rate-mode place|rotate] [--plots DIR] [--json FILE] [--set KEY=VALUE ...]
+       .venv/bin/python bench/bench_frontier.py --from FILE  (judge a --json run again)
   --loads: names as printed, '-' for a space ("trace-x2,burst10-s1")
   --plots DIR: one PNG per load (matplotlib: pip install -e '.[plot]')
   --set: a planner trigger key for every planner run (its knob still swept)
@@ -34,15 +39,26 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.bench_simulate import Case, cases  # noqa: E402
+from bench.bench_simulate import cases  # noqa: E402
 from gpuscale.models.serving import ServingParams  # noqa: E402
+from gpuscale.models.slo import DEFAULT_SLO  # noqa: E402
 from gpuscale.sim.compare import POLICIES  # noqa: E402
-from gpuscale.sim.sweep import PLANNER, STATIC, Sweep, SweepPoint, sweep, sweep_json  # noqa: E402
+from gpuscale.sim.sweep import (  # noqa: E402
+    PLANNER,
+    STATIC,
+    LevelRow,
+    Sweep,
+    SweepPoint,
+    sweep,
+    sweep_json,
+)
 
 ONLINE_MARGIN = 0.03  # an online policy's default this much cheaper at as few minutes
 STATIC_MARGIN = 0.05  # a constant fleet this much cheaper at as few minutes
@@ -61,35 +77,43 @@ class Verdict:
     planner: SweepPoint
     online: tuple[SweepPoint, ...]  # defaults of other online policies that beat it
     static: tuple[SweepPoint, ...]  # constant fleets that beat it
-    curve_gaps: tuple[tuple[int, float | None], ...]  # (SLO minutes, gap); None: a miss
+    levels: tuple[LevelRow, ...]  # the planner's curve against the best baseline's
     curve_checked: bool
+    knob: tuple[SweepPoint, ...]  # the planner at each setting, the knob rising
 
     @property
     def on_frontier(self) -> bool:
         return not self.online and not self.static
 
     @property
+    def monotone(self) -> bool:
+        k = self.knob
+        return all(a.gpu_hours >= b.gpu_hours - 1e-9 and a.slo_minutes <= b.slo_minutes
+                   for a, b in pairwise(k))
+
+    @property
+    def reach(self) -> tuple[int, int]:
+        """The fewest and the most SLO minutes the planner's settings give."""
+        return (min(p.slo_minutes for p in self.knob), max(p.slo_minutes for p in self.knob))
+
+    @property
     def curve_ok(self) -> bool:
-        return all(g is not None and g <= TIE for _, g in self.curve_gaps)
+        """Within the planner's reach, at or below the best baseline's curve."""
+        fewest, most = self.reach
+        return all((r.gap or 0.0) <= TIE for r in self.levels
+                   if r.baseline is not None and fewest <= r.slo_minutes <= most)
 
 
-def judge(case: Case, s: Sweep) -> Verdict:
+def judge(name: str, tuned: bool, s: Sweep) -> Verdict:
     """The tests of the module's docstring on one load's sweep."""
     mine = next(p for p in s.points if p.key == PLANNER and p.default)
     online = tuple(p for p in s.points if p.key not in (PLANNER, STATIC) and p.default
                    and _beats(p, mine, ONLINE_MARGIN))
     static = tuple(p for p in s.points if p.key == STATIC and _beats(p, mine, STATIC_MARGIN))
-    gaps: list[tuple[int, float | None]] = []
-    checked = case.name in CURVE_LOADS
-    if checked:
-        for row in s.levels():
-            if row.baseline is None:
-                continue
-            if row.planner is None:
-                gaps.append((row.slo_minutes, None))
-            elif row.gap is not None and row.gap > 0:
-                gaps.append((row.slo_minutes, row.gap))
-    return Verdict(case.name, case.tuned, mine, online, static, tuple(gaps), checked)
+    checked = name in CURVE_LOADS
+    knob = tuple(sorted((p for p in s.points if p.key == PLANNER),
+                        key=lambda p: p.setting or 0.0))
+    return Verdict(name, tuned, mine, online, static, tuple(s.levels()), checked, knob)
 
 
 def _beats(p: SweepPoint, mine: SweepPoint, margin: float) -> bool:
@@ -99,14 +123,14 @@ def _beats(p: SweepPoint, mine: SweepPoint, margin: float) -> bool:
 def table(verdicts: Sequence[Verdict]) -> str:
     """One row per load: the planner's default, what beats it, its curve's worst gap."""
     head = ("| load | planner GPU-h / min | online default cheaper by >= 3 % | static "
-            "cheaper by >= 5 % | curve vs baselines |")
-    lines = [head, "| --- | --- | --- | --- | --- |"]
+            "cheaper by >= 5 % | knob monotone | curve vs baselines |")
+    lines = [head, "| --- | --- | --- | --- | --- | --- |"]
     for v in verdicts:
         name = v.case + ("" if not v.tuned else " (tuned)")
         online = ", ".join(_said(p) for p in v.online) or "none"
         static = ", ".join(_said(p) for p in v.static) or "none"
         lines.append(f"| {name} | {v.planner.gpu_hours:.2f} / {v.planner.slo_minutes} | "
-                     f"{online} | {static} | {_curve(v)} |")
+                     f"{online} | {static} | {_knob(v)} | {_curve(v)} |")
     return "\n".join(lines)
 
 
@@ -115,14 +139,37 @@ def _said(p: SweepPoint) -> str:
     return f"{what} {p.gpu_hours:.2f} / {p.slo_minutes}"
 
 
+def _knob(v: Verdict) -> str:
+    if v.monotone:
+        return "yes"
+    return "no: " + ", ".join(f"{p.setting:g} {p.gpu_hours:.2f} / {p.slo_minutes}"
+                              for p in v.knob)
+
+
 def _curve(v: Verdict) -> str:
+    """Where the planner's curve reaches, its worst gap to the best baseline's; where only
+    a baseline reaches (fewer minutes than the planner's fewest, or cheaper at more
+    minutes than its most), what it gives."""
     if not v.curve_checked:
         return "-"
-    if v.curve_ok:
-        return "at or below"
-    worst = [f"{m} min: " + ("baseline only" if g is None else f"{g:+.0%}")
-             for m, g in v.curve_gaps if g is None or g > TIE]
-    return "above at " + ", ".join(worst)
+    rows = [r for r in v.levels if r.baseline is not None]
+    fewest, most = v.reach
+    inside = [r for r in rows if fewest <= r.slo_minutes <= most]
+    worst = max(inside, key=lambda r: r.gap or 0.0, default=None)
+    said = ["at or below" if worst is None or (worst.gap or 0.0) <= TIE else
+            f"{worst.gap:+.0%} at {worst.slo_minutes} min"]
+    below = [r for r in rows if r.slo_minutes < fewest]
+    if below:
+        b = below[0].baseline
+        assert b is not None
+        said.append(f"fewer minutes only by baselines ({_said(b)})")
+    above = [r for r in rows if r.baseline is not None and r.baseline.slo_minutes > most
+             and (r.gap or 0.0) > TIE]
+    if above:  # the nearest: what a team gives up least minutes for
+        b = above[0].baseline
+        assert b is not None
+        said.append(f"cheaper at more minutes ({_said(b)})")
+    return "; ".join(said)
 
 
 def tally(verdicts: Sequence[Verdict]) -> str:
@@ -136,9 +183,17 @@ def tally(verdicts: Sequence[Verdict]) -> str:
         lines.append(f"{label}: {len(mine)} loads; no online default cheaper "
                      f"{sum(not v.online for v in mine)}, no static cheaper "
                      f"{sum(not v.static for v in mine)}, both {sum(v.on_frontier for v in mine)}"
-                     + (f"; curve at or below every baseline's on {sum(v.curve_ok for v in curves)}"
-                        f" of {len(curves)}" if curves else ""))
+                     f"; knob monotone {sum(v.monotone for v in mine)}"
+                     + (f"; curve at or below every baseline's within its reach on "
+                        f"{sum(v.curve_ok for v in curves)} of {len(curves)}" if curves else ""))
     return "\n".join(lines)
+
+
+def _read(load: dict[str, Any]) -> Sweep:
+    """A load's sweep back from ``sweep_json``'s runs."""
+    return Sweep(tuple(SweepPoint(r["key"], r["policy"], r["knob"], r["setting"], r["default"],
+                                  r["gpu_hours"], r["slo_minutes"], r["minutes"])
+                       for r in load["runs"]), DEFAULT_SLO)
 
 
 def _slug(name: str) -> str:
@@ -155,7 +210,16 @@ def main() -> None:
     ap.add_argument("--json", type=Path, help="every run of every load, as JSON")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="a planner trigger key for every planner run")
+    ap.add_argument("--from", dest="source", type=Path,
+                    help="judge the runs a --json of an earlier run wrote (no simulation)")
     args = ap.parse_args()
+    if args.source is not None:
+        verdicts = [judge(name, load["tuned"], _read(load))
+                    for name, load in json.loads(args.source.read_text()).items()]
+        print(table(verdicts))
+        print()
+        print(tally(verdicts))
+        return
     extra = dict(kv.split("=", 1) for kv in args.set)
     todo = cases(args.quick, args.rate_mode)
     if args.loads:
@@ -181,7 +245,7 @@ def main() -> None:
         duration = (requests[-1].arrival_s if requests else 0.0) + 300.0
         found = sweep(requests, duration, ServingParams(), keys=tuple(POLICIES),
                       jobs=args.jobs, planner_metadata=extra)
-        verdicts.append(judge(case, found))
+        verdicts.append(judge(case.name, case.tuned, found))
         dump[case.name] = {"tuned": case.tuned, **sweep_json(found)}
         if args.plots is not None:
             from gpuscale.sim.sweep_plot import plot_sweep

@@ -1,0 +1,64 @@
+"""bench/bench_frontier.py's judgement of one load's sweep: what beats the planner's default,
+whether its knob is monotone, and its curve against the baselines' within its reach."""
+
+from __future__ import annotations
+
+from bench.bench_frontier import _curve, _read, judge
+from gpuscale.models.slo import DEFAULT_SLO
+from gpuscale.sim.sweep import Sweep, SweepPoint, sweep_json
+
+
+def _p(key: str, setting: float | None, hours: float, minutes: int,
+       default: bool = False) -> SweepPoint:
+    return SweepPoint(key, key, "k", setting, default, hours, minutes, 60)
+
+
+PLANNER = [_p("planner", 0.6, 3.0, 0), _p("planner", 0.85, 2.0, 1, True),
+           _p("planner", 1.0, 1.5, 3)]
+
+
+def test_what_beats_the_default_by_its_margin() -> None:
+    s = Sweep((*PLANNER,
+               _p("aibrix-apa", 50, 1.95, 1, True),  # 2.5 % cheaper: inside the 3 %
+               _p("queue-model", 2, 1.9, 1, True),  # 5 % cheaper: beats it
+               _p("knative-kpa", 70, 1.0, 2, True),  # cheaper, more minutes: does not
+               _p("aibrix-kpa", 40, 1.0, 0),  # not its default: not in this test
+               _p("static", 2, 1.92, 0),  # 4 % cheaper: inside the 5 %
+               _p("static", 1, 1.0, 1)), DEFAULT_SLO)
+    v = judge("trace x2", True, s)
+    assert v.planner == PLANNER[1]
+    assert [p.key for p in v.online] == ["queue-model"]
+    assert [p.setting for p in v.static] == [1]
+    assert not v.on_frontier
+    assert v.monotone
+
+
+def test_a_knob_that_turns_back_is_not_monotone() -> None:
+    back = (PLANNER[0], PLANNER[1], _p("planner", 1.0, 2.2, 0))
+    assert not judge("x", False, Sweep(back, DEFAULT_SLO)).monotone
+
+
+def test_the_curve_within_the_planners_reach_and_beyond_it() -> None:
+    s = Sweep((*PLANNER,
+               _p("static", 4, 4.0, 0),  # 0 minutes: within reach, dearer
+               _p("aibrix-apa", 50, 1.8, 1, True),  # 1 minute: cheaper than the 2.0
+               _p("cpu-hpa", None, 1.0, 9, True)), DEFAULT_SLO)  # past its reach
+    v = judge("burst10 s1", False, s)
+    assert v.curve_checked
+    assert v.reach == (0, 3)
+    assert not v.curve_ok
+    said = _curve(v)
+    assert said.startswith("+11% at 1 min")
+    assert "cheaper at more minutes (cpu-hpa 1.00 / 9)" in said
+    # Only a baseline reaching fewer minutes than the planner's fewest is named apart.
+    fewer = Sweep((PLANNER[1], PLANNER[2], _p("static", 4, 4.0, 0)), DEFAULT_SLO)
+    assert "fewer minutes only by baselines (static 4 4.00 / 0)" in _curve(
+        judge("burst10 s1", False, fewer))
+    assert _curve(judge("not a curve load", False, s)) == "-"
+
+
+def test_a_json_run_judged_again_gives_the_same_verdict() -> None:
+    s = Sweep((*PLANNER, _p("static", 2, 1.5, 0)), DEFAULT_SLO)
+    again = _read({"tuned": False, **sweep_json(s)})
+    assert again.points == s.points
+    assert judge("x", False, again) == judge("x", False, s)
