@@ -58,6 +58,15 @@ def test_an_option_only_the_scaled_object_uses_is_refused_with_hpa(
     code, out, _ = run(capsys, VLLM, "--keda-version", "2.16")
     assert code == 0
     assert "fallback: none - before KEDA 2.17" in out
+    # The scaler's address is the ScaledObject's too: an HPA reads the metrics API.
+    code, out, err = run(capsys, VLLM, "--hpa", "--scaler-address", "s.ns.svc:6000")
+    assert (code, out) == (2, "")
+    assert err.startswith("gpuscale: --scaler-address: with --hpa there is no ScaledObject")
+    code, out, _ = run(capsys, VLLM, "--scaler-address", "s.ns.svc:6000")
+    assert code == 0
+    assert "scalerAddress: s.ns.svc:6000" in out
+    code, out, _ = run(capsys, VLLM)
+    assert "scalerAddress: gpuscale-scaler.gpuscale.svc:6000" in out
 
 
 @pytest.mark.parametrize(("head", "says"), [

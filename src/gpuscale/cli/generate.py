@@ -26,7 +26,10 @@ def add_parser(sub: Any) -> None:
     g.add_argument("--kubeconfig", type=Path, default=None,
                    help="with --from-cluster: the kubeconfig (default: $KUBECONFIG, "
                         "~/.kube/config, or in-cluster credentials)")
-    g.add_argument("--scaler-address", default="gpuscale-scaler.gpuscale.svc:6000")
+    g.add_argument("--scaler-address", default=None,
+                   help="the ScaledObject's scalerAddress (default: the Helm chart's "
+                        "Service, gpuscale-scaler.gpuscale.svc:6000); not with --hpa, which "
+                        "reads the metrics API the APIService names")
     g.add_argument("--min", type=int, default=1, dest="min_replicas",
                    help="minReplicaCount (0 only with --demand-source)")
     g.add_argument("--max", type=int, default=8, dest="max_replicas")
@@ -54,7 +57,12 @@ def run(args: argparse.Namespace) -> int:
     import yaml
 
     from gpuscale.common.errors import ConfigError, GpuscaleError
-    from gpuscale.tools.generate import Options, generate, workload_from
+    from gpuscale.tools.generate import (
+        DEFAULT_SCALER_ADDRESS,
+        Options,
+        generate,
+        workload_from,
+    )
 
     if (args.manifest is None) == (args.from_cluster is None):
         return fail("give a MANIFEST file (or -) or --from-cluster KIND/NAME, one of them", 2)
@@ -78,9 +86,11 @@ def run(args: argparse.Namespace) -> int:
                    and d.get("kind") in ("Deployment", "StatefulSet")]
         if not targets:
             raise ConfigError(f"{source}: no Deployment or StatefulSet in it")
-        if args.hpa and args.keda_version is not None:
-            raise ConfigError("--keda-version: with --hpa there is no ScaledObject for it; "
-                              "drop one of them")
+        for option, given in (("--keda-version", args.keda_version),
+                              ("--scaler-address", args.scaler_address)):
+            if args.hpa and given is not None:
+                raise ConfigError(f"{option}: with --hpa there is no ScaledObject for it; "
+                                  f"drop one of them")
         keda = "2.17" if args.keda_version is None else args.keda_version
         major, _, minor = keda.partition(".")
         if not (major.isdigit() and minor.isdigit()):
@@ -89,8 +99,9 @@ def run(args: argparse.Namespace) -> int:
             workload = workload_from(targets[0], docs)
         except ConfigError as exc:
             raise ConfigError(f"{source}: {exc}") from None
+        address = args.scaler_address or DEFAULT_SCALER_ADDRESS
         out = generate(workload, Options(
-            args.scaler_address, args.min_replicas, args.max_replicas, args.startup_seconds,
+            address, args.min_replicas, args.max_replicas, args.startup_seconds,
             args.demand_source, args.planner, args.ttft_seconds, (int(major), int(minor))))
         if len(targets) > 1:
             print(f"gpuscale: {len(targets)} workloads in {source}: this is for the "

@@ -56,11 +56,12 @@ PROFILES = {"vllm": "vllm-inference", "triton": "triton-inference", "tgi": "tgi-
 DEFAULT_STARTUP_S = 180.0  # an LLM replica: image pull, weights, CUDA graphs
 MAX_STARTUP_S = 1800.0  # the HPA API: a policy period at most 1,800 s, a window 3,600 s
 MAX_DRAIN_S = 86_400  # the trigger's bound on drainSeconds (scaler.core.trigger)
+DEFAULT_SCALER_ADDRESS = "gpuscale-scaler.gpuscale.svc:6000"  # the Helm chart's Service
 
 
 @dataclass(frozen=True, slots=True)
 class Options:
-    scaler_address: str = "gpuscale-scaler.gpuscale.svc:6000"
+    scaler_address: str = DEFAULT_SCALER_ADDRESS
     min_replicas: int = 1
     max_replicas: int = 8
     startup_s: float | None = None  # None: the default, said so in the output
