@@ -196,6 +196,16 @@ def _read(load: dict[str, Any]) -> Sweep:
                        for r in load["runs"]), DEFAULT_SLO)
 
 
+def _shrink(png: Path) -> None:
+    """256 colours (Pillow, which matplotlib brings): a quarter of the bytes, so one plot
+    per load can live in docs/frontier/."""
+    from PIL import Image
+
+    with Image.open(png) as im:
+        small = im.convert("RGB").quantize(colors=256, method=Image.Quantize.FASTOCTREE)
+    small.save(png, optimize=True)
+
+
 def _slug(name: str) -> str:
     return name.replace(" ", "-")
 
@@ -250,8 +260,9 @@ def main() -> None:
         if args.plots is not None:
             from gpuscale.sim.sweep_plot import plot_sweep
 
-            plot_sweep(found, args.plots / f"{_slug(case.name)}.png",
-                       f"{case.name}: {len(requests)} requests", dpi=PLOT_DPI)
+            png = args.plots / f"{_slug(case.name)}.png"
+            plot_sweep(found, png, f"{case.name}: {len(requests)} requests", dpi=PLOT_DPI)
+            _shrink(png)
         v = verdicts[-1]
         print(f"{case.name}: planner {v.planner.gpu_hours:.2f} / {v.planner.slo_minutes}; "
               f"{'on the frontier' if v.on_frontier else 'beaten'}; "
