@@ -200,6 +200,19 @@ def test_a_ttft_objective_leaves_the_queue_what_the_mean_prompt_does_not_take() 
     assert Planner(PlannerConfig(delay_s=0.5)).delay() == 0.5  # a queue-delay objective
 
 
+def test_a_prompt_aware_objective_follows_the_prompts_the_engines_show() -> None:
+    """1 s + 0.5 ms a prompt token: a 1,000-token prompt may take 1.5 s, a 12,000-token one
+    7 s - the budget is the objective of the mean prompt shown, less its prefill."""
+    p = Planner(PlannerConfig(ttft_s=1.0, ttft_per_token_s=0.0005, prefill_tps=30_000.0,
+                              prompt_tokens=1_000.0))
+    assert p.delay() == pytest.approx(1.5 - 1_000 / 30_000)  # the configured prompt
+    long = Observation(prompt_tps=120_000.0, generation_tps=2_000.0, finished_rate=10.0,
+                       waiting=0.0, running=20.0, kv_cache=50.0, ready=5, starting=0)
+    for t in range(30):  # 12,000-token prompts
+        p.observe(float(t), long)
+    assert p.delay() == pytest.approx(7.0 - 12_000 / 30_000)
+
+
 def test_capacity_is_learned_from_saturated_pods_and_only_downwards() -> None:
     p = Planner(CFG)
     # Requests wait, yet 4 Ready pods serve only 2.0 replica-seconds per second: each

@@ -211,20 +211,26 @@ def test_planner_profile_defaults_and_keys() -> None:
     assert (Planner(measured).startup, Planner(measured).startup_source) == (300.0, "default")
 
 
-def test_a_prompt_aware_objective_is_planned_at_the_configured_prompt() -> None:
+def test_a_prompt_aware_objective_is_planned_at_the_prompts_shown() -> None:
     """ttftSecondsPerPromptToken: the objective gpuscale simulate --slo ttft-per-token
-    judges (1 s + 0.5 ms a prompt token), planned for at promptTokens."""
+    judges (1 s + 0.5 ms a prompt token), planned for at the mean prompt the engines show
+    (promptTokens until they have)."""
     md = {"profile": "vllm-planner", "ttftSeconds": "1", "ttftSecondsPerPromptToken": "0.0005",
           "promptTokens": "12000"}
     p = parse_metadata(md).planner
     assert p is not None
-    assert p.ttft_s == pytest.approx(1.0 + 0.0005 * 12_000)  # 7 s for a 12k-token prompt
-    assert p.delay_s == pytest.approx(7.0 - 12_000 / 30_000)
+    assert (p.ttft_s, p.ttft_per_token_s) == (1.0, 0.0005)
+    assert Planner(p).delay() == pytest.approx(1.0 + 0.0005 * 12_000 - 12_000 / 30_000)
     # Without promptTokens: at the default 1000-token prompt; without ttftSeconds: 2 s on top.
     p = parse_metadata({"profile": "vllm-planner",
                         "ttftSecondsPerPromptToken": "0.001"}).planner
     assert p is not None
-    assert p.ttft_s == pytest.approx(3.0)
+    assert Planner(p).delay() == pytest.approx(3.0 - 1_000 / 30_000)
+    # An objective the configured prompt's prefill alone would miss is refused.
+    with pytest.raises(MetadataError, match=r"ttftSeconds: 0\.11s leaves no time to queue"):
+        parse_metadata({"profile": "vllm-planner", "ttftSeconds": "0.01",
+                        "ttftSecondsPerPromptToken": "0.0001", "promptTokens": "1000",
+                        "prefillTokensPerSecond": "1000"})
     zero = parse_metadata({"profile": "vllm-planner", "ttftSecondsPerPromptToken": "0"})
     assert zero.planner == parse_metadata({"profile": "vllm-planner"}).planner
     assert "ttftSecondsPerPromptToken" in KNOWN

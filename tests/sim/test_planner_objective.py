@@ -8,6 +8,7 @@ import pytest
 from gpuscale.models.serving import ServingParams
 from gpuscale.models.slo import SLO_SPECS, SloSpec
 from gpuscale.scaler.core.plan_values import PlannerConfig
+from gpuscale.scaler.core.planner import Planner
 from gpuscale.sim.compare import planner_objective, policy_runs
 from gpuscale.sim.scaler_adapter import PlannerPolicy
 from gpuscale.traffic.trace import TraceRequest
@@ -34,8 +35,9 @@ def test_each_objective_reaches_the_planners_trigger() -> None:
     # ttft-per-token: 1 s + 0.5 ms a prompt token - 7 s for these 12k-token prompts, as the
     # judge allows them (was: ttftSeconds 2 whatever the prompts).
     per_token = _planner_config(SLO_SPECS["ttft-per-token"], long)
-    assert per_token.ttft_s == pytest.approx(1.0 + 0.0005 * 12_000)
+    assert (per_token.ttft_s, per_token.ttft_per_token_s) == (1.0, 0.0005)
     assert per_token.prompt_tokens == 12_000.0
+    assert Planner(per_token).delay() == pytest.approx(7.0 - 12_000 / prefill)
 
 
 def test_the_per_token_keys_follow_the_spec_and_the_prompts() -> None:

@@ -22,6 +22,7 @@ class PlannerConfig:
 
     delay_s: float = 2.0  # the queueing-delay budget (the SLO less the prefill itself)
     ttft_s: float | None = None  # a TTFT objective: the budget follows the mean prompt
+    ttft_per_token_s: float = 0.0  # and per prompt token: P tokens may take ttft_s + P x this
     startup_s: float | None = None  # creation to Ready of a new replica; None: measured
     prefill_tps: float = 30_000.0  # prompt tokens/s one replica prefills, fully busy
     decode_tps: float = 12_000.0  # generated tokens/s one replica decodes at full batch

@@ -235,9 +235,10 @@ class Planner:
         self._capacity.clear()
 
     def delay(self) -> float:
-        """The queueing budget: ``delay_s``; with a TTFT objective, the objective less the
-        prefill of the mean prompt the engines have shown (the configured prompt until
-        enough requests have finished), at least 5 % of the objective."""
+        """The queueing budget: ``delay_s``; with a TTFT objective, the objective for the
+        mean prompt the engines have shown (the configured prompt until enough requests
+        have finished) - ``ttft_s`` plus that prompt's ``ttft_per_token_s`` allowance -
+        less that prompt's prefill, at least 5 % of the objective."""
         c = self.config
         if c.ttft_s is None:
             return c.delay_s
@@ -245,7 +246,8 @@ class Planner:
         finished = self._finished.last(n)
         prompt = (self._prompts.last(n) / finished if self._enough_finished()
                   else c.prompt_tokens)
-        return max(0.05 * c.ttft_s, c.ttft_s - prompt / c.prefill_tps)
+        objective = c.ttft_s + prompt * c.ttft_per_token_s
+        return max(0.05 * objective, objective - prompt / c.prefill_tps)
 
     def _enough_finished(self) -> bool:
         """Enough requests have finished in the recent window for a mean of one (10)."""

@@ -44,9 +44,9 @@ prompt the engines have shown (of a ``promptTokens`` prompt, 1000 unless given, 
 they have) at the replica's prefill rate. ``ttftSecondsPerPromptToken`` makes the objective
 prompt-aware, as ``gpuscale simulate --slo ttft-per-token`` judges it: a request of P prompt
 tokens may take ``ttftSeconds`` + P x ``ttftSecondsPerPromptToken`` to its first token.
-The planner plans for it at a ``promptTokens`` prompt (its objective is that sum, and the
-budget then that less the prefill of the prompts shown): give ``promptTokens`` your
-requests' typical prompt. Its metric is
+The planner plans for it at the mean prompt the engines show (``promptTokens`` until
+enough requests have finished): its queueing budget is that prompt's objective less its
+prefill. Its metric is
 ``gpuscale-planned-replicas``, an AverageValue: planned replicas x ``targetValue`` (1).
 
 Numbers are what KEDA's own scalers accept (ASCII decimal, optional sign and exponent; no
@@ -267,21 +267,25 @@ def _planner(md: Mapping[str, str]) -> PlannerConfig:
             raise MetadataError(f"queueDelaySeconds: give {key} or queueDelaySeconds, not "
                                 f"both")
     ttft: float | None = None
+    per_token = 0.0
     if "queueDelaySeconds" in md:
         delay = get("queueDelaySeconds", 0.0, 0.01, 3600.0)
     else:
-        # A prompt-aware objective, planned for at the configured prompt (see the module).
-        ttft = (get("ttftSeconds", 2.0, 0.01, 3600.0)
-                + get("ttftSecondsPerPromptToken", 0.0, 0.0, 0.1) * prompt)
-        delay = ttft - prompt / prefill
+        # A prompt-aware objective: the planner plans it at the mean prompt the engines
+        # show; checked here at the configured prompt (see the module).
+        ttft = get("ttftSeconds", 2.0, 0.01, 3600.0)
+        per_token = get("ttftSecondsPerPromptToken", 0.0, 0.0, 0.1)
+        objective = ttft + per_token * prompt
+        delay = objective - prompt / prefill
         if delay < 0.01:
-            raise MetadataError(f"ttftSeconds: {ttft:g}s leaves no time to queue: a "
+            raise MetadataError(f"ttftSeconds: {objective:g}s leaves no time to queue: a "
                                 f"{prompt:g}-token prompt alone takes {prompt / prefill:.3g}s "
                                 f"to prefill at {prefill:g} tokens/s")
     startup = (get("startupSeconds", 0.0, 1.0, 7200.0) if "startupSeconds" in md
                else None)  # None: measured
     return PlannerConfig(
-        delay_s=delay, ttft_s=ttft, startup_s=startup, prefill_tps=prefill,
+        delay_s=delay, ttft_s=ttft, ttft_per_token_s=per_token, startup_s=startup,
+        prefill_tps=prefill,
         decode_tps=get("decodeTokensPerSecond", base.decode_tps, 1.0, 1e8),
         max_batch=int(get("maxBatch", base.max_batch, 1.0, 1e6)),
         utilization=get("utilization", base.utilization, 0.1, 1.0),
