@@ -24,6 +24,7 @@ from gpuscale.kube.errors import ApiError, BadReply
 from gpuscale.metrics_api.local import LocalAccess
 from gpuscale.metrics_api.main import MetricsApi, MetricsApiOptions
 from gpuscale.metrics_api.quantity import parse_quantity
+from gpuscale.metrics_api.served_metrics import DEMAND_METRIC, object_metric_name
 from gpuscale.models.hpa import SCALE_DOWN, Hpa, Metric, MetricSource, TargetType
 from gpuscale.models.keda import HPA_SYNC_S
 from gpuscale.scaler.core.profiles import PLANNED
@@ -63,11 +64,11 @@ def hpa_metrics(metadata: dict[str, str]) -> list[ObjectMetric]:
     (docs/hpa.md: scale to zero without KEDA)."""
     trigger = parse_metadata(metadata)
     settings = ",".join(f"{k}={v}" for k, v in metadata.items() if k in PLANNER_KEYS)
-    out = [ObjectMetric(f"gpuscale_{t.signal.replace('-', '_')}", t.target,
+    out = [ObjectMetric(object_metric_name(t.signal), t.target,
                         settings if t.signal == PLANNED else "")
            for t in trigger.targets]
     if trigger.demand_source:  # wakes the workload at zero pods (HPAScaleToZero)
-        out.append(ObjectMetric("gpuscale_demand_pending", 1.0,
+        out.append(ObjectMetric(DEMAND_METRIC, 1.0,
                                 f"demandSource={trigger.demand_source}"))
     return out
 
@@ -115,7 +116,7 @@ async def control_hpa(world: World, clock: SimClock, status: Status, local: Loca
 
     cfg = world.cfg
     metrics = hpa_metrics(metadata)
-    planner = any(m.name == "gpuscale_planned_replicas" for m in metrics)
+    planner = any(m.name == object_metric_name(PLANNED) for m in metrics)
     hpa = Hpa(cfg.min_replicas, cfg.max_replicas,  # 0: Kubernetes 1.37's HPAScaleToZero
               scale_down=replace(SCALE_DOWN, stabilization_s=0.0) if planner else SCALE_DOWN)
     hpa.remember(clock.now(), len(world.pods))  # the demo opens on a running Deployment

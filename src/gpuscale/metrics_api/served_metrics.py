@@ -32,6 +32,7 @@ class PodMetric:
 
 
 DEMAND = "demand"  # ObjectMetric.signal of gpuscale_demand_pending
+DEMAND_METRIC = "gpuscale_demand_pending"  # the demand source's Object metric
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,18 +73,23 @@ POD_METRICS: dict[str, PodMetric] = {m.name: m for m in (
     *_pod(("tgi_batch_current_size",), "tgi-batch", 1.0, "requests", "TGI's current batch"),
 )}
 
+def object_metric_name(signal: str) -> str:
+    """The Object metric an HPA's spec names for a signal: gpuscale_<signal, '_' for '-'>."""
+    return f"gpuscale_{signal.replace('-', '_')}"
+
+
 #: gpuscale_<signal>: the workload's sum; gpuscale_planned_replicas: the planner's answer.
 OBJECT_METRICS: dict[str, ObjectMetric] = {
-    **{f"gpuscale_{s.name.replace('-', '_')}": ObjectMetric(
-        f"gpuscale_{s.name.replace('-', '_')}", s.name, s.unit,
+    **{object_metric_name(s.name): ObjectMetric(
+        object_metric_name(s.name), s.name, s.unit,
         f"sum over the workload's pods: {s.help}")
        for s in SIGNALS.values() if s.name != PLANNED},
-    "gpuscale_planned_replicas": ObjectMetric(
-        "gpuscale_planned_replicas", PLANNED, "replicas",
+    object_metric_name(PLANNED): ObjectMetric(
+        object_metric_name(PLANNED), PLANNED, "replicas",
         "the planner's replica count for the workload (vLLM); its settings come from the "
         "metric selector, e.g. ttftSeconds=2,startupSeconds=180"),
-    "gpuscale_demand_pending": ObjectMetric(
-        "gpuscale_demand_pending", DEMAND, "0 or 1",
+    DEMAND_METRIC: ObjectMetric(
+        DEMAND_METRIC, DEMAND, "0 or 1",
         "1 while the demand source named by the metric selector (demandSource=NAME) shows "
         "pending work, else 0; needs no pod, so it wakes a workload at zero replicas"),
 }

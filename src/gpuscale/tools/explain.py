@@ -25,6 +25,7 @@ from typing import Any
 from google.protobuf.json_format import MessageToDict
 
 from gpuscale.common.freshness import is_stale
+from gpuscale.metrics_api.served_metrics import object_metric_name
 from gpuscale.models.hpa import Hpa, Metric, MetricSource, TargetType, parse_behavior
 from gpuscale.models.keda import (
     FALLBACK_BEHAVIORS,
@@ -277,7 +278,7 @@ def render(reply: pb.ExplainReply, decision: Decision, width: int = 100) -> str:
         if a.unavailable:
             out.append(f"answer    {a.metric_name}: UNAVAILABLE ({a.unavailable})")
         elif hpa:
-            out.append(f"answer    {explain_hpa.metric_name(a.signal)}: {a.value:.6g} "
+            out.append(f"answer    {object_metric_name(a.signal)}: {a.value:.6g} "
                        f"({a.counted} pods counted, {a.starting} starting)")
         else:
             out.append(f"answer    {a.metric_name}: {a.value:.6g} (signal {a.signal}, target "

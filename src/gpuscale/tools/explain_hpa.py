@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from gpuscale.metrics_api.served_metrics import object_metric_name
 from gpuscale.models.hpa import SCALE_DOWN, SCALE_UP, Hpa, Metric, MetricSource, TargetType
 from gpuscale.scaler.core.profiles import PLANNED
 
@@ -28,11 +29,6 @@ NOT_WATCHED = ("the HPA's, not known to this scaler (it does not watch HPAs); pa
                "--min-replicas and --max-replicas as its spec sets them")
 
 
-def metric_name(signal: str) -> str:
-    """The metric as the HPA's spec names it (metrics_api.served_metrics)."""
-    return f"gpuscale_{signal.replace('-', '_')}"
-
-
 def header(reply: pb.ExplainReply) -> str:
     """The first words of explain's text: the workload and who reads it."""
     kind, _, name = reply.name.partition("/")
@@ -42,7 +38,7 @@ def header(reply: pb.ExplainReply) -> str:
 
 def settings(reply: pb.ExplainReply) -> list[str]:
     """The metric the HPA reads and its selector (the planner's settings)."""
-    names = [metric_name(a.signal) for a in reply.answers]
+    names = [object_metric_name(a.signal) for a in reply.answers]
     pairs = [f"{k}={v}" for k, v in sorted(reply.metadata.items())
              if k not in ("profile", "signal", "targetValue")]
     return [*names, f"selector {','.join(pairs)}"] if pairs else names
@@ -61,7 +57,7 @@ def decide_hpa(reply: pb.ExplainReply, d: Decision,
     ready = max([a.ready for a in reply.answers if not a.unavailable] + [0]) or d.current
     metrics = []
     for a in reply.answers:
-        name = metric_name(a.signal)
+        name = object_metric_name(a.signal)
         if a.unavailable:
             d.lines.append(f"{name}: 503 to the HPA ({a.unavailable}): it cannot read it, "
                            "so it does not scale down")

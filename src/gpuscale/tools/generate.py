@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuscale.common.errors import ConfigError
+from gpuscale.metrics_api.served_metrics import DEMAND_METRIC, object_metric_name
 from gpuscale.scaler.core.profiles import PLANNED, ProfileName
 from gpuscale.scaler.core.profiles import PROFILES as PROFILE_TABLE
 from gpuscale.scaler.core.trigger import parse_metadata
@@ -272,7 +273,7 @@ def _hpa(w: Workload, profile: str, opts: Options, startup: float,
 
     metrics = []
     for t in PROFILE_TABLE[ProfileName(profile)].targets:
-        metric: dict[str, Any] = {"name": f"gpuscale_{t.signal.replace('-', '_')}"}
+        metric: dict[str, Any] = {"name": object_metric_name(t.signal)}
         if t.signal == PLANNED:  # the trigger's planner settings, as the selector
             settings = {k: v for k, v in planner.items()
                         if k in ("startupSeconds", "ttftSeconds", "maxBatch", "drainSeconds")}
@@ -284,7 +285,7 @@ def _hpa(w: Workload, profile: str, opts: Options, startup: float,
     if opts.min_replicas == 0:  # (generate refuses min 0 without a demand source)
         metrics.append({"type": "Object", "object": {
             "describedObject": described(),
-            "metric": {"name": "gpuscale_demand_pending",
+            "metric": {"name": DEMAND_METRIC,
                        "selector": {"matchLabels": {"demandSource": opts.demand_source}}},
             "target": {"type": "AverageValue", "averageValue": "1"}}})
     return {

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from gpuscale.common.freshness import bound_of, is_stale
 from gpuscale.proto import inspect_pb2 as pb
 from gpuscale.proto import telemetry_pb2 as tpb
-from gpuscale.scaler.core.profiles import SIGNALS
+from gpuscale.scaler.core.profiles import PLANNED, SIGNALS
 from gpuscale.stream.records import held_by
 
 SORTS = ("util", "memory", "queue", "name")
@@ -304,7 +304,7 @@ def _workload_rows(reply: pb.FleetReply) -> list[Row]:
             if a.unavailable:
                 value = Cell(f"UNAVAILABLE {a.unavailable}", f"{name.text} {a.signal}: "
                              f"UNAVAILABLE: {a.unavailable}", "red")
-            elif "/" in w.name and a.signal != "planned-replicas":
+            elif "/" in w.name and a.signal != PLANNED:
                 # an HPA reads it (metrics API, "Kind/name"): its target is in the HPA
                 value = Cell(_fmt(a.value) + (f" {unit}" if unit else ""))
             else:
