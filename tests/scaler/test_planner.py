@@ -185,17 +185,20 @@ def test_a_finer_resolution_plans_the_same_for_the_same_traffic() -> None:
     assert a.request_s == pytest.approx(100.0)
 
 
+def _show_prompts(p: Planner, tokens: float, seconds: range) -> None:
+    """Engines finishing 10 requests a second of ``tokens``-token prompts."""
+    obs = Observation(prompt_tps=10 * tokens, generation_tps=2_000.0, finished_rate=10.0,
+                      waiting=0.0, running=20.0, kv_cache=50.0, ready=5, starting=0)
+    for t in seconds:
+        p.observe(float(t), obs)
+
+
 def test_a_ttft_objective_leaves_the_queue_what_the_mean_prompt_does_not_take() -> None:
     p = Planner(PlannerConfig(ttft_s=2.0, prefill_tps=30_000.0, prompt_tokens=1_000.0))
     assert p.delay() == pytest.approx(2.0 - 1_000 / 30_000)  # nothing finished yet
-    long = Observation(prompt_tps=60_000.0, generation_tps=2_000.0, finished_rate=10.0,
-                       waiting=0.0, running=20.0, kv_cache=50.0, ready=2, starting=0)
-    for t in range(30):  # 6,000-token prompts
-        p.observe(float(t), long)
+    _show_prompts(p, 6_000.0, range(30))
     assert p.delay() == pytest.approx(2.0 - 6_000 / 30_000)
-    huge = replace(long, prompt_tps=10_000_000.0)
-    for t in range(30, 400):
-        p.observe(float(t), huge)
+    _show_prompts(p, 1_000_000.0, range(30, 400))
     assert p.delay() == pytest.approx(0.1)  # never below 5 % of the objective
     assert Planner(PlannerConfig(delay_s=0.5)).delay() == 0.5  # a queue-delay objective
 
@@ -206,10 +209,7 @@ def test_a_prompt_aware_objective_follows_the_prompts_the_engines_show() -> None
     p = Planner(PlannerConfig(ttft_s=1.0, ttft_per_token_s=0.0005, prefill_tps=30_000.0,
                               prompt_tokens=1_000.0))
     assert p.delay() == pytest.approx(1.5 - 1_000 / 30_000)  # the configured prompt
-    long = Observation(prompt_tps=120_000.0, generation_tps=2_000.0, finished_rate=10.0,
-                       waiting=0.0, running=20.0, kv_cache=50.0, ready=5, starting=0)
-    for t in range(30):  # 12,000-token prompts
-        p.observe(float(t), long)
+    _show_prompts(p, 12_000.0, range(30))
     assert p.delay() == pytest.approx(7.0 - 12_000 / 30_000)
 
 
