@@ -33,6 +33,7 @@ def test_plans_and_terms_are_exported_per_scaledobject() -> None:
     assert set(terms) == {"steady", "burst", "concurrency", "kv", "backlog", "required",
                           "arrived", "request_work", "capacity", "ready", "starting",
                           "growth", "kv_growth", "burst_excess", "startup",
-                          "startup_pods", "held", "request_s", "drain_floor", "unheld"}
+                          "startup_pods", "held", "request_s", "drain_floor", "unheld",
+                          "batch_capacity"}
     # No pod watch here: the default, measured over no pod.
     assert (terms["startup"], terms["startup_pods"]) == (300.0, 0.0)

@@ -123,13 +123,16 @@ def test_growth_over_a_start_up_is_planned_for() -> None:
         p.observe(float(t), busy(1.0 + 0.01 * t, ready=5))
     plan = p.current(399.0)
     # The last minute's mean is 1 + 0.01 x 369.5; the slope 0.01/s over a start-up of
-    # 100 s adds 1.0 (below the cap of half the load); over utilization 0.8.
-    assert plan.steady == pytest.approx((1 + 0.01 * 369.5 + 1.0) / 0.8)
+    # 100 s adds 1.0 (below the cap of half the load); with room at utilization 0.8 (a
+    # quarter of the work up to 4 replicas' worth, a quarter of sqrt(4 x work) beyond).
+    work = 1 + 0.01 * 369.5 + 1.0
+    assert plan.steady == pytest.approx(work + 0.25 * math.sqrt(4 * work))
     assert plan.growth == pytest.approx(1.0)
     flat = Planner(PlannerConfig(startup_s=100.0, trend=False, utilization=0.8))
     for t in range(400):
         flat.observe(float(t), busy(1.0 + 0.01 * t, ready=5))
-    assert flat.current(399.0).steady == pytest.approx((1 + 0.01 * 369.5) / 0.8)
+    work = 1 + 0.01 * 369.5
+    assert flat.current(399.0).steady == pytest.approx(work + 0.25 * math.sqrt(4 * work))
 
 
 def test_a_filling_kv_cache_is_planned_for_a_start_up_ahead() -> None:
@@ -163,8 +166,9 @@ def test_growth_is_capped_at_half_the_load() -> None:
     for t in range(400):
         p.observe(float(t), busy(0.5 if t < 340 else 4.0, ready=5))
     plan = p.current(399.0)
-    now = 4.0  # the last minute is all at 4.0
-    assert plan.steady == pytest.approx(now * 1.5 / 0.8)
+    work = 4.0 * 1.5  # the last minute is all at 4.0, and half of it again
+    assert plan.growth == pytest.approx(2.0)
+    assert plan.steady == pytest.approx(work + 0.25 * math.sqrt(4 * work))
 
 
 def test_a_finer_resolution_plans_the_same_for_the_same_traffic() -> None:
@@ -346,19 +350,19 @@ def test_a_measured_start_up_moves_the_backlog_and_the_hold() -> None:
 
 
 def test_the_hold_keeps_the_load_not_its_forecast_growth() -> None:
-    """A step in the load makes the 5-minute slope positive for 5 minutes although the
-    load is flat after it: that growth is planned for while the slope shows it, but the
-    hold keeps only the load that is here, so once the slope is gone the plan is the
-    load's own count at once, not the forecast's for another start-up."""
+    """A step in the load makes the slopes positive for a while although the load is
+    flat after it: that growth is planned for while the slopes show it, but the hold
+    keeps only the load that is here, so once the slope is gone the plan is the load's
+    own count at once, not the forecast's for another start-up."""
     p = Planner(CFG)  # start-up and hold 100 s, utilization 0.8
-    run(p, range(0, 300), busy(0.5, ready=5))
-    run(p, range(300, 451), busy(4.0, ready=5))
+    run(p, range(0, 350), busy(0.5, ready=5))
+    run(p, range(350, 451), busy(4.0, ready=5))
     plan = p.current(450.0)
     assert plan.growth > 0
     assert plan.held == math.ceil(4.0 / 0.8) == 5  # the load, without its growth
     assert plan.replicas == plan.unheld > plan.held  # the growth is planned for now
     run(p, range(451, 600), busy(4.0, ready=5))
-    plan = p.current(599.0)  # the trend window (300 s) holds only the new level
+    plan = p.current(599.0)  # the trend's last half (150 s) holds only the new level
     assert plan.growth == 0
     assert plan.replicas == plan.held == 5
 

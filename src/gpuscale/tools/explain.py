@@ -328,8 +328,8 @@ def _pod_table(reply: pb.ExplainReply) -> list[str]:
     return out
 
 
-_TERMS = {"steady": "the last minute's work at the utilization target, with its growth "
-                     "over a start-up",
+_TERMS = {"steady": "the last minute's work with the utilization target's room and its "
+                     "growth over a start-up, over the capacity a pod delivers",
           "burst": "the delay bound of the bursts remembered",
           "concurrency": "running sequences over the batch",
           "kv": "the KV cache's use, with its fill over a start-up"}

@@ -1,12 +1,14 @@
 """What the planner (``scaler.core.planner``) learns from a workload's own pods: how long a
 new replica takes to become Ready (**start-up**), and what a Ready pod really delivers of
-its configured work per second (**capacity**). Both only make a plan safer: the start-up
-is a high quantile of what pods showed, and the capacity is learned only below the
-configuration."""
+its configured work per second (**capacity**: from a queue that shows it, and before any
+queue from the batch the KV cache holds, ``batch_capacity``). Each only makes a plan
+safer: the start-up is a high quantile of what pods showed, and a capacity is taken only
+below the configuration."""
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from gpuscale.scaler.core.plan_values import DEFAULT_STARTUP_S, Observation, PlannerConfig
 
@@ -17,6 +19,8 @@ MAX_STARTUP_S = 7200.0  # a longer "start-up" is not one (a Ready pod restarted 
 SATURATED_S = 5  # a queue this long means the Ready pods serve all they can
 CAPACITY_WEIGHT = 0.05  # of each saturated second in the learned capacity
 MIN_CAPACITY = 0.25
+BATCH_MIN_FINISHED = 10  # requests finished in the window before their mean prompt counts
+BATCH_MAX_PREFILL = 0.9  # a busier prefill share leaves decode's speed unreadable
 
 
 class Startup:
@@ -103,3 +107,51 @@ class Capacity:
             sample = min(1.0, served / obs.ready)
         self.value = max(MIN_CAPACITY, min(1.0, self.value + CAPACITY_WEIGHT * (
             sample - self.value)))
+
+
+@dataclass(frozen=True, slots=True)
+class BatchSums:
+    """Sums over the same recent seconds (per-second values of the Ready pods, summed):
+    prompt and generated tokens/s, requests finished/s, sequences running, KV-cache
+    percent, and sequences running x the share of their pod's second that prefill left
+    to decode."""
+
+    prompt: float
+    generated: float
+    finished: float
+    running: float
+    kv: float
+    decoding: float
+
+
+def batch_capacity(config: PlannerConfig, sums: BatchSums, resolution_s: float = 1.0) -> float:
+    """What a replica delivers of its configured work once its KV cache is full, on the
+    prompts and outputs its pods show (1 when that is no bound, or not readable yet).
+
+    A replica runs at most ``slots`` sequences: ``max_batch``, or as many as fill its KV
+    cache at the KV each running sequence holds now (running over KV percent, x 100).
+    Decode gets what prefill leaves: at ``lam`` requests/s of prompt P, prefill takes
+    lam x P / prefill_tps of each second, and each sequence decodes at ``v`` tokens/s in the
+    rest (``v``: the generated tokens/s per running sequence the pods show, over that rest;
+    at most ``decode_tps`` over the slots). A request of output O then holds its slot
+    O / (v x (1 - lam x P / prefill_tps)) seconds, and Little's law bounds
+    lam x that <= slots: lam <= slots x v / (O + slots x v x P / prefill_tps). The work of
+    that many requests is the capacity. Long prompts are where it binds: prefill takes
+    most of a replica's time, the sequences it leaves decode slowly and hold their KV
+    longer, and the cache fills before the configured figures are reached - which a
+    replica otherwise shows only once requests queue at it (``Capacity``).
+
+    Not readable (1): fewer than ``BATCH_MIN_FINISHED`` requests finished, no sequence or
+    KV in use, or a prefill share above ``BATCH_MAX_PREFILL`` (decode's speed is then
+    within the noise)."""
+    c = config
+    if (sums.finished * resolution_s < BATCH_MIN_FINISHED or sums.running <= 0
+            or sums.kv <= 0 or sums.generated <= 0
+            or sums.decoding < (1.0 - BATCH_MAX_PREFILL) * sums.running):
+        return 1.0
+    prompt = sums.prompt / sums.finished  # tokens of one request
+    output = sums.generated / sums.finished
+    slots = min(float(c.max_batch), 100.0 * sums.running / sums.kv)
+    speed = min(sums.generated / sums.decoding, c.decode_tps / slots)
+    rate = slots * speed / (output + slots * speed * prompt / c.prefill_tps)
+    return max(MIN_CAPACITY, min(1.0, rate * c.work(prompt, output)))

@@ -108,6 +108,7 @@ class Plan:
     held: int = 0  # the count the hold keeps: the load that is here, without growth or backlog
     request_s: float = math.nan  # mean seconds a request runs (NaN: not a minute seen)
     drain_floor: int = 0  # pods kept so a scale-down cuts at most CUT_SHARE (0: not binding)
+    batch_capacity: float = 1.0  # what a full KV cache's batch allows (<= 1; in capacity)
 
     def terms(self) -> dict[str, float]:
         return {"steady": self.steady, "burst": self.burst, "concurrency": self.concurrency,
@@ -119,5 +120,6 @@ class Plan:
                 "startup": self.startup,
                 "startup_pods": float(self.startup_pods), "held": float(self.held),
                 "request_s": self.request_s, "drain_floor": float(self.drain_floor),
+                "batch_capacity": self.batch_capacity,
                 "ready": float(self.ready), "starting": float(self.starting)}
 

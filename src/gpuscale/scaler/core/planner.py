@@ -12,10 +12,14 @@ replica does in one second (a "replica-second"):
   of the waiting queue times the mean work of one request (served work over finished
   requests, over the last minutes).
 - **steady** (Little's law): the mean arrived work over the last minute, plus its growth
-  over one start-up (the least-squares slope of the last ``TREND_S`` seconds, when
-  positive, times the start-up, at most ``TREND_CAP`` of the load: a replica asked for
-  now serves the load of a start-up from now), over the target busy fraction
-  ``utilization``: replicas that carry the work in flight with room left.
+  over one start-up (the smaller of the least-squares slopes of the last ``TREND_S``
+  seconds and of their last half, when positive, times the start-up, at most
+  ``TREND_CAP`` of the load: a replica asked for now serves the load of a start-up from
+  now; a load that has stopped rising for half the window - a step, a ramp that ended -
+  is planned without growth), with room: replicas that carry the work in flight with
+  room left. The room is the target busy fraction ``utilization``'s (work / utilization)
+  up to ``ROOM_POOL`` replicas' worth of work, and beyond grows as the square root of the
+  work (a pool's fluctuation does: 16 replicas' work at 0.8 plans 18, not 20).
 - **burst**: the smallest service rate that keeps every arrival of the remembered
   history (``memory_s``, at 1-s resolution) within the queueing-delay budget (``delay_s``,
   or a TTFT objective less the prefill of the mean prompt seen, ``delay()``):
@@ -39,8 +43,8 @@ replica does in one second (a "replica-second"):
   for ``QUIET_S`` holds no burst headroom: it has no level to burst from.
 - **concurrency**: running sequences over ``max_batch`` at ``utilization`` (full batches
   cannot take the next request; waiting ones are the backlog's); **kv**: the Ready pods'
-  KV-cache use, plus its growth over one start-up (the ``TREND_S`` slope, at most
-  ``KV_TREND_CAP`` of the use: long generations fill the cache for minutes while the work
+  KV-cache use, plus its growth over one start-up (the smaller slope, as the load's, at
+  most ``KV_TREND_CAP`` of the use: long generations fill the cache for minutes while the work
   per second stays low), over ``kv_target`` (a full cache stops the batch from growing).
 - **backlog**: the waiting queue's work spread over the start-up, the time a new
   replica needs to become Ready: the extra capacity that drains it by the time it arrives.
@@ -55,9 +59,13 @@ replica does in one second (a "replica-second"):
   can, so its work is what one replica delivers of the configured capacity (batch or KV
   limits, a slower GPU than configured); learned per pod from the pods that wait (the
   observation's ``pods``; from the sums when a caller has no per-pod loads), slowly and
-  only below 1, it divides the work terms. A capacity configured too low only costs
-  GPU-hours; too high would plan too few replicas, and this corrects it from the engines'
-  own counters.
+  only below 1. Before any queue, the **batch capacity** (``learned.batch_capacity``):
+  what a replica delivers once its KV cache is full, from the KV each running sequence
+  holds and the speed it decodes at in what prefill leaves (long prompts: prefill takes
+  most of a replica's time, sequences decode slowly and hold the cache longer). The
+  smaller of the two divides the work terms. A capacity configured too low only costs
+  GPU-hours; too high would plan too few replicas, and these correct it from the
+  engines' own counters.
 
 planned = ceil(max(steady, burst, concurrency, kv, current) + backlog) - ``current``
 being the work the Ready pods served over the last ``CURRENT_S`` seconds, so a plan is
@@ -98,7 +106,7 @@ from collections import deque
 from gpuscale.common.freshness import is_stale
 from gpuscale.scaler.core.bursts import BURST_SPANS, Bursts
 from gpuscale.scaler.core.drain import CUT_SHARE, Drain
-from gpuscale.scaler.core.learned import Capacity, Startup
+from gpuscale.scaler.core.learned import BatchSums, Capacity, Startup, batch_capacity
 from gpuscale.scaler.core.plan_values import (
     DEFAULT_STARTUP_S,
     Observation,
@@ -124,6 +132,18 @@ CURRENT_S = 10  # the window of the current term
 DEFAULTS = PlannerConfig()
 
 
+ROOM_POOL = 4.0  # replicas of work up to which the room is in proportion
+
+
+def _with_room(work: float, utilization: float) -> float:
+    """Replicas for ``work`` (replica-seconds/s) with room: work / ``utilization`` up to
+    ``ROOM_POOL`` replicas' worth; beyond, room growing as its square root."""
+    room = 1.0 / utilization - 1.0
+    if work <= ROOM_POOL:
+        return work * (1.0 + room)
+    return work + room * math.sqrt(ROOM_POOL * work)
+
+
 class Planner:
     """One workload's planner; call ``observe`` about once a second."""
 
@@ -138,12 +158,16 @@ class Planner:
         self._finished = Window(bins(REQUEST_MEMORY_S))
         self._running = Window(bins(REQUEST_MEMORY_S))  # requests in the pods' batches
         self._prompts = Window(bins(REQUEST_MEMORY_S))  # prompt tokens/s
+        self._generated = Window(bins(REQUEST_MEMORY_S))  # generation tokens/s
+        # running sequences x the share of their pod's time prefill leaves to decode
+        self._decoding = Window(bins(REQUEST_MEMORY_S))
         # KV-cache use, percent summed over Ready pods
         self._kv = Window(bins(TREND_S), slopes=True)
         self._held: deque[tuple[int, int]] = deque()  # (second, count), decreasing
         self._drain = Drain(config)
         self._since: int | None = None  # first second of the current history
         self._capacity = Capacity(config)
+        self._batch_capacity = 1.0
         self._startup = Startup(config)
         self.plan: Plan | None = None
         self._failed_at: float | None = None
@@ -160,8 +184,14 @@ class Planner:
 
     @property
     def capacity(self) -> float:
-        """Learned: what a Ready pod delivers of the configured replica-seconds (<= 1)."""
-        return self._capacity.value
+        """Learned: what a Ready pod delivers of the configured replica-seconds (<= 1) -
+        the smaller of what queued pods showed and what the KV cache's batch allows."""
+        return min(self._capacity.value, self._batch_capacity)
+
+    @property
+    def batch_capacity(self) -> float:
+        """What the KV cache's batch allows a replica on the prompts seen (``learned``)."""
+        return self._batch_capacity
 
     def hold(self) -> float:
         """The scale-down hold: ``hold_s``, or one start-up."""
@@ -215,8 +245,11 @@ class Planner:
             self._finished.push(obs.finished_rate)
             self._running.push(obs.running)
             self._prompts.push(obs.prompt_tps)
+            self._generated.push(obs.generation_tps)
+            self._decoding.push(self._decode_share(obs))
             self._kv.push(obs.kv_cache)
         self._capacity.learn(obs, served, gap)
+        self._batch_capacity = self._read_batch_capacity()
         self._startup.learn(obs)
         self._second, self._waiting = second, obs.waiting
         if self._since is None:
@@ -226,13 +259,27 @@ class Planner:
 
     def _restart(self) -> None:
         for window in (self._arrived, self._served, self._finished, self._running,
-                       self._prompts, self._kv):
+                       self._prompts, self._generated, self._decoding, self._kv):
             window.clear()
         self._bursts.clear()
         self._held.clear()
         self._drain.clear()
         self._since = None
         self._capacity.clear()
+
+    def _decode_share(self, obs: Observation) -> float:
+        """Running sequences x the share of a pod's second that prefill leaves them."""
+        if obs.ready <= 0:
+            return 0.0
+        return obs.running * max(0.0, 1.0 - obs.prompt_tps / (self.config.prefill_tps
+                                                               * obs.ready))
+
+    def _read_batch_capacity(self) -> float:
+        n = min(len(self._decoding.values), len(self._kv.values))
+        return batch_capacity(self.config, BatchSums(
+            self._prompts.last(n), self._generated.last(n), self._finished.last(n),
+            self._running.last(n), self._kv.last(n), self._decoding.last(n)),
+            self.config.resolution_s)
 
     def delay(self) -> float:
         """The queueing budget: ``delay_s``; with a TTFT objective, the objective for the
@@ -284,12 +331,13 @@ class Planner:
         now_rate = self._arrived.last(n) / n if n else served
         growth = 0.0
         if c.trend and seen >= c.bins(TREND_S):
-            slope = self._arrived.slope(c.bins(TREND_S)) / c.resolution_s  # per second
+            slope = min(self._arrived.slope(c.bins(TREND_S)),
+                        self._arrived.slope(c.bins(TREND_S) // 2)) / c.resolution_s
             growth = min(max(0.0, slope) * startup,
                          TREND_CAP * now_rate)
         k = self.capacity
-        load = now_rate / c.utilization / k
-        steady = load + growth / c.utilization / k
+        load = _with_room(now_rate / k, c.utilization)
+        steady = _with_room((now_rate + growth) / k, c.utilization)
         burst, excess = self._bursts.term(now_rate)
         if seen >= c.bins(QUIET_S) and self._arrived.last(c.bins(QUIET_S)) <= 0:
             burst = 0.0  # quiet for QUIET_S: no headroom held for a workload that has gone
@@ -299,7 +347,8 @@ class Planner:
         if c.trend and len(self._kv.values) >= c.bins(TREND_S):
             # Long generations fill the cache over minutes (each sequence's context grows
             # until it ends): plan for the fill a start-up ahead, as for the load.
-            slope = self._kv.slope(c.bins(TREND_S)) / c.resolution_s
+            slope = min(self._kv.slope(c.bins(TREND_S)),
+                        self._kv.slope(c.bins(TREND_S) // 2)) / c.resolution_s
             kv_growth = min(max(0.0, slope) * startup, KV_TREND_CAP * obs.kv_cache)
         kv = (obs.kv_cache + kv_growth) / c.kv_target
         kv_now = obs.kv_cache / c.kv_target
@@ -338,5 +387,6 @@ class Planner:
                          request, k, obs.ready, obs.starting, warming, growth, kv_growth,
                          excess, startup, self.startup_source,
                          self._startup.pods,
-                         held, math.nan if request_s is None else request_s, drain_floor)
+                         held, math.nan if request_s is None else request_s, drain_floor,
+                         self._batch_capacity)
         return self.plan
