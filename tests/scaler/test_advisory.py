@@ -176,7 +176,7 @@ class World:
 
 
 def test_planned_and_actual_replicas_and_the_gpu_hours_between_them() -> None:
-    # Six pods carry 2.4 replica-seconds per second: the plan is 3 (2.4 / 0.85 busy)
+    # Six pods carry 2.4 replica-seconds per second: the plan is 3 (2.4 with room, 2.79)
     # once the planner has seen a hold window (120 s); until then it keeps the six.
     world = World(gpus=2.0)
     world.run(600, pods=6)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
@@ -27,8 +29,9 @@ def test_plans_and_terms_are_exported_per_scaledobject() -> None:
     assert [(s.labels, s.value) for s in replicas] == [
         ({"namespace": "llm", "scaledobject": "chat"}, 4.0)]  # warming: 3 ready + 1 starting
     terms = {s.labels["term"]: s.value for s in families["gpuscale_plan_term"].samples}
-    assert terms["steady"] == pytest.approx((36_000 / 30_000 + 14_400 / 12_000)
-                                            / PlannerConfig().utilization)
+    work = 36_000 / 30_000 + 14_400 / 12_000  # 2.4: past 2 replicas' worth, the room
+    room = 1 / PlannerConfig().utilization - 1  # grows as the root of the work
+    assert terms["steady"] == pytest.approx(work + room * math.sqrt(2 * work))
     assert (terms["ready"], terms["starting"]) == (3.0, 1.0)
     assert set(terms) == {"steady", "burst", "concurrency", "kv", "backlog", "required",
                           "arrived", "request_work", "capacity", "ready", "starting",

@@ -24,7 +24,9 @@ def test_steady_load_is_carried_at_the_target_utilization() -> None:
     p = Planner(CFG)
     run(p, range(0, 200), busy(2.4, ready=3))
     plan = p.current(199.0)
-    assert plan.steady == pytest.approx(2.4 / 0.8)
+    # With room at utilization 0.8: a quarter of the work up to 2 replicas' worth, a
+    # quarter of sqrt(2 x work) beyond.
+    assert plan.steady == pytest.approx(2.4 + 0.25 * math.sqrt(2 * 2.4))
     # The longest burst span (120 s) of a steady 2.4/s: 288 over 122 s, less the late
     # share of the last minute's work (5 % of 144) that the objective's p95 allows.
     allowed = 0.05 * 2.4 * 60
@@ -124,15 +126,15 @@ def test_growth_over_a_start_up_is_planned_for() -> None:
     plan = p.current(399.0)
     # The last minute's mean is 1 + 0.01 x 369.5; the slope 0.01/s over a start-up of
     # 100 s adds 1.0 (below the cap of half the load); with room at utilization 0.8 (a
-    # quarter of the work up to 4 replicas' worth, a quarter of sqrt(4 x work) beyond).
+    # quarter of the work up to 2 replicas' worth, a quarter of sqrt(2 x work) beyond).
     work = 1 + 0.01 * 369.5 + 1.0
-    assert plan.steady == pytest.approx(work + 0.25 * math.sqrt(4 * work))
+    assert plan.steady == pytest.approx(work + 0.25 * math.sqrt(2 * work))
     assert plan.growth == pytest.approx(1.0)
     flat = Planner(PlannerConfig(startup_s=100.0, trend=False, utilization=0.8))
     for t in range(400):
         flat.observe(float(t), busy(1.0 + 0.01 * t, ready=5))
     work = 1 + 0.01 * 369.5
-    assert flat.current(399.0).steady == pytest.approx(work + 0.25 * math.sqrt(4 * work))
+    assert flat.current(399.0).steady == pytest.approx(work + 0.25 * math.sqrt(2 * work))
 
 
 def test_a_filling_kv_cache_is_planned_for_a_start_up_ahead() -> None:
@@ -168,7 +170,7 @@ def test_growth_is_capped_at_half_the_load() -> None:
     plan = p.current(399.0)
     work = 4.0 * 1.5  # the last minute is all at 4.0, and half of it again
     assert plan.growth == pytest.approx(2.0)
-    assert plan.steady == pytest.approx(work + 0.25 * math.sqrt(4 * work))
+    assert plan.steady == pytest.approx(work + 0.25 * math.sqrt(2 * work))
 
 
 def test_a_finer_resolution_plans_the_same_for_the_same_traffic() -> None:
@@ -225,7 +227,8 @@ def test_capacity_is_learned_from_saturated_pods_and_only_downwards() -> None:
         p.observe(float(t), busy(2.0, waiting=50.0, ready=4))
     plan = p.current(199.0)
     assert plan.capacity == pytest.approx(0.5, abs=0.01)
-    assert plan.steady == pytest.approx(2.0 / 0.8 / plan.capacity)
+    work = 2.0 / plan.capacity  # replicas' worth, with room as above
+    assert plan.steady == pytest.approx(work + 0.25 * math.sqrt(2 * work))
     # Pods that deliver more than configured never lower the plan.
     fast = Planner(CFG)
     for t in range(200):

@@ -69,8 +69,8 @@ def test_the_planner_plans_on_the_batch_capacity_before_any_queue() -> None:
     plan = p.current(119.0)
     assert p.batch_capacity == pytest.approx(0.423, abs=0.001)
     assert plan.capacity == p.batch_capacity  # no queue: nothing learned from one
-    work = 4 * (6_000 / 30_000 + 240 / 12_000)  # 0.88 replica-seconds/s
-    assert plan.steady == pytest.approx(work / plan.capacity / CFG.utilization)
+    work = 4 * (6_000 / 30_000 + 240 / 12_000) / plan.capacity  # 0.88 replica-s/s
+    assert plan.steady == pytest.approx(work + 0.25 * math.sqrt(2 * work))  # room at 0.8
     # The configured figures alone would have planned 0.88 / 0.8 -> 2 replicas for what
     # 4 pods with a queue-free cache at 40 % carry: the batch's bound says 3.
     assert plan.unheld == 3
@@ -85,9 +85,10 @@ def test_short_requests_keep_the_configured_capacity() -> None:
 
 
 def test_room_is_proportional_for_a_few_replicas_and_grows_as_the_root_beyond() -> None:
-    # Utilization 0.8: room 0.25 of the work up to 4 replicas' worth; beyond, 0.25 x
-    # sqrt(4 x work) - a pool of 16 replicas' work plans 16 + 0.25 x 8 = 18, not 20.
-    for work, expected in ((2.0, 2.5), (4.0, 5.0), (16.0, 18.0), (100.0, 105.0)):
+    # Utilization 0.8: room 0.25 of the work up to 2 replicas' worth; beyond, 0.25 x
+    # sqrt(2 x work) - a pool of 32 replicas' work plans 32 + 0.25 x 8 = 34, not 40.
+    for work, expected in ((1.0, 1.25), (2.0, 2.5), (8.0, 9.0), (32.0, 34.0),
+                           (4.0, 4.0 + 0.25 * math.sqrt(8.0))):
         p = Planner(CFG)
         run(p, range(0, 70), busy(work, ready=math.ceil(work)))
         assert p.current(69.0).steady == pytest.approx(expected)
@@ -105,4 +106,4 @@ def test_a_load_that_stopped_rising_is_planned_without_growth() -> None:
     run(p, range(300, 451), busy(4.0, ready=5))  # then flat at 4 for 151 s
     plan = p.current(450.0)
     assert plan.growth == 0.0
-    assert plan.steady == pytest.approx(4.0 / 0.8)
+    assert plan.steady == pytest.approx(4.0 + 0.25 * math.sqrt(2 * 4.0))

@@ -4,6 +4,7 @@ gets, ticking, and UNAVAILABLE when the engines' counters are missing."""
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import AsyncIterator
 
 import grpc
@@ -67,11 +68,13 @@ async def test_spec_and_value_are_planned_replicas_times_the_target(
             await value(stub)  # the first ask creates the planner
         clock.now += 1
     clock.now -= 1
-    # 2.4 replica-seconds per second over utilization 0.85 (the default): 2.82, 3 replicas.
+    # 2.4 replica-seconds per second with the room of utilization 0.85 (the default;
+    # past 2 replicas' work, (1 / 0.85 - 1) x sqrt(2 x 2.4)): 2.79, 3 replicas.
     assert await value(stub) == 30.0
     assert (await stub.IsActive(ref(), timeout=5)).result
     plans = dict(service.plans.plans())
-    assert plans[("llm", "chat")].steady == pytest.approx(2.4 / 0.85)
+    assert plans[("llm", "chat")].steady == pytest.approx(
+        2.4 + (1 / 0.85 - 1) * math.sqrt(2 * 2.4))
 
 
 async def test_a_ready_pod_without_counters_is_unavailable_naming_it(

@@ -19,7 +19,7 @@ replica does in one second (a "replica-second"):
   is planned without growth), with room: replicas that carry the work in flight with
   room left. The room is the target busy fraction ``utilization``'s (work / utilization)
   up to ``ROOM_POOL`` replicas' worth of work, and beyond grows as the square root of the
-  work (a pool's fluctuation does: 16 replicas' work at 0.8 plans 18, not 20).
+  work (a pool's fluctuation does: 32 replicas' work at 0.8 plans 34, not 40).
 - **burst**: the smallest service rate that keeps every arrival of the remembered
   history (``memory_s``, at 1-s resolution) within the queueing-delay budget (``delay_s``,
   or a TTFT objective less the prefill of the mean prompt seen, ``delay()``):
@@ -132,7 +132,7 @@ CURRENT_S = 10  # the window of the current term
 DEFAULTS = PlannerConfig()
 
 
-ROOM_POOL = 4.0  # replicas of work up to which the room is in proportion
+ROOM_POOL = 2.0  # replicas of work up to which the room is in proportion
 
 
 def _with_room(work: float, utilization: float) -> float:
