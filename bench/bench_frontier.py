@@ -23,7 +23,8 @@ runs per load); this bench sweeps the policies only.
 
 Usage: .venv/bin/python bench/bench_frontier.py [--quick] [--jobs N] [--loads A,B]
            [--rate-mode place|rotate] [--plots DIR] [--json FILE] [--set KEY=VALUE ...]
-       .venv/bin/python bench/bench_frontier.py --from FILE  (judge a --json run again)
+       .venv/bin/python bench/bench_frontier.py --from FILE [--plots DIR]
+           (judge a --json run again, and plot it, without simulating)
   --loads: names as printed, '-' for a space ("trace-x2,burst10-s1")
   --plots DIR: one PNG per load (matplotlib: pip install -e '.[plot]')
   --set: a planner trigger key for every planner run (its knob still swept)
@@ -196,6 +197,16 @@ def _read(load: dict[str, Any]) -> Sweep:
                        for r in load["runs"]), DEFAULT_SLO)
 
 
+def _plot(found: Sweep, folder: Path, name: str, requests: int | None) -> None:
+    """The load's curves as ``folder``/<load>.png (``--plots``)."""
+    from gpuscale.sim.sweep_plot import plot_sweep
+
+    png = folder / f"{_slug(name)}.png"
+    title = name if requests is None else f"{name}: {requests} requests"
+    plot_sweep(found, png, title, dpi=PLOT_DPI)
+    _shrink(png)
+
+
 def _shrink(png: Path) -> None:
     """256 colours (Pillow, which matplotlib brings): a quarter of the bytes, so one plot
     per load can live in docs/frontier/."""
@@ -223,9 +234,17 @@ def main() -> None:
     ap.add_argument("--from", dest="source", type=Path,
                     help="judge the runs a --json of an earlier run wrote (no simulation)")
     args = ap.parse_args()
+    if args.plots is not None:
+        from gpuscale.common.plotting import load_pyplot
+
+        load_pyplot()  # refuse before the work, not after it
+        args.plots.mkdir(parents=True, exist_ok=True)
     if args.source is not None:
-        verdicts = [judge(name, load["tuned"], _read(load))
-                    for name, load in json.loads(args.source.read_text()).items()]
+        loads = json.loads(args.source.read_text())
+        verdicts = [judge(name, load["tuned"], _read(load)) for name, load in loads.items()]
+        if args.plots is not None:
+            for name, load in loads.items():
+                _plot(_read(load), args.plots, name, load.get("requests"))
         print(table(verdicts))
         print()
         print(tally(verdicts))
@@ -239,11 +258,6 @@ def main() -> None:
             sys.exit(f"--loads: no load {', '.join(sorted(unknown))}; the loads: "
                      + ", ".join(_slug(c.name) for c in todo))
         todo = [c for c in todo if c.name in wanted]
-    if args.plots is not None:
-        from gpuscale.common.plotting import load_pyplot
-
-        load_pyplot()  # refuse before the work, not after it
-        args.plots.mkdir(parents=True, exist_ok=True)
     print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, Python "
           f"{sys.version.split()[0]}; {args.jobs} worker processes; trace rate mode "
           f"{args.rate_mode}; planner {extra or 'defaults'}", flush=True)
@@ -256,13 +270,10 @@ def main() -> None:
         found = sweep(requests, duration, ServingParams(), keys=tuple(POLICIES),
                       jobs=args.jobs, planner_metadata=extra)
         verdicts.append(judge(case.name, case.tuned, found))
-        dump[case.name] = {"tuned": case.tuned, **sweep_json(found)}
+        dump[case.name] = {"tuned": case.tuned, "requests": len(requests),
+                           **sweep_json(found)}
         if args.plots is not None:
-            from gpuscale.sim.sweep_plot import plot_sweep
-
-            png = args.plots / f"{_slug(case.name)}.png"
-            plot_sweep(found, png, f"{case.name}: {len(requests)} requests", dpi=PLOT_DPI)
-            _shrink(png)
+            _plot(found, args.plots, case.name, len(requests))
         v = verdicts[-1]
         print(f"{case.name}: planner {v.planner.gpu_hours:.2f} / {v.planner.slo_minutes}; "
               f"{'on the frontier' if v.on_frontier else 'beaten'}; "
