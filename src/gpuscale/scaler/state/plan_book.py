@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 
 IDLE_S = 900.0  # a planner nobody asked about for this long is dropped
 CHUNK = 50  # planned workloads observed between two turns of the event loop
-MAX_WORKLOADS = 1_000  # ~140 KiB of history each (tracemalloc): inside the scaler's 512 MiB
+MAX_WORKLOADS = 1_000  # ~165 KiB of history each (tracemalloc): inside the scaler's 512 MiB
 
 #: The per-pod signals an observation sums (engines.signals names them).
 PLANNER_SIGNALS = ("vllm-prompt-tps", "vllm-generation-tps", "vllm-finished-rate",
