@@ -3,7 +3,13 @@ whether its knob is monotone, and its curve against the baselines' within its re
 
 from __future__ import annotations
 
-from bench.bench_frontier import _curve, _read, judge
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.bench_frontier import _curve, _read, judge, main
 from gpuscale.models.slo import DEFAULT_SLO
 from gpuscale.sim.sweep import Sweep, SweepPoint, sweep_json
 
@@ -62,3 +68,18 @@ def test_a_json_run_judged_again_gives_the_same_verdict() -> None:
     again = _read({"tuned": False, **sweep_json(s)})
     assert again.points == s.points
     assert judge("x", False, again) == judge("x", False, s)
+
+
+def test_a_saved_run_is_drawn_again_without_simulating(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    s = Sweep((*PLANNER, _p("static", 2, 1.5, 0)), DEFAULT_SLO)
+    saved = tmp_path / "frontier.json"
+    saved.write_text(json.dumps({"trace x2": {"tuned": True, "requests": 7,
+                                              **sweep_json(s)}}))
+    monkeypatch.setattr(sys, "argv", ["bench_frontier.py", "--from", str(saved),
+                                      "--plots", str(tmp_path / "plots")])
+    main()
+    png = tmp_path / "plots" / "trace-x2.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "| trace x2 (tuned) | 2.00 / 1 |" in capsys.readouterr().out
