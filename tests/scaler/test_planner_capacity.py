@@ -50,9 +50,11 @@ def test_unreadable_sums_bound_nothing(sums: BatchSums) -> None:
 
 
 def test_the_floor_of_a_learned_capacity_holds() -> None:
-    # One sequence in 90 % of the cache, decoding 1 token/s: a capacity far below any
-    # replica's is taken as the floor, not as a plan of hundreds of replicas.
-    tiny = BatchSums(6_000 * 100, 240 * 100, 100, 100, 9_000, 24_000.0 / 1)
+    # Each sequence holds 90 % of the cache: 1.1 fit, carrying 1.11 x 300 / (240 + 1.11 x
+    # 300 x 0.2) = 1.09 requests/s of 0.22 replica-seconds, 0.24 of the configuration -
+    # below the floor, which is taken (a figure that low is more likely a misreading than
+    # a replica, and would plan four times the replicas).
+    tiny = BatchSums(6_000 * 100, 240 * 100, 100, running=100, kv=9_000, decoding=80)
     assert batch_capacity(CFG, tiny) == pytest.approx(0.25)
 
 
