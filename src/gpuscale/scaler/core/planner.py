@@ -309,6 +309,14 @@ class Planner:
         c = self.config
         return c.work(c.prompt_tokens, c.output_tokens)
 
+    def _growth(self, window: Window) -> float:
+        """Growth per second of ``window``'s values (>= 0): the smaller of the
+        least-squares slopes of the last ``TREND_S`` and of its last half, so a load or a
+        cache that stopped rising half a window ago (a step, a ramp that ended) has none."""
+        c = self.config
+        n = c.bins(TREND_S)
+        return max(0.0, min(window.slope(n), window.slope(n // 2))) / c.resolution_s
+
     def _request_seconds(self) -> float | None:
         """Mean seconds a request runs (Little's law: requests running over requests
         finishing a second, over the recent window); with less than one request finished
@@ -331,9 +339,7 @@ class Planner:
         now_rate = self._arrived.last(n) / n if n else served
         growth = 0.0
         if c.trend and seen >= c.bins(TREND_S):
-            slope = min(self._arrived.slope(c.bins(TREND_S)),
-                        self._arrived.slope(c.bins(TREND_S) // 2)) / c.resolution_s
-            growth = min(max(0.0, slope) * startup,
+            growth = min(self._growth(self._arrived) * startup,
                          TREND_CAP * now_rate)
         k = self.capacity
         load = _with_room(now_rate / k, c.utilization)
@@ -347,9 +353,7 @@ class Planner:
         if c.trend and len(self._kv.values) >= c.bins(TREND_S):
             # Long generations fill the cache over minutes (each sequence's context grows
             # until it ends): plan for the fill a start-up ahead, as for the load.
-            slope = min(self._kv.slope(c.bins(TREND_S)),
-                        self._kv.slope(c.bins(TREND_S) // 2)) / c.resolution_s
-            kv_growth = min(max(0.0, slope) * startup, KV_TREND_CAP * obs.kv_cache)
+            kv_growth = min(self._growth(self._kv) * startup, KV_TREND_CAP * obs.kv_cache)
         kv = (obs.kv_cache + kv_growth) / c.kv_target
         kv_now = obs.kv_cache / c.kv_target
         backlog = obs.waiting * request / startup / k
