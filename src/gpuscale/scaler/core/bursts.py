@@ -20,6 +20,7 @@ import math
 from collections import deque
 
 from gpuscale.scaler.core.plan_values import PlannerConfig
+from gpuscale.scaler.core.recurrence import Recurrence
 from gpuscale.scaler.core.windows import BASE_BLOCK_S, Window
 
 #: Burst lengths looked at, seconds: a grid, so a burst between two of them is counted at
@@ -43,7 +44,9 @@ class Bursts:
         self._block = (0, 0.0)  # (bins in it, their sum)
         # (second, rate, rate), decreasing, and (second, excess, its rate): see remember
         self.rates: deque[tuple[int, float, float]] = deque()
-        self.excess: deque[tuple[int, float, float]] = deque()
+        self.excess: deque[tuple[int, float, float]] = deque()  # of recurring bursts
+        self.first: deque[tuple[int, float, float]] = deque()  # of a first burst
+        self.recurrence = Recurrence(config)
         self._minutes = 0  # whole minutes of arrivals seen (blocks made)
         self._pruned = 0  # ... when the excess was last pruned of levels
 
@@ -61,17 +64,32 @@ class Bursts:
         """Forget the history (a long gap: what came before says nothing about now)."""
         self.rates.clear()
         self.excess.clear()
+        self.first.clear()
+        self.recurrence.clear()
         self._blocks.clear()
         self._block = (0, 0.0)
 
-    def term(self, now_rate: float) -> tuple[float, float]:
-        """(the burst term before the capacity, the largest remembered excess), with the
-        load's level at ``now_rate``."""
-        excess = max((e[1] for e in self.excess), default=0.0)
-        return min(self.rates[0][1] if self.rates else 0.0, now_rate + excess), excess
+    def term(self, now_rate: float, second: int, first_s: float,
+             lead: float) -> tuple[float, float]:
+        """(the burst term before the capacity, the excess it holds), with the load's
+        level at ``now_rate``: every burst's excess for ``first_s``; a recurring burst's
+        for ``memory_s`` - or, for bursts at a period, from ``lead`` before the next is
+        due (``recurrence``)."""
+        c = self.config
+        recent = second - c.bins(min(first_s, c.memory_s))
+        rate = self.rates[0][1] if self.rates else 0.0
+        excess = max((e[1] for e in (*self.excess, *self.first) if e[0] > recent),
+                     default=0.0)
+        due = self.recurrence.due(second, lead)
+        if due is None:
+            excess = max(excess, max((e[1] for e in self.excess), default=0.0))
+        else:
+            excess, rate = max(excess, due[0]), max(rate, due[1])
+        return min(rate, now_rate + excess), excess
 
-    def remember(self, second: int, arrived: Window, delay: float) -> None:
-        """Remember this second's burst rate over ``arrived`` and its excess."""
+    def remember(self, second: int, arrived: Window, delay: float, first_s: float) -> None:
+        """Remember this second's burst rate over ``arrived`` and its excess: for
+        ``memory_s`` when the workload has burst as much before, else ``first_s``."""
         c = self.config
         spans = [span for span in BURST_SPANS if span <= c.burst_s]
         # The objective is a percentile per minute: a minute may have ``late_share`` of
@@ -106,9 +124,16 @@ class Bursts:
         if level is not None and self._pruned != self._minutes:
             self._pruned = self._minutes
             self.excess = deque(e for e in self.excess if level < LEVEL_SHARE * e[2])
+            self.first = deque(e for e in self.first if level < LEVEL_SHARE * e[2])
         bucket, memory = c.bins(BURST_BUCKET_S), c.bins(c.memory_s)
         remember(self.rates, second, rate, rate, bucket, memory)
-        remember(self.excess, second, excess, rate, bucket, memory)
+        recurs = self.recurrence.see(second, excess, rate) if blocks else True
+        remember(self.excess if recurs else self.first, second, excess, rate, bucket,
+                 memory)
+        for entries, span in ((self.excess, memory),
+                              (self.first, c.bins(min(first_s, c.memory_s)))):
+            while entries and entries[0][0] <= second - span:
+                entries.popleft()
 
 
 def remember(memory: deque[tuple[int, float, float]], second: int, value: float,

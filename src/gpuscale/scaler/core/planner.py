@@ -254,7 +254,7 @@ class Planner:
         self._second, self._waiting = second, obs.waiting
         if self._since is None:
             self._since = second
-        self._bursts.remember(second, self._arrived, self.delay())
+        self._bursts.remember(second, self._arrived, self.delay(), self.hold())
         return self._make(now, obs, served, arrived)
 
     def _restart(self) -> None:
@@ -338,13 +338,13 @@ class Planner:
         n = min(c.bins(STEADY_S), seen)
         now_rate = self._arrived.last(n) / n if n else served
         growth = 0.0
-        if c.trend and seen >= c.bins(TREND_S):
+        if c.trend and seen >= c.bins(TREND_S) and not self._bursts.recurrence.expected:
             growth = min(self._growth(self._arrived) * startup,
                          TREND_CAP * now_rate)
         k = self.capacity
         load = _with_room(now_rate / k, c.utilization)
         steady = _with_room((now_rate + growth) / k, c.utilization)
-        burst, excess = self._bursts.term(now_rate)
+        burst, excess = self._bursts.term(now_rate, second, self.hold(), startup)
         if seen >= c.bins(QUIET_S) and self._arrived.last(c.bins(QUIET_S)) <= 0:
             burst = 0.0  # quiet for QUIET_S: no headroom held for a workload that has gone
         burst /= k
@@ -366,7 +366,15 @@ class Planner:
         # The hold keeps the load that is here, not its forecast growth or the backlog -
         # nor the burst term, which its own memory keeps (holding it too kept the count of
         # a level left behind a start-up longer; only a memory shorter than the hold is).
-        here = max(load, concurrency, kv_now, current,
+        # Nor the queue a burst left: while it drains, the pods serve more than arrives and
+        # their batches and caches are full of it. The served work is no load that is
+        # here, and the running sequences (and the KV they hold) count at the share the
+        # arrivals sustain (Little's law: arrivals x the seconds a request runs).
+        request_s = self._request_seconds()
+        sustained = 1.0
+        if request_s is not None and obs.running > 0 and request > 0:
+            sustained = min(1.0, now_rate / request * request_s / obs.running)
+        here = max(load, sustained * concurrency, sustained * kv_now,
                    burst if c.memory_s < self.hold() else 0.0)
         held = math.ceil(here - 1e-9) if here > 0 else 0
         while self._held and self._held[-1][1] <= held:
@@ -379,7 +387,6 @@ class Planner:
         warming = self._since is None or second - self._since < hold
         if warming:
             replicas = max(replicas, obs.ready + obs.starting)
-        request_s = self._request_seconds()
         drain_floor = self._drain.floor(second, obs, request_s)
         if drain_floor <= replicas:
             drain_floor = 0  # (reported only where it holds the plan up)
