@@ -29,7 +29,7 @@ class PlannerConfig:
     max_batch: int = 256  # sequences one replica runs at once (vLLM's max_num_seqs)
     utilization: float = 0.85  # the busy fraction the steady term aims at
     kv_target: float = 90.0  # percent of KV cache a pod may use before another is needed
-    memory_s: float = 1200.0  # how long a burst is remembered (15 minutes and a start-up)
+    memory_s: float = 1200.0  # how long a recurring burst is remembered (15 min + a start-up)
     burst_s: float = 120.0  # the longest burst the burst term looks at
     late_share: float = 0.05  # of a minute's work that may wait past the budget (p95)
     trend: bool = True  # plan for the load's growth over a start-up

@@ -40,7 +40,10 @@ replica does in one second (a "replica-second"):
   remembered on the way up to it is forgotten (measured: a step that lasts 12 minutes
   no longer holds its height as headroom for 15 more; -6 % GPU-hours on ``steps``, -2-3 %
   on ``ramp`` and ``diurnal``, no load missing more minutes). A workload with no arrival
-  for ``QUIET_S`` holds no burst headroom: it has no level to burst from.
+  for ``QUIET_S`` holds no burst headroom: it has no level to burst from. The memory is
+  for bursts that recur (``recurrence``): a first burst is kept one hold; two large
+  bursts give a period, and the next one's excess is held from a start-up before it is
+  due (its rise then plans no growth).
 - **concurrency**: running sequences over ``max_batch`` at ``utilization`` (full batches
   cannot take the next request; waiting ones are the backlog's); **kv**: the Ready pods'
   KV-cache use, plus its growth over one start-up (the smaller slope, as the load's, at
@@ -72,7 +75,8 @@ being the work the Ready pods served over the last ``CURRENT_S`` seconds, so a p
 never below what runs now - and never below the largest **held** count of the last
 ``hold_s`` (default: the start-up time; capacity given back that is needed again within a
 start-up costs a cold start of missed SLO). The hold keeps the load that is here:
-ceil(max(steady and kv without their growth, concurrency, current)) - not the burst term,
+ceil(max(steady and kv without their growth, concurrency)) - not a queue a burst left
+(the served work; the running sequences and KV beyond what the arrivals sustain) nor the burst term,
 which its own memory keeps (a memory shorter than the hold is held). The forecast
 growth and the backlog are planned for while they last, not held: a trend that a step in
 the load made (the 5-minute slope of a load that jumped and stays flat) is gone once the

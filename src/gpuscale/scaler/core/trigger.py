@@ -30,7 +30,7 @@ decodeTokensPerSecond    generated tokens/s one replica decodes      12000
 maxBatch                 sequences one replica batches (max_num_seqs)  256
 utilization              busy fraction to plan for, 0.1 to 1          0.85
 holdSeconds              scale-down hold                            the start-up
-memorySeconds            how long a burst is remembered, 1 to 86400   1200
+memorySeconds            how long a recurring burst is kept, 1-86400  1200
 drainSeconds             the pods' termination grace, 0 to 86400        30
 promptTokens             a request's prompt until engines show theirs   1000
 ======================== ========================================== ==================
