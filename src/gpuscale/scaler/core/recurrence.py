@@ -23,7 +23,7 @@ from itertools import pairwise
 
 from gpuscale.scaler.core.plan_values import PlannerConfig
 
-EPISODE_GAP_S = 60  # this long without excess ends a burst (the next excess is another)
+EPISODE_GAP_S = 60  # this long without excess at half its largest ends a burst
 BURST_SHARE = 1 / 3  # excess below this share of its burst rate is noise, no burst
 RECUR_S = 3600  # a burst recurs when another came within this before it ...
 RECUR_SHARE = 0.5  # ... whose excess was at least this share of its own
