@@ -80,6 +80,25 @@ def test_a_due_burst_that_does_not_come_ends_the_period() -> None:
     assert p.current(1249.0).burst_excess == 0.0
 
 
+def test_bursts_at_random_gaps_have_no_period_once_a_third_disagrees() -> None:
+    """Two bursts give a period; a third whose gap differs by more than 15 % from the
+    last says the bursts come at no period: the memory holds for them again."""
+    from gpuscale.scaler.core.recurrence import Recurrence
+
+    def bursts(starts: tuple[int, ...]) -> Recurrence:
+        r = Recurrence(CFG)
+        for second in range(starts[-1] + 230):
+            if any(start <= second < start + 30 for start in starts):
+                r.see(second, 6.0, 7.0)
+            else:
+                r.see(second, 0.0, 1.0)
+        return r
+
+    assert bursts((100, 700)).period == (600, 0, 700, 6.0, 7.0)
+    assert bursts((100, 700, 1290)).period == (600, 10, 1290, 6.0, 7.0)  # within 15 %
+    assert bursts((100, 700, 1000)).period is None
+
+
 def test_a_burst_tail_is_no_second_burst() -> None:
     """The spans hold a burst's excess for up to 120 s after it, fading: that tail is the
     same burst (it does not make the burst recur, nor give a period)."""

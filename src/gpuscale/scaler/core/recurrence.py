@@ -7,12 +7,13 @@ burst until the excess has fallen to nothing once. It **recurs** when another bu
 least ``RECUR_SHARE`` of its excess came within ``RECUR_S`` before it: only then is its
 excess worth remembering for ``memory_s`` (a one-off burst held for 20 minutes is 20
 minutes of its replicas for nothing; a first burst is kept a hold). The last two large
-bursts (at least ``RECUR_SHARE`` of the largest; ``PERIODS`` + 1 of them, their gaps
-within ``REGULAR_SHARE``) give a **period**: the next is due one period after the last
-one's onset, and its excess is held from a start-up (``lead``) and the jitter before that
-until the jitter after, not in between; while it goes on its rise is no trend to plan
-growth from (its size is known). A due burst that does not come ends the period (the
-memory holds what it still holds, as for bursts at no period).
+bursts (at least ``RECUR_SHARE`` of the largest) give a **period** - once there are
+``PERIODS`` gaps between them, only when those agree within ``REGULAR_SHARE`` (bursts at
+random times then have none, and the memory holds for them): the next is due one period
+after the last one's onset, and its excess is held from a start-up (``lead``) and the
+jitter before that until the jitter after, not in between; while it goes on its rise is
+no trend to plan growth from (its size is known). A due burst that does not come ends
+the period (the memory holds what it still holds, as for bursts at no period).
 """
 
 from __future__ import annotations
@@ -27,9 +28,9 @@ EPISODE_GAP_S = 60  # this long without excess at half its largest ends a burst
 BURST_SHARE = 1 / 3  # excess below this share of its burst rate is noise, no burst
 RECUR_S = 3600  # a burst recurs when another came within this before it ...
 RECUR_SHARE = 0.5  # ... whose excess was at least this share of its own
-PERIODS = 1  # gaps between large bursts that make a period (1: two bursts, as the
-#   onset bench's learned schedule assumes) ...
-REGULAR_SHARE = 0.15  # ... when they agree within this share of the longer
+PERIODS = 2  # two bursts give a period (as the onset bench's learned row assumes); once
+#   there are this many gaps between large bursts, only when they agree ...
+REGULAR_SHARE = 0.15  # ... within this share of the longer
 JITTER_SHARE = 0.05  # a burst is due within this share of the period (or as the gaps vary)
 MAX_EPISODES = 64  # bursts kept (the oldest go first; a minute apart at least)
 
@@ -94,13 +95,13 @@ class Recurrence:
 
     def _period(self) -> tuple[int, int, int, float, float] | None:
         """(the period, how much its gaps vary, the last large burst's onset, the excess
-        and rate to hold for the next) when the gaps between the last ``PERIODS`` + 1
-        large bursts agree."""
+        and rate to hold for the next): the gap between the last two large bursts - once
+        there are ``PERIODS`` gaps, only when they agree."""
         if not self._ended:
             return None
         top = max(e.excess for e in self._ended)
         large = [e for e in self._ended if e.excess >= RECUR_SHARE * top][-PERIODS - 1:]
-        if len(large) <= PERIODS:
+        if len(large) < 2:
             return None
         gaps = [b.start - a.start for a, b in pairwise(large)]
         if max(gaps) - min(gaps) > REGULAR_SHARE * max(gaps):
