@@ -43,7 +43,7 @@ class Episode:
 
     start: int
     last: int
-    onset: float
+    onset_excess: float
     excess: float
     rate: float
 
@@ -82,11 +82,11 @@ class Recurrence:
         if now is None and excess > 0 and self._quiet:
             now = Episode(second, second, excess, excess, rate)
         elif now is not None and excess > now.excess:
-            now = (Episode(now.start, second, now.onset, excess, rate)
-                   if now.onset >= RECUR_SHARE * excess else
+            now = (Episode(now.start, second, now.onset_excess, excess, rate)
+                   if now.onset_excess >= RECUR_SHARE * excess else
                    Episode(second, second, excess, excess, rate))
         elif now is not None and excess >= RECUR_SHARE * now.excess:
-            now = Episode(now.start, second, now.onset, now.excess, now.rate)
+            now = Episode(now.start, second, now.onset_excess, now.excess, now.rate)
         self._now = now
         while self._ended and self._ended[0].start <= second - c.bins(RECUR_S):
             self._ended.popleft()
