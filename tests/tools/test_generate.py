@@ -5,6 +5,7 @@ manifest it cannot use is a clear error."""
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +16,11 @@ import yaml
 from hypothesis import given, settings
 
 from gpuscale.common.errors import ConfigError
+from gpuscale.models.hpa import parse_behavior
+from gpuscale.models.planner_behavior import PLANNER_BEHAVIOR, planner_rules
+from gpuscale.models.serving import ServingParams
 from gpuscale.scaler.core.trigger import parse_metadata
+from gpuscale.sim.scaler_adapter import planner_policy
 from gpuscale.tools.generate import (
     Generated,
     Options,
@@ -317,18 +322,38 @@ def test_the_metrics_port_hint_follows_the_engines_port() -> None:
                for n in wrong.notes)
 
 
-def test_the_planners_scale_down_is_the_readmes_no_window_of_its_own() -> None:
-    """The planner's ScaledObject in its docs sets stabilizationWindowSeconds 0 and no
-    step policy (the planner holds its plan): generate writes the same, for KEDA and the
-    plain HPA."""
-    section = (Path(__file__).resolve().parents[2] / "docs" / "planner.md").read_text()
-    block = section[section.index("```yaml") + 7:]
-    documented = yaml.safe_load(block[:block.index("```")])
-    want = documented["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]["scaleDown"]
+def _first_yaml(path: Path) -> Any:
+    text = path.read_text()
+    block = text[text.index("```yaml") + 7:]
+    return yaml.safe_load(block[:block.index("```")])
+
+
+def test_the_planners_behavior_is_one_everywhere_it_is_shown() -> None:
+    """The planner's HPA behavior (models.planner_behavior: no scale-down window or step
+    of its own, tolerance 0 both ways) is what docs/planner.md, the README, the examples
+    and generate - for KEDA and for the plain HPA - write, and what the simulator runs."""
+    root = Path(__file__).resolve().parents[2]
+    shown = [_first_yaml(root / "docs" / "planner.md")["advanced"],
+             yaml.safe_load((root / "deploy/examples/vllm-planner.yaml").read_text()
+                            .split("---")[-1])["spec"]["advanced"]]
+    readme = (root / "README.md").read_text()
+    shown.append(yaml.safe_load(readme[readme.index("apiVersion: keda.sh"):].split(
+        "```")[0])["spec"]["advanced"])
+    behaviors = [s["horizontalPodAutoscalerConfig"]["behavior"] for s in shown]
+    behaviors.append(yaml.safe_load((root / "deploy/examples/hpa/vllm-scale-to-zero.yaml")
+                                    .read_text())["spec"]["behavior"])
+    for b in behaviors:
+        assert b == PLANNER_BEHAVIOR
     out = _planner([])
     so = out.scaled_object["spec"]["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]
-    assert so["scaleDown"] == want == {"stabilizationWindowSeconds": 0}
-    assert out.hpa["spec"]["behavior"]["scaleDown"] == want
+    for got in (so, out.hpa["spec"]["behavior"]):
+        assert got["scaleDown"] == PLANNER_BEHAVIOR["scaleDown"]
+        assert got["scaleUp"]["tolerance"] == 0  # the default scale-up policies, spelt out
+        assert parse_behavior(json.dumps(got)) == planner_rules()
+    assert planner_policy(ServingParams())["scale_up"] == planner_rules()[0]
+    assert planner_policy(ServingParams())["scale_down"] == planner_rules()[1]
+    assert planner_rules()[1].stabilization_s == 0.0
+    assert planner_rules()[0].tolerance == planner_rules()[1].tolerance == 0.0
     validate(out.scaled_object)
     validate(out.hpa)
 

@@ -13,7 +13,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
@@ -25,8 +25,9 @@ from gpuscale.metrics_api.local import LocalAccess
 from gpuscale.metrics_api.main import MetricsApi, MetricsApiOptions
 from gpuscale.metrics_api.quantity import parse_quantity
 from gpuscale.metrics_api.served_metrics import DEMAND_METRIC, object_metric_name
-from gpuscale.models.hpa import SCALE_DOWN, Hpa, Metric, MetricSource, TargetType
+from gpuscale.models.hpa import SCALE_DOWN, SCALE_UP, Hpa, Metric, MetricSource, TargetType
 from gpuscale.models.keda import HPA_SYNC_S
+from gpuscale.models.planner_behavior import planner_rules
 from gpuscale.scaler.core.profiles import PLANNED
 from gpuscale.scaler.core.selector import Selector, parse_selector
 from gpuscale.scaler.core.trigger import PLANNER_KEYS, parse_metadata
@@ -110,15 +111,16 @@ async def control_hpa(world: World, clock: SimClock, status: Status, local: Loca
     """The HPA controller: every sync period, each Object metric read through a
     Kubernetes client (the run's kubeconfig) over HTTPS, then autoscaling/v2's
     arithmetic. A metric that cannot be read (503 with the scaler's reason) is None: the
-    HPA does not scale down on it. The planner holds its own plan: no scale-down
-    stabilization of the HPA's own, as docs/hpa.md's HPA for the planner."""
+    HPA does not scale down on it. The planner's HPA has the planner's behavior
+    (``models.planner_behavior``: it holds its own plan, and its count is exact)."""
     from gpuscale.kube.connect import connect
 
     cfg = world.cfg
     metrics = hpa_metrics(metadata)
     planner = any(m.name == object_metric_name(PLANNED) for m in metrics)
+    up, down = planner_rules() if planner else (SCALE_UP, SCALE_DOWN)
     hpa = Hpa(cfg.min_replicas, cfg.max_replicas,  # 0: Kubernetes 1.37's HPAScaleToZero
-              scale_down=replace(SCALE_DOWN, stabilization_s=0.0) if planner else SCALE_DOWN)
+              scale_up=up, scale_down=down)
     hpa.remember(clock.now(), len(world.pods))  # the demo opens on a running Deployment
     assert local.kubeconfig is not None
     api = await connect(local.kubeconfig)

@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from typing import Any
 
 from gpuscale.common.errors import ConfigError, Unavailable
-from gpuscale.models.hpa import SCALE_DOWN, Metric, MetricSource, TargetType
+from gpuscale.models.hpa import Metric, MetricSource, TargetType
+from gpuscale.models.planner_behavior import planner_rules
 from gpuscale.models.serving import ServingModel, ServingParams, planner_metadata
 from gpuscale.scaler.answers import Answers, DemandCheck, Workload
 from gpuscale.scaler.core.planner import Plan
@@ -220,8 +220,8 @@ def planner_policy(params: ServingParams, slo_s: float = 2.0, measure_startup: b
                    **metadata: str) -> dict[str, Any]:
     """``run_policy`` keyword arguments for the planner as docs/planner.md configures it: its
     value as the HPA's signal, the per-second observation through the decider hook (which
-    never decides), and the HPA's scale-down stabilization at 0 s (the planner holds its
-    plan for a start-up itself; the HPA's 300 s on top only bills idle replicas).
+    never decides), and the HPA's behavior for the planner (``models.planner_behavior``:
+    no scale-down window, tolerance 0).
     ``measure_startup``: no ``startupSeconds``; the planner measures the replicas'.
     ``metadata`` overrides those keys; with ``queueDelaySeconds`` (the objective a queue
     delay), ``slo_s`` is not given as ``ttftSeconds``."""
@@ -229,9 +229,10 @@ def planner_policy(params: ServingParams, slo_s: float = 2.0, measure_startup: b
     if "queueDelaySeconds" in metadata:
         del base["ttftSeconds"]
     policy = PlannerPolicy({**base, **metadata})
+    up, down = planner_rules()
 
     def tick(model: ServingModel, now: float, replicas: int) -> int | None:
         policy.tick(model, now)
         return None  # the HPA decides, on the planner's value
     return {"signal": policy, "decider": tick,
-            "scale_down": replace(SCALE_DOWN, stabilization_s=0.0)}
+            "scale_up": up, "scale_down": down}

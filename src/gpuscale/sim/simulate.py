@@ -86,6 +86,7 @@ def run_policy(name: str, requests: Sequence[TraceRequest], duration: float,
                min_replicas: int = 1, max_replicas: int = 64, dt: float = 1.0,
                progress: Callable[[float], None] | None = None,
                start: int | None = None, scale_down: Rules | None = SCALE_DOWN,
+               scale_up: Rules | None = None,
                decider: Decider | None = None,
                slo: SloSpec = DEFAULT_SLO,
                until: Callable[[ServingModel, float], bool] | None = None,
@@ -109,7 +110,7 @@ def run_policy(name: str, requests: Sequence[TraceRequest], duration: float,
     model = ServingModel(params, idlest_first=idlest_first, round_robin=round_robin)
     loop = ScaledObjectLoop(ScaledObjectSpec(min_replicas=min_replicas,
                                              max_replicas=max_replicas),
-                            scale_down=scale_down)
+                            scale_up=scale_up, scale_down=scale_down)
     replicas = static if static is not None else max(min_replicas, start or 1)
     if schedule:
         replicas = schedule[0]

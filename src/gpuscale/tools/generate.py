@@ -36,6 +36,7 @@ from typing import Any
 
 from gpuscale.common.errors import ConfigError
 from gpuscale.metrics_api.served_metrics import DEMAND_METRIC, object_metric_name
+from gpuscale.models.planner_behavior import PLANNER_BEHAVIOR
 from gpuscale.scaler.core.profiles import PLANNED, ProfileName
 from gpuscale.scaler.core.profiles import PROFILES as PROFILE_TABLE
 from gpuscale.scaler.core.trigger import parse_metadata
@@ -84,14 +85,16 @@ class Generated:
 
 def behavior(startup_s: float, planner: bool = False) -> dict[str, Any]:
     """HPA behaviour for a replica that takes ``startup_s`` to become Ready. With the
-    planner, scale-down has no window or step of its own: the planner holds its plan for
-    a start-up already, and a window on top only bills idle replicas (docs/planner.md, and what
-    the planner's benchmark runs)."""
+    planner, ``models.planner_behavior``'s: scale-down has no window or step of its own
+    (the planner holds its plan for a start-up already, and a window on top only bills
+    idle replicas), and no tolerance either way (its count is exact) - docs/planner.md,
+    and what the planner's benchmark runs."""
     up = {"stabilizationWindowSeconds": 0, "selectPolicy": "Max", "policies": [
         {"type": "Percent", "value": 100, "periodSeconds": 15},
         {"type": "Pods", "value": 4, "periodSeconds": 15}]}
     if planner:
-        return {"scaleUp": up, "scaleDown": {"stabilizationWindowSeconds": 0}}
+        return {"scaleUp": {**up, **PLANNER_BEHAVIOR["scaleUp"]},
+                "scaleDown": dict(PLANNER_BEHAVIOR["scaleDown"])}
     down_window = max(300, math.ceil(2 * startup_s))
     return {
         "scaleUp": up,
