@@ -77,7 +77,8 @@ never below what runs now - and never below the largest **held** count of the la
 start-up costs a cold start of missed SLO). The hold keeps the load that is here:
 ceil(max(steady and kv without their growth, concurrency)) - not a queue a burst left
 (the served work; the running sequences and KV beyond what the arrivals sustain) nor the burst term,
-which its own memory keeps (a memory shorter than the hold is held). The forecast
+which its own memory keeps (a memory shorter than the hold is held) - and of a load
+that falls smoothly, less the fall it has shown since (``scaler.core.hold``). The forecast
 growth and the backlog are planned for while they last, not held: a trend that a step in
 the load made (the 5-minute slope of a load that jumped and stays flat) is gone once the
 step is, and the replicas that drain a queue are not needed once it is drained (measured:
@@ -105,11 +106,11 @@ this module observes, combines the terms and holds.
 from __future__ import annotations
 
 import math
-from collections import deque
 
 from gpuscale.common.freshness import is_stale
 from gpuscale.scaler.core.bursts import BURST_SPANS, Bursts
 from gpuscale.scaler.core.drain import CUT_SHARE, Drain
+from gpuscale.scaler.core.hold import Hold, smooth_fall
 from gpuscale.scaler.core.learned import BatchSums, Capacity, Startup, batch_capacity
 from gpuscale.scaler.core.plan_values import (
     DEFAULT_STARTUP_S,
@@ -167,7 +168,7 @@ class Planner:
         self._decoding = Window(bins(REQUEST_MEMORY_S))
         # KV-cache use, percent summed over Ready pods
         self._kv = Window(bins(TREND_S), slopes=True)
-        self._held: deque[tuple[int, int]] = deque()  # (second, count), decreasing
+        self._hold = Hold()
         self._drain = Drain(config)
         self._since: int | None = None  # first second of the current history
         self._capacity = Capacity(config)
@@ -266,7 +267,7 @@ class Planner:
                        self._prompts, self._generated, self._decoding, self._kv):
             window.clear()
         self._bursts.clear()
-        self._held.clear()
+        self._hold.clear()
         self._drain.clear()
         self._since = None
         self._capacity.clear()
@@ -320,6 +321,15 @@ class Planner:
         c = self.config
         n = c.bins(TREND_S)
         return max(0.0, min(window.slope(n), window.slope(n // 2))) / c.resolution_s
+
+    def _fall(self) -> float:
+        """The load's smooth fall per bin (``hold.smooth_fall``); none until a whole
+        ``TREND_S`` is seen, or without ``trend``."""
+        c = self.config
+        n = c.bins(TREND_S)
+        if not c.trend or len(self._arrived.values) < n:
+            return 0.0
+        return smooth_fall(self._arrived, n)
 
     def _request_seconds(self) -> float | None:
         """Mean seconds a request runs (Little's law: requests running over requests
@@ -378,16 +388,14 @@ class Planner:
         sustained = 1.0
         if request_s is not None and obs.running > 0 and request > 0:
             sustained = min(1.0, now_rate / request * request_s / obs.running)
-        here = max(load, sustained * concurrency, sustained * kv_now,
-                   burst if c.memory_s < self.hold() else 0.0)
+        other = max(sustained * concurrency, sustained * kv_now,
+                    burst if c.memory_s < self.hold() else 0.0)
+        here = max(load, other)
         held = math.ceil(here - 1e-9) if here > 0 else 0
-        while self._held and self._held[-1][1] <= held:
-            self._held.pop()
-        self._held.append((second, held))
         hold = c.bins(self.hold())
-        while self._held[0][0] <= second - hold:
-            self._held.popleft()
-        replicas = max(self._held[0][1], unheld)
+        replicas = max(unheld, self._hold.keep(
+            second, hold, math.ceil(other - 1e-9) if other > 0 else 0, now_rate / k,
+            self._fall() / k, lambda work: _with_room(work, c.utilization)))
         warming = self._since is None or second - self._since < hold
         if warming:
             replicas = max(replicas, obs.ready + obs.starting)
