@@ -112,7 +112,9 @@ def generate(w: Workload, opts: Options) -> Generated:
     source = "given" if opts.startup_s else "the default; measure yours: pod creation to Ready"
     if opts.planner:
         notes.append("scale-down: no HPA window (the planner holds its plan for a start-up "
-                     "itself)")
+                     "itself); tolerance 0 both ways (its count is exact; Kubernetes 1.35 or "
+                     "later, HPAConfigurableTolerance, and KEDA 2.18 or later - older ones "
+                     "drop it and keep the 10 % band)")
     else:
         notes.append(f"start-up {startup:g} s ({source}): scale-down window "
                      f"{max(300, math.ceil(2 * startup))} s, one replica per "
