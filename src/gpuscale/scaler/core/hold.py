@@ -35,8 +35,10 @@ load's slopes alone, without the agreement, let go of a wavering ``noisy-diurnal
 minutes on seed 1).
 
 The load's work is kept per ``BUCKET_S`` (its largest, at the bin it was seen; a bucket
-leaves once all of its bins have), so a hold costs at most ``hold_s / BUCKET_S`` entries
-and that many steps a bin.
+leaves once all of its bins have), so a hold costs at most ``hold_s / BUCKET_S`` entries,
+scanned only while the load falls; otherwise the window's largest work comes from a
+decreasing deque (what the hold of the window's own counts did), so a second costs what
+it did before while the load does not fall.
 """
 
 from __future__ import annotations
@@ -67,11 +69,13 @@ class Hold:
     def __init__(self) -> None:
         self._counts: deque[tuple[int, int]] = deque()  # (bin, count), decreasing
         self._work: deque[tuple[int, float]] = deque()  # (bin, largest work in its bucket)
+        self._peaks: deque[tuple[int, float]] = deque()  # (bin, work), decreasing
         self._kept: float | None = None  # the load's work held at the last bin
 
     def clear(self) -> None:
         self._counts.clear()
         self._work.clear()
+        self._peaks.clear()
         self._kept = None
 
     def keep(self, second: int, hold: int, other: int, work: float, fall: float,
@@ -93,7 +97,15 @@ class Hold:
         # (a bucket leaves once all of its bins have: never held shorter than ``hold``)
         while self._work and (self._work[0][0] // BUCKET_S + 1) * BUCKET_S <= second - hold:
             self._work.popleft()
-        kept = max((w - fall * (second - at) for at, w in self._work), default=0.0)
+        while self._peaks and self._peaks[-1][1] <= work:
+            self._peaks.pop()
+        self._peaks.append((second, work))
+        while self._peaks[0][0] <= second - hold:
+            self._peaks.popleft()
+        if fall > 0:  # (the scan only while the load falls; else the window's largest)
+            kept = max(w - fall * (second - at) for at, w in self._work)
+        else:
+            kept = self._peaks[0][1]
         # What the fall let go stays let go: only this second's work raises it again
         # (the fall wavers with the load's noise; the past coming back would flap).
         if self._kept is not None:
