@@ -36,9 +36,9 @@ minutes on seed 1).
 
 The load's work is kept per ``BUCKET_S`` (its largest, at the bin it was seen; a bucket
 leaves once all of its bins have), so a hold costs at most ``hold_s / BUCKET_S`` entries,
-scanned only while the load falls; otherwise the window's largest work comes from a
-decreasing deque (what the hold of the window's own counts did), so a second costs what
-it did before while the load does not fall.
+scanned only while the load falls; otherwise the window's largest work is the first of
+the buckets' largest kept decreasing (as the hold of the window's own counts kept them),
+so a second costs about what it did before while the load does not fall.
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ class Hold:
     def __init__(self) -> None:
         self._counts: deque[tuple[int, int]] = deque()  # (bin, count), decreasing
         self._work: deque[tuple[int, float]] = deque()  # (bin, largest work in its bucket)
-        self._peaks: deque[tuple[int, float]] = deque()  # (bin, work), decreasing
+        self._peaks: deque[tuple[int, float]] = deque()  # (bin, work) of _work, decreasing
         self._kept: float | None = None  # the load's work held at the last bin
 
     def clear(self) -> None:
@@ -97,10 +97,12 @@ class Hold:
         # (a bucket leaves once all of its bins have: never held shorter than ``hold``)
         while self._work and (self._work[0][0] // BUCKET_S + 1) * BUCKET_S <= second - hold:
             self._work.popleft()
+        # The buckets' largest works, decreasing: the first is the window's largest.
         while self._peaks and self._peaks[-1][1] <= work:
             self._peaks.pop()
-        self._peaks.append((second, work))
-        while self._peaks[0][0] <= second - hold:
+        if not self._peaks or self._peaks[-1][0] // BUCKET_S != second // BUCKET_S:
+            self._peaks.append((second, work))
+        while (self._peaks[0][0] // BUCKET_S + 1) * BUCKET_S <= second - hold:
             self._peaks.popleft()
         if fall > 0:  # (the scan only while the load falls; else the window's largest)
             kept = max(w - fall * (second - at) for at, w in self._work)
