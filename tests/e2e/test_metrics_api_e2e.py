@@ -67,11 +67,6 @@ async def test_a_plain_hpa_reads_the_fleet_from_a_scaler_process(
     kubeapi.add(make_workload("Deployment", "llm", "w", {"app": "w"}), DEPLOYMENTS)
     write_kubeconfig(tmp_path / "scaler-kubeconfig", f"http://127.0.0.1:{kubeapi.port}",
                      {"token": kubeapi.token})
-    api_port, metrics_port = free_port(), free_port()
-    hpa = write_kubeconfig(tmp_path / "hpa-kubeconfig", f"https://127.0.0.1:{api_port}",
-                           {"client-certificate": str(tmp_path / "hpa.crt"),
-                            "client-key": str(tmp_path / "hpa.key")},
-                           tmp_path / "serving-ca.crt")
     scenario = tmp_path / "fleet.yaml"
     scenario.write_text(SCENARIO)
     streams = {n: free_port() for n in "ab"}
@@ -79,6 +74,14 @@ async def test_a_plain_hpa_reads_the_fleet_from_a_scaler_process(
                   f"node-{n}", "--host", "127.0.0.1", "--port", "0", "--stream-port",
                   str(streams[n]), "--interval", "0.5", "--hostname", f"node-{n}",
                   "--stream-insecure") for n in "ab"]
+    # The scaler's ports are picked once the agents have bound theirs: an agent's
+    # "--port 0" could otherwise be given a port picked (free, not yet bound) for the
+    # scaler, which then cannot start (seen once in a fresh clone's suite).
+    api_port, metrics_port = free_port(), free_port()
+    hpa = write_kubeconfig(tmp_path / "hpa-kubeconfig", f"https://127.0.0.1:{api_port}",
+                           {"client-certificate": str(tmp_path / "hpa.crt"),
+                            "client-key": str(tmp_path / "hpa.key")},
+                           tmp_path / "serving-ca.crt")
     try:
         procs.append(Proc(
             "scaler", "--host", "127.0.0.1", "--port", str(free_port()), "--metrics-port",
