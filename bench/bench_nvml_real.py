@@ -11,7 +11,12 @@ project's test setup. Prints, for the node as it is (no load is started):
    per call over ``--samples`` samples - where the sample's time goes (pynvml's own
    helpers, e.g. nvmlStructToFriendlyObject, are counted too: they cost what they cost).
 
-Usage: PYTHONPATH=src python3 bench/bench_nvml_real.py [--samples 30]
+``--busy`` first starts a load on GPU 0 (a child process multiplying bf16 matrices with
+PyTorch, which is then needed; it is no dependency of the project) and measures while it
+runs: the per-process reads have a process to return, and the snapshot's processes are
+printed beside ``nvidia-smi --query-compute-apps`` (what the driver shows the node).
+
+Usage: PYTHONPATH=src python3 bench/bench_nvml_real.py [--samples 30] [--busy]
 (with the project's .venv: .venv/bin/python bench/bench_nvml_real.py)
 """
 
@@ -23,6 +28,7 @@ import importlib.metadata
 import json
 import platform
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -41,6 +47,8 @@ def _show(backend: NvmlBackend) -> None:
         fields["processes"] = len(gpu.processes)
         fields["migs"] = len(gpu.migs)
         print(json.dumps(fields, default=str))
+        for proc in gpu.processes:
+            print("  process: " + json.dumps(dataclasses.asdict(proc), default=str))
 
 
 def _time_samples(pcie: bool, n: int) -> None:
@@ -95,9 +103,36 @@ def _per_call(n: int) -> None:
               f"CPU median {statistics.median(cpus) * 1e6:8.1f} us")
 
 
+#: The --busy load: bf16 products on GPU 0 until killed (about 8 GiB, SMs near 100 %).
+_LOAD = """
+import torch
+a = torch.randn(16384, 16384, device="cuda", dtype=torch.bfloat16)
+b = torch.randn(16384, 16384, device="cuda", dtype=torch.bfloat16)
+print("load running", flush=True)
+while True:
+    c = a @ b
+    torch.cuda.synchronize()
+"""
+
+
+def _start_load() -> subprocess.Popen[str]:
+    load = subprocess.Popen([sys.executable, "-c", _LOAD], stdout=subprocess.PIPE, text=True)
+    assert load.stdout is not None
+    if load.stdout.readline().strip() != "load running":
+        sys.exit(f"bench_nvml_real: the --busy load did not start (exit {load.wait()})")
+    time.sleep(3.0)  # a few driver samples of the busy GPU
+    print(f"busy: load pid {load.pid}; nvidia-smi sees:")
+    smi = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory",
+                          "--format=csv"], check=False, capture_output=True, text=True)
+    print(smi.stdout.strip() or smi.stderr.strip())
+    return load
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--samples", type=int, default=30)
+    ap.add_argument("--busy", action="store_true",
+                    help="measure while a PyTorch load runs on GPU 0")
     args = ap.parse_args()
     try:
         pynvml.nvmlInit()
@@ -108,9 +143,15 @@ def main() -> None:
     pynvml.nvmlShutdown()
     print(f"machine: {platform.machine()}, Python {platform.python_version()}, "
           f"NVIDIA driver {driver}, nvidia-ml-py {importlib.metadata.version('nvidia-ml-py')}")
-    _time_samples(False, args.samples)
-    _time_samples(True, max(5, args.samples // 3))
-    _per_call(args.samples)
+    load = _start_load() if args.busy else None
+    try:
+        _time_samples(False, args.samples)
+        _time_samples(True, max(5, args.samples // 3))
+        _per_call(args.samples)
+    finally:
+        if load is not None:
+            load.kill()
+            load.wait()
 
 
 if __name__ == "__main__":
