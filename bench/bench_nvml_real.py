@@ -103,7 +103,7 @@ def _per_call(n: int) -> None:
               f"CPU median {statistics.median(cpus) * 1e6:8.1f} us")
 
 
-#: The --busy load: bf16 products on GPU 0 until killed (about 8 GiB, SMs near 100 %).
+#: The --busy load: bf16 products on GPU 0 until killed (~2.6 GiB, SMs near 100 %).
 _LOAD = """
 import torch
 a = torch.randn(16384, 16384, device="cuda", dtype=torch.bfloat16)
