@@ -252,12 +252,13 @@ def main() -> None:
     extra = dict(kv.split("=", 1) for kv in args.set)
     todo = cases(args.quick, args.rate_mode)
     if args.loads:
-        wanted = {w.replace("-", " ").strip() for w in args.loads.split(",")}
-        unknown = wanted - {c.name for c in todo}
+        # As printed, with '-' for a space: the patterns' own names have '-' too.
+        wanted = {_slug(w.strip()) for w in args.loads.split(",")}
+        unknown = wanted - {_slug(c.name) for c in todo}
         if unknown:
             sys.exit(f"--loads: no load {', '.join(sorted(unknown))}; the loads: "
                      + ", ".join(_slug(c.name) for c in todo))
-        todo = [c for c in todo if c.name in wanted]
+        todo = [c for c in todo if _slug(c.name) in wanted]
     print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, Python "
           f"{sys.version.split()[0]}; {args.jobs} worker processes; trace rate mode "
           f"{args.rate_mode}; planner {extra or 'defaults'}", flush=True)

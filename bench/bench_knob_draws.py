@@ -106,10 +106,13 @@ def main() -> None:
         ap.error("--draws is at least 1")
     loads = cases(False)
     if args.loads:
-        wanted = {n.replace("-", " ") for n in args.loads.split(",")}
-        loads = [c for c in loads if c.name in wanted]
-        if len(loads) != len(wanted):
-            ap.error(f"--loads: not a benchmark load among {sorted(wanted)}")
+        # As printed, with '-' for a space: the patterns' own names have '-' too.
+        wanted = {n.strip().replace(" ", "-") for n in args.loads.split(",")}
+        known = {c.name.replace(" ", "-") for c in loads}
+        if wanted - known:
+            ap.error(f"--loads: no load {', '.join(sorted(wanted - known))}; the loads: "
+                     + ", ".join(sorted(known)))
+        loads = [c for c in loads if c.name.replace(" ", "-") in wanted]
     jobs = [(c, s, d) for c in loads for s in SETTINGS for d in range(args.draws)]
     began = time.perf_counter()
     with ProcessPoolExecutor(max(1, args.jobs)) as pool:

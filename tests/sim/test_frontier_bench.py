@@ -83,3 +83,15 @@ def test_a_saved_run_is_drawn_again_without_simulating(
     png = tmp_path / "plots" / "trace-x2.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "| trace x2 (tuned) | 2.00 / 1 |" in capsys.readouterr().out
+
+
+def test_loads_are_named_as_printed_with_a_dash_for_a_space(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The patterns' own names have dashes: 'long-prompt-bursts-s2' is one load.
+    monkeypatch.setattr(sys, "argv", ["bench_frontier.py", "--loads",
+                                      "long-prompt-bursts-s2,trace x2,no-such-load"])
+    with pytest.raises(SystemExit) as stop:
+        main()  # the unknown name stops it before any simulation
+    said = str(stop.value)
+    assert said.startswith("--loads: no load no-such-load;")
+    assert "long-prompt-bursts-s2, " in said

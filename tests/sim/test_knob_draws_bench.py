@@ -3,7 +3,11 @@ cold-start draws, and on each draw."""
 
 from __future__ import annotations
 
-from bench.bench_knob_draws import Run, verdicts
+import sys
+
+import pytest
+
+from bench.bench_knob_draws import Run, main, verdicts
 
 
 def _runs(load: str, draw: int, points: list[tuple[float, float, int]]) -> list[Run]:
@@ -34,3 +38,14 @@ def test_only_draws_every_setting_ran_are_counted() -> None:
     (v,) = verdicts(runs)
     assert v.draws == 1
     assert v.means == ((0.6, 3.0, 0.0), (1.0, 2.0, 1.0))
+
+
+def test_loads_are_named_as_printed_with_a_dash_for_a_space(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(sys, "argv", ["bench_knob_draws.py", "--loads",
+                                      "long-prompt-bursts-s2,trace x2,no-such-load"])
+    with pytest.raises(SystemExit):
+        main()  # the unknown name stops it before any simulation
+    said = capsys.readouterr().err
+    assert "--loads: no load no-such-load;" in said
+    assert "long-prompt-bursts-s2" in said.split(";", 1)[1]
