@@ -32,11 +32,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from bench.bench_planner_alone import run_planner  # noqa: E402
 from bench.bench_simulate import Case, cases  # noqa: E402
 from gpuscale.models.serving import ServingParams  # noqa: E402
-from gpuscale.sim.compare import opening  # noqa: E402
-from gpuscale.sim.scaler_adapter import planner_policy  # noqa: E402
-from gpuscale.sim.simulate import run_policy  # noqa: E402
 from gpuscale.sim.sweep import KNOBS, PLANNER  # noqa: E402
 
 SETTINGS = KNOBS[PLANNER].settings
@@ -86,12 +84,8 @@ def verdicts(runs: Iterable[Run]) -> list[LoadVerdict]:
 
 def _run(job: tuple[Case, float, int]) -> Run:
     case, setting, draw = job
-    requests = case.requests()
-    duration = (requests[-1].arrival_s if requests else 0.0) + 300.0
-    params = ServingParams(cold_start_seed=draw)
-    kwargs = planner_policy(params, 2.0, False, utilization=f"{setting:g}")
-    result = run_policy("planner", requests, duration, params, min_replicas=1,
-                        start=opening(requests, duration, params), **kwargs)
+    result, _, _ = run_planner(case, {"utilization": f"{setting:g}"},
+                               params=ServingParams(cold_start_seed=draw))
     return Run(case.name, setting, draw, result.gpu_hours, result.slo_violation_minutes)
 
 

@@ -46,12 +46,14 @@ def fresh() -> list[Case]:
 
 
 def run_planner(case: Case, metadata: dict[str, str] | None = None,
-                measure_startup: bool = False) -> tuple[Result, PlannerPolicy, float]:
-    """The planner on ``case`` as ``bench_simulate.py`` runs it: (its result, the policy
-    that ran, the duration simulated)."""
+                measure_startup: bool = False, params: ServingParams | None = None
+                ) -> tuple[Result, PlannerPolicy, float]:
+    """The planner on ``case`` as ``bench_simulate.py`` runs it (``params``: the serving
+    model, its defaults unless given): (its result, the policy that ran, the duration
+    simulated)."""
     requests = case.requests()
     duration = (requests[-1].arrival_s if requests else 0.0) + 300.0
-    params = ServingParams()
+    params = params or ServingParams()
     kwargs = planner_policy(params, 2.0, measure_startup, **(metadata or {}))
     result = run_policy("planner", requests, duration, params, min_replicas=1,
                         start=opening(requests, duration, params), **kwargs)
