@@ -41,7 +41,7 @@ import platform
 import sys
 import time
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -209,6 +209,15 @@ def verdicts(rows: Sequence[Row]) -> str:
     return "\n".join(lines)
 
 
+def _progress(rows: Sequence[Row], elapsed: float) -> str:
+    """One load done: the reference and the planner against it."""
+    planner = next((r for r in rows if r.policy == PLANNER), None)
+    said = (f"planner {planner.gpu_hours:.2f} / {planner.slo_minutes} ({planner.gap:+.0%})"
+            if planner else "no planner row")
+    return (f"{rows[0].case}: reference {rows[0].ref_hours:.2f} GPU-h / "
+            f"{rows[0].ref_minutes} min, {said}; at {elapsed:.0f} s")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
@@ -227,8 +236,11 @@ def main() -> None:
     t0 = time.perf_counter()
     todo = cases(args.quick, args.rate_mode)
     with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        results = list(pool.map(run_case, todo, [args.search_runs] * len(todo),
-                                [args.slo] * len(todo)))
+        futures = [pool.submit(run_case, case, args.search_runs, args.slo) for case in todo]
+        # A line per load as it ends: what a run stopped at a time limit has shown.
+        for done in as_completed(futures):
+            print(_progress(done.result(), time.perf_counter() - t0), flush=True)
+        results = [f.result() for f in futures]
     rows = [r for case_rows in results for r in case_rows]
     print(table(rows))
     print()
