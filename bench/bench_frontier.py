@@ -69,6 +69,12 @@ CURVE_LOADS = ("trace x2", "trace x4", "long-prompts s1", "long-prompts s2", "bu
                "burst10 s2", "noisy-diurnal s1", "noisy-diurnal s2")
 
 
+def knob_monotone(points: Sequence[tuple[float, float]]) -> bool:
+    """(GPU-hours, SLO minutes) in the knob's rising order: the hours never rise and the
+    minutes never fall (a team can move along the curve one way)."""
+    return all(a[0] >= b[0] - 1e-9 and a[1] <= b[1] + 1e-9 for a, b in pairwise(points))
+
+
 @dataclass(frozen=True, slots=True)
 class Verdict:
     """The planner's default and the runs that beat it, and its curve against the rest."""
@@ -88,9 +94,7 @@ class Verdict:
 
     @property
     def monotone(self) -> bool:
-        k = self.knob
-        return all(a.gpu_hours >= b.gpu_hours - 1e-9 and a.slo_minutes <= b.slo_minutes
-                   for a, b in pairwise(k))
+        return knob_monotone([(p.gpu_hours, p.slo_minutes) for p in self.knob])
 
     @property
     def reach(self) -> tuple[int, int]:

@@ -23,15 +23,15 @@ import os
 import platform
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
-from itertools import pairwise
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from bench.bench_frontier import knob_monotone  # noqa: E402
 from bench.bench_planner_alone import run_planner  # noqa: E402
 from bench.bench_simulate import Case, cases  # noqa: E402
 from gpuscale.models.serving import ServingParams  # noqa: E402
@@ -58,11 +58,6 @@ class LoadVerdict:
     draws: int
 
 
-def _monotone(points: Sequence[tuple[float, float]]) -> bool:
-    """(GPU-hours, minutes) in the knob's order: hours never rise, minutes never fall."""
-    return all(a[0] >= b[0] - 1e-9 and a[1] <= b[1] + 1e-9 for a, b in pairwise(points))
-
-
 def verdicts(runs: Iterable[Run]) -> list[LoadVerdict]:
     """Per load (in the order first seen): the knob's means and its monotony."""
     by: dict[str, dict[float, dict[int, Run]]] = {}
@@ -75,9 +70,9 @@ def verdicts(runs: Iterable[Run]) -> list[LoadVerdict]:
         means = tuple((s, sum(settings[s][d].gpu_hours for d in draws) / len(draws),
                        sum(settings[s][d].slo_minutes for d in draws) / len(draws))
                       for s in order)
-        per = sum(_monotone([(settings[s][d].gpu_hours, settings[s][d].slo_minutes)
+        per = sum(knob_monotone([(settings[s][d].gpu_hours, settings[s][d].slo_minutes)
                              for s in order]) for d in draws)
-        out.append(LoadVerdict(load, means, _monotone([(h, m) for _, h, m in means]), per,
+        out.append(LoadVerdict(load, means, knob_monotone([(h, m) for _, h, m in means]), per,
                                len(draws)))
     return out
 

@@ -24,19 +24,21 @@ import time
 from gpuscale.scaler.core.planner import Observation, Planner, PlannerConfig
 from gpuscale.scaler.core.windows import Window
 
-REQUEST = 1000 / 30_000 + 250 / 12_000  # replica-seconds of the default request
+CONFIG = PlannerConfig(startup_s=300.0)
+REQUEST = CONFIG.work(CONFIG.prompt_tokens, CONFIG.output_tokens)  # the default request
 
 
 def _observation(t: int) -> Observation:
     load = 3.0 + 2.0 * math.sin(2 * math.pi * t / 3600) + 0.3 * math.sin(t / 7.0)
-    return Observation(prompt_tps=load / 2 * 30_000, generation_tps=load / 2 * 12_000,
+    return Observation(prompt_tps=load / 2 * CONFIG.prefill_tps,
+                       generation_tps=load / 2 * CONFIG.decode_tps,
                        finished_rate=load / REQUEST, waiting=0.0, running=load * 8,
                        kv_cache=load * 10, ready=6, starting=0)
 
 
 def planner_us(seconds: int) -> float:
     observations = [_observation(t) for t in range(seconds)]
-    planner = Planner(PlannerConfig(startup_s=300.0))
+    planner = Planner(CONFIG)
     began = time.perf_counter()
     for t, obs in enumerate(observations):
         planner.observe(float(t), obs)
