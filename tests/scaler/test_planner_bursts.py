@@ -65,18 +65,28 @@ def test_a_burst_that_came_back_at_a_period_is_held_from_a_start_up_before_the_n
 
 def test_a_due_burst_that_does_not_come_ends_the_period() -> None:
     """Past the jitter after a due burst that did not come, the bursts have no period:
-    the memory holds what it still holds (the last burst's excess within 600 s) and the
-    plan falls to the level once that is gone too."""
+    the memory holds what it still holds (the last burst's excess within 600 s: whole for
+    300 s, then less in a straight line) and the plan falls to the level once that is gone
+    too."""
     p = Planner(CFG)
     level = busy(0.4, ready=8)
     run(p, range(0, 200), level)
     for start in (200, 500):
         run(p, range(start, start + 5), busy(10.0, ready=8))
         run(p, range(start + 5, start + 300), level)
+    whole = p.current(799.0).burst_excess  # the due burst's, held from 670
+    assert whole > 6
     run(p, range(800, 840), level)  # 800 was due: 815 is its jitter's end (5 % of 300)
-    plan = p.current(839.0)
-    assert plan.burst_excess > 6  # the memory: the burst at 500, for 600 s
-    run(p, range(840, 1250), level)
+    faded = [p.current(839.0).burst_excess]
+    for start, end in ((840, 940), (940, 1040)):
+        run(p, range(start, end), level)
+        faded.append(p.current(end - 1.0).burst_excess)
+    # The memory: the burst at ~504 for 600 s, ~335, ~435 and ~535 s old
+    assert whole > faded[0] > faded[1] > faded[2] > 0
+    assert faded[0] > 0.8 * whole
+    assert faded[2] < 0.25 * whole
+    assert faded[0] - faded[1] == pytest.approx(faded[1] - faded[2])  # a straight line
+    run(p, range(1040, 1250), level)
     assert p.current(1249.0).burst_excess == 0.0
 
 
@@ -157,7 +167,11 @@ def test_the_burst_term_follows_the_level_down_unheld() -> None:
     run(p, range(905, 1000), busy(1.0, ready=5))
     plan = p.current(999.0)  # within the hold of that 7
     assert plan.burst == pytest.approx(plan.steady * CFG.utilization + plan.burst_excess)
-    assert plan.unheld == math.ceil(plan.burst) == 4
+    # The level's 1 and the excess of the burst at 600 (the one due at 900 did not come:
+    # no period), 400 s old in a memory of 600: two thirds of it
+    excess = before.burst - before.steady * CFG.utilization
+    assert plan.burst_excess == pytest.approx(excess * 2 / 3, rel=0.05)
+    assert plan.unheld == math.ceil(plan.burst) == 3
     # The hold keeps the load that was here (4/s over 0.8 busy: 5), not the burst's 7.
     assert plan.replicas == 5
     short = Planner(replace(CFG, memory_s=50.0))

@@ -1,6 +1,10 @@
 """The planner's burst term (``scaler.core.planner``, **burst**): the smallest service rate
 that keeps every arrival of the remembered history within the queueing-delay budget, and
-the excess of each burst over the level it stood on, remembered for ``memory_s``.
+the excess of each burst over the level it stood on, remembered for ``memory_s``: whole
+for its first half, then less in a straight line to nothing (``fading``) - a burst at no
+period that has not come back for ten minutes is less likely to within the next ten, and
+holding its whole height to the memory's last second kept a surge's replicas for a
+quarter of an hour after it on the shipped trace.
 
 A server of rate c keeps each arrival's wait within D exactly when the work arriving in
 every interval of length L is at most c x (L + D); that is taken over ``BURST_SPANS``. The
@@ -30,6 +34,8 @@ BURST_BUCKET_S = 10  # remembered burst rates within this many seconds share one
 BURST_BASE_S = 600  # a burst's excess is over the quietest minute of this window before it
 LEVEL_S = 300  # a burst rate the load keeps this long is its level (whole minutes)
 LEVEL_SHARE = 0.9  # ... every minute of it at least this share of the rate
+WHOLE_SHARE = 0.5  # a recurring burst's excess is held whole for this share of memory_s
+#   and then less in a straight line, to nothing at its end (``fading``)
 
 
 class Bursts:
@@ -82,7 +88,9 @@ class Bursts:
                      default=0.0)
         due = self.recurrence.due(second, lead)
         if due is None:
-            excess = max(excess, max((e[1] for e in self.excess), default=0.0))
+            span = c.bins(c.memory_s)
+            excess = max(excess, max((e[1] * fading(second - e[0], span)
+                                      for e in self.excess), default=0.0))
         else:
             excess, rate = max(excess, due[0]), max(rate, due[1])
         return min(rate, now_rate + excess), excess
@@ -134,6 +142,14 @@ class Bursts:
                               (self.first, c.bins(min(first_s, c.memory_s)))):
             while entries and entries[0][0] <= second - span:
                 entries.popleft()
+
+
+def fading(age: int, span: int) -> float:
+    """The share of a remembered excess held ``age`` bins after it was seen, of a memory of
+    ``span`` bins: whole for ``WHOLE_SHARE`` of it, then less in a straight line to
+    nothing at its end."""
+    whole = WHOLE_SHARE * span
+    return 1.0 if age <= whole else max(0.0, (span - age) / (span - whole))
 
 
 def remember(memory: deque[tuple[int, float, float]], second: int, value: float,
