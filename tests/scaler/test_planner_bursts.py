@@ -304,3 +304,12 @@ def test_an_older_burst_with_a_higher_rate_outlives_a_newer_excess() -> None:
     assert memory == deque([(205, 12.0, 25.0)])
     remember(memory, 1106, 0.5, 1.0, 10, 900)  # past the span
     assert memory == deque([(1106, 0.5, 1.0)])
+
+
+def test_a_remembered_excess_fades_in_a_straight_line_after_half_its_memory() -> None:
+    """``fading``: whole for half the memory, half at three quarters, nothing at its end
+    and after; a memory of one bin (the shortest ``memorySeconds`` allows) as well."""
+    from gpuscale.scaler.core.bursts import fading
+
+    assert [fading(age, 600) for age in (0, 300, 450, 600, 700)] == [1.0, 1.0, 0.5, 0.0, 0.0]
+    assert [fading(age, 1) for age in (0, 1, 2)] == [1.0, 0.0, 0.0]
