@@ -307,9 +307,16 @@ def test_an_older_burst_with_a_higher_rate_outlives_a_newer_excess() -> None:
 
 
 def test_a_remembered_excess_fades_in_a_straight_line_after_half_its_memory() -> None:
-    """``fading``: whole for half the memory, half at three quarters, nothing at its end
-    and after; a memory of one bin (the shortest ``memorySeconds`` allows) as well."""
-    from gpuscale.scaler.core.bursts import fading
+    """``faded``: an excess whole for half the memory, half at three quarters, nothing at
+    its end and after; a memory of one bin (the shortest ``memorySeconds`` allows) as
+    well; of several, the largest once faded."""
+    from gpuscale.scaler.core.bursts import faded
 
-    assert [fading(age, 600) for age in (0, 300, 450, 600, 700)] == [1.0, 1.0, 0.5, 0.0, 0.0]
-    assert [fading(age, 1) for age in (0, 1, 2)] == [1.0, 0.0, 0.0]
+    def one(age: int, span: int) -> float:
+        return faded([(1000 - age, 2.0, 5.0)], 1000, span) / 2.0
+
+    assert [one(age, 600) for age in (0, 300, 450, 600, 700)] == [1.0, 1.0, 0.5, 0.0, 0.0]
+    assert [one(age, 1) for age in (0, 1, 2)] == [1.0, 0.0, 0.0]
+    # 4.0 seen 500 s ago holds 4 x 100 / 300; 1.0 seen now holds 1.0
+    assert faded([(500, 4.0, 9.0), (1000, 1.0, 9.0)], 1000, 600) == pytest.approx(4 / 3)
+    assert faded([], 1000, 600) == 0.0

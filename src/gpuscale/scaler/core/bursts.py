@@ -1,7 +1,7 @@
 """The planner's burst term (``scaler.core.planner``, **burst**): the smallest service rate
 that keeps every arrival of the remembered history within the queueing-delay budget, and
 the excess of each burst over the level it stood on, remembered for ``memory_s``: whole
-for its first half, then less in a straight line to nothing (``fading``) - a burst at no
+for its first half, then less in a straight line to nothing (``faded``) - a burst at no
 period that has not come back for ten minutes is less likely to within the next ten, and
 holding its whole height to the memory's last second kept a surge's replicas for a
 quarter of an hour after it on the shipped trace.
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Iterable
 
 from gpuscale.scaler.core.plan_values import PlannerConfig
 from gpuscale.scaler.core.recurrence import Recurrence
@@ -35,7 +36,7 @@ BURST_BASE_S = 600  # a burst's excess is over the quietest minute of this windo
 LEVEL_S = 300  # a burst rate the load keeps this long is its level (whole minutes)
 LEVEL_SHARE = 0.9  # ... every minute of it at least this share of the rate
 WHOLE_SHARE = 0.5  # a recurring burst's excess is held whole for this share of memory_s
-#   and then less in a straight line, to nothing at its end (``fading``)
+#   and then less in a straight line, to nothing at its end (``faded``)
 
 
 class Bursts:
@@ -88,9 +89,7 @@ class Bursts:
                      default=0.0)
         due = self.recurrence.due(second, lead)
         if due is None:
-            span = c.bins(c.memory_s)
-            excess = max(excess, max((e[1] * fading(second - e[0], span)
-                                      for e in self.excess), default=0.0))
+            excess = max(excess, faded(self.excess, second, c.bins(c.memory_s)))
         else:
             excess, rate = max(excess, due[0]), max(rate, due[1])
         return min(rate, now_rate + excess), excess
@@ -144,12 +143,15 @@ class Bursts:
                 entries.popleft()
 
 
-def fading(age: int, span: int) -> float:
-    """The share of a remembered excess held ``age`` bins after it was seen, of a memory of
-    ``span`` bins: whole for ``WHOLE_SHARE`` of it, then less in a straight line to
-    nothing at its end."""
+def faded(entries: Iterable[tuple[int, float, float]], second: int, span: int) -> float:
+    """The largest remembered excess of ``entries`` (second seen, excess, rate) at
+    ``second``, in a memory of ``span`` bins: each held whole for ``WHOLE_SHARE`` of it,
+    then less in a straight line to nothing at its end (inline: it runs every second
+    over every entry)."""
     whole = WHOLE_SHARE * span
-    return 1.0 if age <= whole else max(0.0, (span - age) / (span - whole))
+    young, gone, fall = second - whole, second - span, span - whole
+    return max((value if when >= young else value * (when - gone) / fall if when > gone
+                else 0.0 for when, value, _ in entries), default=0.0)
 
 
 def remember(memory: deque[tuple[int, float, float]], second: int, value: float,

@@ -42,7 +42,7 @@ replica does in one second (a "replica-second"):
   on ``ramp`` and ``diurnal``, no load missing more minutes). A workload with no arrival
   for ``QUIET_S`` holds no burst headroom: it has no level to burst from. The memory is
   for bursts that recur (``recurrence``; whole for half of ``memory_s``, then fading to
-  nothing, ``bursts.fading``): a first burst is kept one hold; two large
+  nothing, ``bursts.faded``): a first burst is kept one hold; two large
   bursts give a period, and the next one's excess is held from a start-up before it is
   due (its rise then plans no growth).
 - **concurrency**: running sequences over ``max_batch`` at ``utilization`` (full batches
