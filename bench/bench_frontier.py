@@ -47,7 +47,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.bench_simulate import cases  # noqa: E402
+from bench.bench_simulate import Case, cases  # noqa: E402
 from gpuscale.models.serving import ServingParams  # noqa: E402
 from gpuscale.models.slo import DEFAULT_SLO  # noqa: E402
 from gpuscale.sim.compare import POLICIES  # noqa: E402
@@ -225,6 +225,18 @@ def _slug(name: str) -> str:
     return name.replace(" ", "-")
 
 
+def pick_loads(todo: Sequence[Case], names: str) -> list[Case]:
+    """The loads ``names`` (comma-separated, as printed with '-' for a space: the
+    patterns' own names have '-' too) of ``todo``; an unknown name stops the bench
+    (``SystemExit``) with the names it knows."""
+    wanted = {_slug(w.strip()) for w in names.split(",")}
+    unknown = wanted - {_slug(c.name) for c in todo}
+    if unknown:
+        sys.exit(f"--loads: no load {', '.join(sorted(unknown))}; the loads: "
+                 + ", ".join(_slug(c.name) for c in todo))
+    return [c for c in todo if _slug(c.name) in wanted]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="four loads, as bench_simulate's")
@@ -256,13 +268,7 @@ def main() -> None:
     extra = dict(kv.split("=", 1) for kv in args.set)
     todo = cases(args.quick, args.rate_mode)
     if args.loads:
-        # As printed, with '-' for a space: the patterns' own names have '-' too.
-        wanted = {_slug(w.strip()) for w in args.loads.split(",")}
-        unknown = wanted - {_slug(c.name) for c in todo}
-        if unknown:
-            sys.exit(f"--loads: no load {', '.join(sorted(unknown))}; the loads: "
-                     + ", ".join(_slug(c.name) for c in todo))
-        todo = [c for c in todo if _slug(c.name) in wanted]
+        todo = pick_loads(todo, args.loads)
     print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, Python "
           f"{sys.version.split()[0]}; {args.jobs} worker processes; trace rate mode "
           f"{args.rate_mode}; planner {extra or 'defaults'}", flush=True)

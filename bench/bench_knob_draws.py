@@ -31,7 +31,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.bench_frontier import knob_monotone  # noqa: E402
+from bench.bench_frontier import knob_monotone, pick_loads  # noqa: E402
 from bench.bench_planner_alone import run_planner  # noqa: E402
 from bench.bench_simulate import Case, cases  # noqa: E402
 from gpuscale.models.serving import ServingParams  # noqa: E402
@@ -95,13 +95,7 @@ def main() -> None:
         ap.error("--draws is at least 1")
     loads = cases(False)
     if args.loads:
-        # As printed, with '-' for a space: the patterns' own names have '-' too.
-        wanted = {n.strip().replace(" ", "-") for n in args.loads.split(",")}
-        known = {c.name.replace(" ", "-") for c in loads}
-        if wanted - known:
-            ap.error(f"--loads: no load {', '.join(sorted(wanted - known))}; the loads: "
-                     + ", ".join(sorted(known)))
-        loads = [c for c in loads if c.name.replace(" ", "-") in wanted]
+        loads = pick_loads(loads, args.loads)
     jobs = [(c, s, d) for c in loads for s in SETTINGS for d in range(args.draws)]
     began = time.perf_counter()
     with ProcessPoolExecutor(max(1, args.jobs)) as pool:

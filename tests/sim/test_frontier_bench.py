@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from bench.bench_frontier import _curve, _read, judge, main
+from bench.bench_knob_draws import main as knob_draws_main
 from gpuscale.models.slo import DEFAULT_SLO
 from gpuscale.sim.sweep import Sweep, SweepPoint, sweep_json
 
@@ -85,13 +87,15 @@ def test_a_saved_run_is_drawn_again_without_simulating(
     assert "| trace x2 (tuned) | 2.00 / 1 |" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("bench", [main, knob_draws_main],
+                         ids=["bench_frontier", "bench_knob_draws"])
 def test_loads_are_named_as_printed_with_a_dash_for_a_space(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch: pytest.MonkeyPatch, bench: Callable[[], None]) -> None:
     # The patterns' own names have dashes: 'long-prompt-bursts-s2' is one load.
-    monkeypatch.setattr(sys, "argv", ["bench_frontier.py", "--loads",
+    monkeypatch.setattr(sys, "argv", ["bench", "--loads",
                                       "long-prompt-bursts-s2,trace x2,no-such-load"])
     with pytest.raises(SystemExit) as stop:
-        main()  # the unknown name stops it before any simulation
+        bench()  # the unknown name stops it before any simulation
     said = str(stop.value)
     assert said.startswith("--loads: no load no-such-load;")
     assert "long-prompt-bursts-s2, " in said

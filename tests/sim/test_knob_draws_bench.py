@@ -3,11 +3,7 @@ cold-start draws, and on each draw."""
 
 from __future__ import annotations
 
-import sys
-
-import pytest
-
-from bench.bench_knob_draws import Run, main, verdicts
+from bench.bench_knob_draws import Run, verdicts
 
 
 def _runs(load: str, draw: int, points: list[tuple[float, float, int]]) -> list[Run]:
@@ -39,13 +35,3 @@ def test_only_draws_every_setting_ran_are_counted() -> None:
     assert v.draws == 1
     assert v.means == ((0.6, 3.0, 0.0), (1.0, 2.0, 1.0))
 
-
-def test_loads_are_named_as_printed_with_a_dash_for_a_space(
-        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setattr(sys, "argv", ["bench_knob_draws.py", "--loads",
-                                      "long-prompt-bursts-s2,trace x2,no-such-load"])
-    with pytest.raises(SystemExit):
-        main()  # the unknown name stops it before any simulation
-    said = capsys.readouterr().err
-    assert "--loads: no load no-such-load;" in said
-    assert "long-prompt-bursts-s2" in said.split(";", 1)[1]
