@@ -164,6 +164,22 @@ def test_a_filling_kv_cache_is_planned_for_a_start_up_ahead() -> None:
     assert capped.current(399.0).kv == pytest.approx(now * 1.5 / 90.0)
 
 
+def test_a_planner_just_started_reads_the_cache_fill_from_two_minutes() -> None:
+    """A workload ramping in when its planner starts (a new workload, a scaler restart)
+    fills the cache in its first minutes: the fill is read from ``KV_TREND_MIN_S`` (120 s)
+    seen, over what was seen; the load's growth waits for a whole ``TREND_S`` (300 s)."""
+    p = Planner(CFG)
+    for t in range(119):  # KV use rising 0.1 point per second, the work 0.001/s
+        p.observe(float(t), busy(0.3 + 0.001 * t, ready=3, kv=60.0 + 0.1 * t))
+    assert p.current(118.0).kv_growth == 0  # 119 s seen
+    for t in range(119, 150):
+        p.observe(float(t), busy(0.3 + 0.001 * t, ready=3, kv=60.0 + 0.1 * t))
+        assert p.current(float(t)).kv_growth == pytest.approx(0.1 * 100)  # over a start-up
+    plan = p.current(149.0)
+    assert plan.kv == pytest.approx((60.0 + 0.1 * 149 + 10.0) / 90.0)
+    assert plan.growth == 0  # the load's: not before 300 s
+
+
 def test_growth_is_capped_at_half_the_load() -> None:
     p = Planner(PlannerConfig(startup_s=1000.0, utilization=0.8))
     for t in range(400):

@@ -124,6 +124,14 @@ class BatchSums:
     decoding: float
 
 
+def decoding(config: PlannerConfig, obs: Observation) -> float:
+    """Running sequences x the share of a pod's second that prefill leaves them to decode
+    (``BatchSums.decoding``'s per-second value)."""
+    if obs.ready <= 0:
+        return 0.0
+    return obs.running * max(0.0, 1.0 - obs.prompt_tps / (config.prefill_tps * obs.ready))
+
+
 def batch_capacity(config: PlannerConfig, sums: BatchSums, resolution_s: float = 1.0) -> float:
     """What a replica delivers of its configured work once its KV cache is full, on the
     prompts and outputs its pods show (1 when that is no bound, or not readable yet).

@@ -50,6 +50,8 @@ replica does in one second (a "replica-second"):
   KV-cache use, plus its growth over one start-up (the smaller slope, as the load's, at
   most ``KV_TREND_CAP`` of the use: long generations fill the cache for minutes while the work
   per second stays low), over ``kv_target`` (a full cache stops the batch from growing).
+  A planner that has just started reads the fill from ``KV_TREND_MIN_S`` seen, the load's
+  growth only from ``TREND_S`` (a shorter slope of arrived work chases its lumps).
 - **backlog**: the waiting queue's work spread over the start-up, the time a new
   replica needs to become Ready: the extra capacity that drains it by the time it arrives.
 - **start-up** (the look-ahead of ``steady`` and ``kv``, the backlog's spread and the
@@ -112,7 +114,7 @@ from gpuscale.common.freshness import is_stale
 from gpuscale.scaler.core.bursts import BURST_SPANS, Bursts
 from gpuscale.scaler.core.drain import CUT_SHARE, Drain
 from gpuscale.scaler.core.hold import Hold, smooth_fall
-from gpuscale.scaler.core.learned import BatchSums, Capacity, Startup, batch_capacity
+from gpuscale.scaler.core.learned import BatchSums, Capacity, Startup, batch_capacity, decoding
 from gpuscale.scaler.core.plan_values import (
     DEFAULT_STARTUP_S,
     Observation,
@@ -131,6 +133,7 @@ STEADY_S = 60  # the window of the steady term
 TREND_S = 300  # the load's growth is the least-squares slope over this window
 TREND_CAP = 0.5  # growth planned for over a start-up, at most this fraction of the load
 KV_TREND_CAP = 0.5  # the KV cache's fill planned for, at most this fraction of its use
+KV_TREND_MIN_S = 120  # the cache's fill is read once this is seen (the load's: TREND_S)
 REQUEST_MEMORY_S = 300  # the window of the mean work of one request
 QUIET_S = TREND_S  # no arrival this long: the burst term holds nothing (it may go to zero)
 MAX_GAP_S = 30  # a longer gap between observations restarts the arrival history
@@ -252,7 +255,7 @@ class Planner:
             self._running.push(obs.running)
             self._prompts.push(obs.prompt_tps)
             self._generated.push(obs.generation_tps)
-            self._decoding.push(self._decode_share(obs))
+            self._decoding.push(decoding(c, obs))
             self._kv.push(obs.kv_cache)
         self._capacity.learn(obs, served, gap)
         self._batch_capacity = self._read_batch_capacity()
@@ -272,13 +275,6 @@ class Planner:
         self._drain.clear()
         self._since = None
         self._capacity.clear()
-
-    def _decode_share(self, obs: Observation) -> float:
-        """Running sequences x the share of a pod's second that prefill leaves them."""
-        if obs.ready <= 0:
-            return 0.0
-        return obs.running * max(0.0, 1.0 - obs.prompt_tps / (self.config.prefill_tps
-                                                               * obs.ready))
 
     def _read_batch_capacity(self) -> float:
         n = min(len(self._decoding.values), len(self._kv.values))
@@ -315,12 +311,15 @@ class Planner:
         c = self.config
         return c.work(c.prompt_tokens, c.output_tokens)
 
-    def _growth(self, window: Window) -> float:
+    def _growth(self, window: Window, least_s: int = TREND_S) -> float:
         """Growth per second of ``window``'s values (>= 0): the smaller of the
         least-squares slopes of the last ``TREND_S`` and of its last half, so a load or a
-        cache that stopped rising half a window ago (a step, a ramp that ended) has none."""
+        cache that stopped rising half a window ago (a step, a ramp that ended) has none.
+        Under ``TREND_S`` seen: over what was, from ``least_s`` on."""
         c = self.config
-        n = c.bins(TREND_S)
+        n = min(c.bins(TREND_S), len(window.values))
+        if n < c.bins(least_s):
+            return 0.0
         return max(0.0, min(window.slope(n), window.slope(n // 2))) / c.resolution_s
 
     def _fall(self) -> float:
@@ -365,10 +364,11 @@ class Planner:
         burst /= k
         concurrency = obs.running / (c.max_batch * c.utilization)
         kv_growth = 0.0
-        if c.trend and len(self._kv.values) >= c.bins(TREND_S):
+        if c.trend:
             # Long generations fill the cache over minutes (each sequence's context grows
             # until it ends): plan for the fill a start-up ahead, as for the load.
-            kv_growth = min(self._growth(self._kv) * startup, KV_TREND_CAP * obs.kv_cache)
+            kv_growth = min(self._growth(self._kv, KV_TREND_MIN_S) * startup,
+                            KV_TREND_CAP * obs.kv_cache)
         kv = (obs.kv_cache + kv_growth) / c.kv_target
         kv_now = obs.kv_cache / c.kv_target
         backlog = obs.waiting * request / startup / k
