@@ -284,7 +284,8 @@ def test_the_planners_keys_in_its_docs_are_the_keys_it_takes_with_their_defaults
     attributes = {"ttftSeconds": parsed.ttft_s, "prefillTokensPerSecond": parsed.prefill_tps,
                   "decodeTokensPerSecond": parsed.decode_tps, "maxBatch": parsed.max_batch,
                   "utilization": parsed.utilization, "memorySeconds": parsed.memory_s,
-                  "drainSeconds": parsed.drain_s, "promptTokens": parsed.prompt_tokens}
+                  "drainSeconds": parsed.drain_s, "promptTokens": parsed.prompt_tokens,
+                  "spareReplicas": parsed.spare_replicas}
     for key, value in attributes.items():
         assert float(documented[key]) == value, key
 

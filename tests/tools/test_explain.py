@@ -344,3 +344,7 @@ def test_why_the_planner_has_its_count() -> None:
     why = next(line for line in before.splitlines() if line.startswith("why"))
     assert "has not seen a minute of them yet" in why
     assert "nan" not in why
+    # A spare on top (spareReplicas) is said as one: the count below it has its own reason.
+    spare = render(_planned(3, spare=1.0), decide(reply(160.0)))
+    assert "ceil(steady 1.2): the last minute's work" in spare
+    assert "+ 1 spare while the scale-up starts (spareReplicas" in spare

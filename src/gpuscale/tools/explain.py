@@ -337,7 +337,15 @@ _TERMS = {"steady": "the last minute's work with the utilization target's room a
 
 def plan_reason(planned: int, terms: Mapping[str, float]) -> str:
     """Which of the planner's terms (scaler.core.planner, as the scaler exports them)
-    sets its count, in a sentence."""
+    sets its count, in a sentence (and the spares on top, scaler.core.hedge)."""
+    extra = int(terms.get("spare", 0.0))
+    if extra > 0:
+        return (f"{_reason(planned - extra, terms)}; + {extra} spare while the scale-up "
+                "starts (spareReplicas: the first pods Ready serve, the rest are removed)")
+    return _reason(planned, terms)
+
+
+def _reason(planned: int, terms: Mapping[str, float]) -> str:
     floor = int(terms.get("drain_floor", 0.0))
     if floor and floor >= planned:
         run = terms.get("request_s", math.nan)

@@ -40,6 +40,7 @@ class PlannerConfig:
     #   (common.freshness names it beside the readings' staleness rule)
     resolution_s: float = 1.0  # the width of one bin of history (the planner's "second")
     drain_s: float = 30.0  # a removed pod's grace to finish its requests (Kubernetes': 30)
+    spare_replicas: int = 0  # asked beyond the plan while a scale-up starts (``hedge``)
 
     def bins(self, seconds: float) -> int:
         """How many bins of history ``seconds`` are (at least one)."""
@@ -109,6 +110,7 @@ class Plan:
     request_s: float = math.nan  # mean seconds a request runs (NaN: not a minute seen)
     drain_floor: int = 0  # pods kept so a scale-down cuts at most CUT_SHARE (0: not binding)
     batch_capacity: float = 1.0  # what a full KV cache's batch allows (<= 1; in capacity)
+    spare: int = 0  # of ``replicas``: spares asked while a scale-up starts (``hedge``)
 
     def terms(self) -> dict[str, float]:
         return {"steady": self.steady, "burst": self.burst, "concurrency": self.concurrency,
@@ -120,6 +122,6 @@ class Plan:
                 "startup": self.startup,
                 "startup_pods": float(self.startup_pods), "held": float(self.held),
                 "request_s": self.request_s, "drain_floor": float(self.drain_floor),
-                "batch_capacity": self.batch_capacity,
+                "batch_capacity": self.batch_capacity, "spare": float(self.spare),
                 "ready": float(self.ready), "starting": float(self.starting)}
 

@@ -90,7 +90,8 @@ minutes). Until the planner has seen a whole hold window it never plans below th
 that exist (it has not seen enough to know they are not needed).
 
 **Draining** (``drain_s``): the plan goes below the Ready pods only as far as cuts at most
-``CUT_SHARE`` of the requests they run (``scaler.core.drain``).
+``CUT_SHARE`` of the requests they run (``scaler.core.drain``). **Spares**
+(``spare_replicas``, 0 unless set): asked on top while a scale-up starts (``hedge``).
 
 
 The plan is a total, not an increment: pods that are starting are part of it (they are on
@@ -113,6 +114,7 @@ import math
 from gpuscale.common.freshness import is_stale
 from gpuscale.scaler.core.bursts import BURST_SPANS, Bursts
 from gpuscale.scaler.core.drain import CUT_SHARE, Drain
+from gpuscale.scaler.core.hedge import spare
 from gpuscale.scaler.core.hold import Hold, smooth_fall
 from gpuscale.scaler.core.learned import BatchSums, Capacity, Startup, batch_capacity, decoding
 from gpuscale.scaler.core.plan_values import (
@@ -405,12 +407,12 @@ class Planner:
             drain_floor = 0  # (reported only where it holds the plan up)
         replicas = max(replicas, drain_floor)
         self._drain.took_step(second, obs, replicas, request_s)
-        self.plan = Plan(replicas, now, steady, burst, concurrency, kv, backlog, required,
+        extra = spare(c.spare_replicas, replicas, obs.ready, warming)
+        self.plan = Plan(replicas + extra, now, steady, burst, concurrency, kv, backlog, required,
                          unheld, arrived if arrived is not None else
                          (self.plan.arrived if self.plan else served),
                          request, k, obs.ready, obs.starting, warming, growth, kv_growth,
-                         excess, startup, self.startup_source,
-                         self._startup.pods,
-                         held, math.nan if request_s is None else request_s, drain_floor,
-                         self._batch_capacity)
+                         excess, startup, self.startup_source, self._startup.pods, held,
+                         math.nan if request_s is None else request_s, drain_floor,
+                         self._batch_capacity, extra)
         return self.plan

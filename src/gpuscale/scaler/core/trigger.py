@@ -32,6 +32,8 @@ utilization              busy fraction to plan for, 0.1 to 1          0.85
 holdSeconds              scale-down hold                            the start-up
 memorySeconds            how long a recurring burst is kept, 1-86400  1200
 drainSeconds             the pods' termination grace, 0 to 86400        30
+spareReplicas            asked beyond the plan while a scale-up starts,  0
+                         a whole number 0 to 10 (``scaler.core.hedge``)
 promptTokens             a request's prompt until engines show theirs   1000
 ======================== ========================================== ==================
 
@@ -73,6 +75,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from gpuscale.common.errors import ConfigError
+from gpuscale.scaler.core.hedge import MAX_SPARE
 from gpuscale.scaler.core.planner import PlannerConfig
 from gpuscale.scaler.core.profiles import PLANNED, PROFILES, SIGNALS, ProfileName, Target, ValueMode
 from gpuscale.scaler.core.selector import Selector, SelectorError, parse_selector
@@ -99,7 +102,7 @@ PLANNER_KEYS = frozenset({"ttftSeconds", "ttftSecondsPerPromptToken", "queueDela
                           "startupSeconds",
                           "prefillTokensPerSecond", "decodeTokensPerSecond", "maxBatch",
                           "utilization", "holdSeconds", "memorySeconds", "promptTokens",
-                          "drainSeconds"})
+                          "drainSeconds", "spareReplicas"})
 KNOWN = frozenset({"profile", "signal", "targetValue", "activationThreshold", "valueMode",
                    "metricType", "podSelector", "demandSource"}) | PLANNER_KEYS
 _URL_KEYS = ("endpoint", "url", "uri", "address", "host", "port")
@@ -291,7 +294,14 @@ def _planner(md: Mapping[str, str]) -> PlannerConfig:
         utilization=get("utilization", base.utilization, 0.1, 1.0),
         hold_s=get("holdSeconds", 0.0, 0.0, 86400.0) if "holdSeconds" in md else None,
         memory_s=get("memorySeconds", base.memory_s, 1.0, 86400.0),
-        prompt_tokens=prompt, drain_s=get("drainSeconds", base.drain_s, 0.0, 86400.0))
+        prompt_tokens=prompt, drain_s=get("drainSeconds", base.drain_s, 0.0, 86400.0),
+        spare_replicas=_whole(get("spareReplicas", 0.0, 0.0, MAX_SPARE), "spareReplicas"))
+
+
+def _whole(value: float, key: str) -> int:
+    if value != int(value):
+        raise MetadataError(f"{key}: a whole number of replicas, got {value:g}")
+    return int(value)
 
 
 def _number(md: Mapping[str, str], key: str, positive: bool) -> float:
