@@ -6,6 +6,7 @@ import argparse
 import json
 import re
 import sys
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -80,6 +81,10 @@ def add_parser(sub: Any) -> None:
                           "budget, static counts) and print the frontier of (GPU-hours, "
                           "SLO minutes) and the planner's curve against the best other "
                           "policy's; --plot draws the curves")
+    sim.add_argument("--planner", action="append", default=[], metavar="KEY=VALUE",
+                     help="a trigger key for the planner, repeatable (e.g. spareReplicas=1, "
+                          "utilization=0.9; docs/planner.md); the objective's keys come from "
+                          "--slo, and --sweep still sweeps utilization")
     sim.add_argument("--jobs", type=int, default=1, metavar="N",
                      help="--sweep: runs at once, in worker processes (default 1)")
     sim.add_argument("--json", action="store_true",
@@ -95,6 +100,7 @@ def run(args: argparse.Namespace) -> int:
         shown = parse_policies(args.policies)
         search_runs = parse_search_runs(args.search_runs)
         check_jobs(args.jobs)
+        args.planner = planner_keys(args.planner)
         if args.plot is not None:  # before the minutes of work, not after them
             from gpuscale.common.plotting import check_plot
 
@@ -115,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
         return run_sweep(args, requests, duration, slo, shown)
     found = compare(requests, duration, GPU_TYPES[args.gpu], min_replicas=args.min_replicas,
                     progress=progress_bar(), slo=slo,
-                    shown=shown, max_runs=search_runs)
+                    shown=shown, max_runs=search_runs, planner=args.planner)
     if args.plot is not None:
         from gpuscale.sim.plot import plot_results
 
@@ -135,6 +141,34 @@ def run(args: argparse.Namespace) -> int:
               "knowing every arrival); vs bound: over the fluid lower bound. The cheapest\n"
               "possible lies between the two.")
     return 0
+
+
+#: Set by the simulator from --slo (the objective the planner is judged by).
+OBJECTIVE_KEYS = frozenset({"ttftSeconds", "ttftSecondsPerPromptToken", "queueDelaySeconds",
+                            "promptTokens"})
+
+
+def planner_keys(items: Sequence[str]) -> dict[str, str]:
+    """``--planner`` KEY=VALUE items as trigger metadata, checked as the scaler checks a
+    trigger's (ValueError naming the option and the key)."""
+    from gpuscale.scaler.core.trigger import PLANNER_KEYS, MetadataError, parse_metadata
+
+    keys: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--planner: KEY=VALUE, not {item[:40]!r}")
+        if key in OBJECTIVE_KEYS:
+            raise ValueError(f"--planner: {key} is the objective's: give it with --slo")
+        if key not in PLANNER_KEYS:
+            raise ValueError(f"--planner: {key[:40]!r} is not a planner key; they are "
+                             f"{', '.join(sorted(PLANNER_KEYS - OBJECTIVE_KEYS))}")
+        keys[key] = value
+    try:
+        parse_metadata({"profile": "vllm-planner", **keys})
+    except MetadataError as exc:
+        raise ValueError(f"--planner: {exc}") from None
+    return keys
 
 
 def parse_search_runs(text: str) -> int | None:

@@ -37,7 +37,7 @@ def run_sweep(args: argparse.Namespace, requests: Sequence[TraceRequest], durati
                     "the bound are not swept)", 2)
     found = sweep(requests, duration, GPU_TYPES[args.gpu], slo=slo,
                   min_replicas=args.min_replicas, keys=keys, jobs=args.jobs,
-                  progress=progress_bar())
+                  progress=progress_bar(), planner_metadata=args.planner)
     head = (f"{len(requests)} requests over {duration / 60:.0f} simulated minutes on "
             f"{args.gpu}; SLO per minute: {slo.describe()}; {len(found.points)} runs")
     if args.plot is not None:

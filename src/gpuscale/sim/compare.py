@@ -19,7 +19,7 @@ the bound
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -168,13 +168,16 @@ def policy_runs(params: ServingParams, requests: Sequence[TraceRequest],
 def compare(requests: Sequence[TraceRequest], duration: float,
             params: ServingParams | None = None, min_replicas: int = 1,
             progress: Progress | None = None, slo: SloSpec = DEFAULT_SLO,
-            shown: Sequence[str] = SHOWN, max_runs: int | None = MAX_RUNS) -> Comparison:
+            shown: Sequence[str] = SHOWN, max_runs: int | None = MAX_RUNS,
+            planner: Mapping[str, str] | None = None) -> Comparison:
     """The policies in ``shown`` (keys of ``SHOWN``) over the same requests, judged by
-    ``slo``; every policy runs when the reference is asked for (it starts from all)."""
+    ``slo``; every policy runs when the reference is asked for (it starts from all);
+    ``planner``: trigger keys on top of the planner's own."""
     params = params or ServingParams()
     start = opening(requests, duration, params)
     want_ref = "reference" in shown
-    runs = [(k, kw) for k, kw in policy_runs(params, requests, slo, min_replicas, start)
+    runs = [(k, kw) for k, kw in policy_runs(params, requests, slo, min_replicas, start,
+                                             **(planner or {}))
             if want_ref or k in shown]
     with_static = want_ref or "static" in shown
     stages = len(runs) + with_static + (2 * len(runs) if want_ref else 0)
