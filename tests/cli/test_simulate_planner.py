@@ -29,7 +29,7 @@ def test_keys_are_parsed_and_checked_as_a_trigger() -> None:
     ("maxBatch=" + "9" * 5000, "--planner: maxBatch:"),
 ])
 def test_a_bad_key_is_refused_by_name(item: str, said: str) -> None:
-    with pytest.raises(ValueError, match="^--planner: ") as got:
+    with pytest.raises(ValueError, match=r"^--planner: ") as got:
         planner_keys([item])
     assert said in str(got.value)
     assert len(str(got.value)) < 400  # a hostile value is not echoed whole
