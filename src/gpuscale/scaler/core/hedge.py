@@ -14,6 +14,10 @@ Not while the planner is warming (it then keeps every pod that exists, which wou
 the spare), and only ever added: a spare never lowers a plan, and the hold and the drain
 floor see the plan without it.
 
+With the start-up measured (no ``startupSeconds``), the pods that become Ready are the
+faster of each race, so the look-ahead measured is the hedged start-up's - the one the
+plan gets while spares are asked (give ``startupSeconds`` to plan for the unhedged one).
+
 Where it pays: start-ups that vary from pod to pod. Where a slow start is the cluster's
 (no GPU node free, every pod waiting on a node to be provisioned), a spare is one more
 pod waiting - and with a cluster autoscaler, possibly one more node asked for.
