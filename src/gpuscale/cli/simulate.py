@@ -143,15 +143,11 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-#: Set by the simulator from --slo (the objective the planner is judged by).
-OBJECTIVE_KEYS = frozenset({"ttftSeconds", "ttftSecondsPerPromptToken", "queueDelaySeconds",
-                            "promptTokens"})
-
-
 def planner_keys(items: Sequence[str]) -> dict[str, str]:
     """``--planner`` KEY=VALUE items as trigger metadata, checked as the scaler checks a
     trigger's (ValueError naming the option and the key)."""
     from gpuscale.scaler.core.trigger import PLANNER_KEYS, MetadataError, parse_metadata
+    from gpuscale.sim.compare import OBJECTIVE_KEYS
 
     keys: dict[str, str] = {}
     for item in items:

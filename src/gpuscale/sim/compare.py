@@ -126,6 +126,11 @@ def static_peak(requests: Sequence[TraceRequest], duration: float, params: Servi
     return best
 
 
+#: Every key ``planner_objective`` may set (a caller's own planner keys must not).
+OBJECTIVE_KEYS = frozenset({"ttftSeconds", "ttftSecondsPerPromptToken", "queueDelaySeconds",
+                            "promptTokens"})
+
+
 def planner_objective(slo: SloSpec, requests: Sequence[TraceRequest]) -> dict[str, str]:
     """The planner's trigger keys for the objective it is judged by: ``ttftSeconds`` for a
     TTFT one (``ttft-tpot`` too: the planner has no TPOT key; its batch term keeps TPOT),
