@@ -10,7 +10,9 @@ replica does in one second (a "replica-second"):
   is ``prompt tokens/s / prefill_tps + generation tokens/s / decode_tps`` (from vLLM's
   counters, per pod). Work that *arrived* in that second is what was served plus the growth
   of the waiting queue times the mean work of one request (served work over finished
-  requests, over the last minutes).
+  requests, over the last minutes); over the steady window, plus the decode of sequences
+  that joined the batches, which the served work shows only as it is generated
+  (``arrivals``: minutes late for reasoning-length outputs).
 - **steady** (Little's law): the mean arrived work over the last minute, plus its growth
   over one start-up (the smaller of the least-squares slopes of the last ``TREND_S``
   seconds and of their last half, when positive, times the start-up, at most
@@ -28,23 +30,21 @@ replica does in one second (a "replica-second"):
   server). Taken over intervals up to ``BURST_SPANS[-1]`` seconds (longer ones are what
   ``steady`` follows), less the overflow the objective's percentile absorbs:
   ``late_share`` (5 %) of the minute's work may wait late, so a second-scale clump of
-  long prompts is no burst (``bursts``). This is what a 15 s scrape cannot see. A burst
-  is remembered as two figures: that rate, and its **excess** over the level it stood
-  on (the quietest minute of the ``BURST_BASE_S`` before it); the term is the smaller of the largest
-  remembered rate and the current level (the steady term's mean) plus the largest
-  remembered excess. So a workload that bursts keeps its headroom *above its level*
-  for ``memory_s``, and when the level itself falls (the evening side of a day), the
-  capacity of the morning's level is not held for the memory's 20 minutes. A rate the
-  load keeps for ``LEVEL_S`` (every whole minute at least ``LEVEL_SHARE`` of it) is a
-  level, not a burst - a step up, a day's peak: it is no excess, and the excess
-  remembered on the way up to it is forgotten (measured: a step that lasts 12 minutes
-  no longer holds its height as headroom for 15 more; -6 % GPU-hours on ``steps``, -2-3 %
-  on ``ramp`` and ``diurnal``, no load missing more minutes). A workload with no arrival
-  for ``QUIET_S`` holds no burst headroom: it has no level to burst from. The memory is
-  for bursts that recur (``recurrence``; whole for half of ``memory_s``, then fading to
-  nothing, ``bursts.faded``): a first burst is kept one hold; two large
-  bursts give a period, and the next one's excess is held from a start-up before it is
-  due (its rise then plans no growth).
+  long prompts is no burst (``bursts``). A burst is remembered as two figures: that rate,
+  and its **excess** over the level it stood on (the quietest minute of the
+  ``BURST_BASE_S`` before it); the term is the smaller of the largest remembered rate and
+  the current level (the steady term's mean) plus the largest remembered excess. So a
+  workload that bursts keeps its headroom *above its level* for ``memory_s``, and when the
+  level itself falls (the evening side of a day), the capacity of the morning's level is
+  not held for the memory's 20 minutes. A rate the load keeps for ``LEVEL_S`` (every whole
+  minute at least ``LEVEL_SHARE`` of it) is a level, not a burst - a step up, a day's peak:
+  it is no excess, and the excess remembered on the way up to it is forgotten (a step that
+  lasts 12 minutes no longer holds its height as headroom for 15 more). A workload with no
+  arrival for ``QUIET_S`` holds no burst headroom: it has no level to burst from. The
+  memory is for bursts that recur (``recurrence``; whole for half of ``memory_s``, then
+  fading to nothing, ``bursts.faded``): a first burst is kept one hold; two large bursts
+  give a period, and the next one's excess is held from a start-up before it is due (its
+  rise then plans no growth).
 - **concurrency**: running sequences over ``max_batch`` at ``utilization`` (full batches
   cannot take the next request; waiting ones are the backlog's); **kv**: the Ready pods'
   KV-cache use, plus its growth over one start-up (the smaller slope, as the load's, at
@@ -67,11 +67,9 @@ replica does in one second (a "replica-second"):
   observation's ``pods``; from the sums when a caller has no per-pod loads), slowly and
   only below 1. Before any queue, the **batch capacity** (``learned.batch_capacity``):
   what a replica delivers once its KV cache is full, from the KV each running sequence
-  holds and the speed it decodes at in what prefill leaves (long prompts: prefill takes
-  most of a replica's time, sequences decode slowly and hold the cache longer). The
-  smaller of the two divides the work terms. A capacity configured too low only costs
-  GPU-hours; too high would plan too few replicas, and these correct it from the
-  engines' own counters.
+  holds and the speed it decodes at in what prefill leaves. The smaller of the two
+  divides the work terms. A capacity configured too low only costs GPU-hours; too high
+  would plan too few replicas, and these correct it from the engines' own counters.
 
 planned = ceil(max(steady, burst, concurrency, kv, current) + backlog) - ``current``
 being the work the Ready pods served over the last ``CURRENT_S`` seconds, so a plan is
@@ -93,7 +91,6 @@ that exist (it has not seen enough to know they are not needed).
 ``CUT_SHARE`` of the requests they run (``scaler.core.drain``). **Spares**
 (``spare_replicas``, 0 unless set): asked on top while a scale-up starts (``hedge``).
 
-
 The plan is a total, not an increment: pods that are starting are part of it (they are on
 their way; the HPA counts them in its current replicas) and are never asked for twice. KEDA's
 AverageValue target T makes the HPA compute ceil(value / T): the service answers
@@ -103,8 +100,8 @@ no usable observation for ``stale_s`` answers UNAVAILABLE with the last reason.
 
 Pure: no I/O, no clock of its own (the caller passes ``now``). The parts: the values
 (``plan_values``), the per-second history (``windows``), the burst term (``bursts``), the
-drain floor (``drain``), the start-up and capacity learned from the pods (``learned``);
-this module observes, combines the terms and holds.
+drain floor (``drain``), the start-up and capacity learned from the pods (``learned``), the
+decode not yet served (``arrivals``); this module observes, combines the terms and holds.
 """
 
 from __future__ import annotations
@@ -112,6 +109,7 @@ from __future__ import annotations
 import math
 
 from gpuscale.common.freshness import is_stale
+from gpuscale.scaler.core.arrivals import decode_work, joined
 from gpuscale.scaler.core.bursts import BURST_SPANS, Bursts
 from gpuscale.scaler.core.drain import CUT_SHARE, Drain
 from gpuscale.scaler.core.hedge import spare
@@ -168,6 +166,7 @@ class Planner:
         self._served = Window(bins(REQUEST_MEMORY_S))
         self._finished = Window(bins(REQUEST_MEMORY_S))
         self._running = Window(bins(REQUEST_MEMORY_S))  # requests in the pods' batches
+        self._queued = Window(bins(STEADY_S) + 1)  # requests waiting
         self._prompts = Window(bins(REQUEST_MEMORY_S))  # prompt tokens/s
         self._generated = Window(bins(REQUEST_MEMORY_S))  # generation tokens/s
         # running sequences x the share of their pod's time prefill leaves to decode
@@ -255,6 +254,7 @@ class Planner:
             self._served.push(served)
             self._finished.push(obs.finished_rate)
             self._running.push(obs.running)
+            self._queued.push(obs.waiting)
             self._prompts.push(obs.prompt_tps)
             self._generated.push(obs.generation_tps)
             self._decoding.push(decoding(c, obs))
@@ -269,7 +269,7 @@ class Planner:
         return self._make(now, obs, served, arrived)
 
     def _restart(self) -> None:
-        for window in (self._arrived, self._served, self._finished, self._running,
+        for window in (self._arrived, self._served, self._finished, self._running, self._queued,
                        self._prompts, self._generated, self._decoding, self._kv):
             window.clear()
         self._bursts.clear()
@@ -353,6 +353,8 @@ class Planner:
         seen = len(self._arrived.values)
         n = min(c.bins(STEADY_S), seen)
         now_rate = self._arrived.last(n) / n if n else served
+        now_rate += joined(c, self._running, self._queued, n, obs, decode_work(
+            c, self._generated, self._finished, self._enough_finished()))
         growth = 0.0
         if c.trend and seen >= c.bins(TREND_S) and not self._bursts.recurrence.expected:
             growth = min(self._growth(self._arrived) * startup,
