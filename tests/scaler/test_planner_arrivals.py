@@ -77,5 +77,7 @@ def test_steady_counts_the_decode_of_sequences_that_joined() -> None:
     assert flat.current(259.0).steady == pytest.approx(1.5 / 0.8)
     assert rising.current(259.0).steady == pytest.approx(2.0 / 0.8)
     assert (flat.current(259.0).held, rising.current(259.0).held) == (2, 3)
+    assert rising.current(259.0).terms()["joined"] == pytest.approx(0.5)  # on /metrics
+    assert flat.current(259.0).joined == 0.0
     falling = _planner([80.0] * 200 + [80.0 - t for t in range(1, 61)], work=1.5)
     assert falling.current(259.0).steady == pytest.approx(1.5 / 0.8)

@@ -328,8 +328,9 @@ def _pod_table(reply: pb.ExplainReply) -> list[str]:
     return out
 
 
-_TERMS = {"steady": "the last minute's work with the utilization target's room and its "
-                     "growth over a start-up, over the capacity a pod delivers",
+_TERMS = {"steady": "the last minute's work (with the decode of sequences that joined) "
+                     "with the utilization target's room and its growth over a start-up, "
+                     "over the capacity a pod delivers",
           "burst": "the delay bound of the bursts remembered",
           "concurrency": "running sequences over the batch",
           "kv": "the KV cache's use, with its fill over a start-up"}

@@ -111,6 +111,9 @@ class Plan:
     drain_floor: int = 0  # pods kept so a scale-down cuts at most CUT_SHARE (0: not binding)
     batch_capacity: float = 1.0  # what a full KV cache's batch allows (<= 1; in capacity)
     spare: int = 0  # of ``replicas``: spares asked while a scale-up starts (``hedge``)
+    # in steady's load: the decode of sequences that joined the batches this minute, counted
+    # when they joined (``arrivals``), replica-seconds per second
+    joined: float = 0.0
 
     def terms(self) -> dict[str, float]:
         return {"steady": self.steady, "burst": self.burst, "concurrency": self.concurrency,
@@ -123,5 +126,6 @@ class Plan:
                 "startup_pods": float(self.startup_pods), "held": float(self.held),
                 "request_s": self.request_s, "drain_floor": float(self.drain_floor),
                 "batch_capacity": self.batch_capacity, "spare": float(self.spare),
+                "joined": self.joined,
                 "ready": float(self.ready), "starting": float(self.starting)}
 

@@ -352,9 +352,9 @@ class Planner:
         request = self._request_work()
         seen = len(self._arrived.values)
         n = min(c.bins(STEADY_S), seen)
-        now_rate = self._arrived.last(n) / n if n else served
-        now_rate += joined(c, self._running, self._queued, n, obs, decode_work(
+        decode = joined(c, self._running, self._queued, n, obs, decode_work(
             c, self._generated, self._finished, self._enough_finished()))
+        now_rate = (self._arrived.last(n) / n if n else served) + decode
         growth = 0.0
         if c.trend and seen >= c.bins(TREND_S) and not self._bursts.recurrence.expected:
             growth = min(self._growth(self._arrived) * startup,
@@ -416,5 +416,5 @@ class Planner:
                          request, k, obs.ready, obs.starting, warming, growth, kv_growth,
                          excess, startup, self.startup_source, self._startup.pods, held,
                          math.nan if request_s is None else request_s, drain_floor,
-                         self._batch_capacity, extra)
+                         self._batch_capacity, extra, decode)
         return self.plan
