@@ -37,7 +37,7 @@ def decode_work(config: PlannerConfig, generated: Window, finished: Window,
                 enough_finished: bool) -> float:
     """Mean replica-seconds of one request's decode: the generated tokens over the
     requests finished in ``generated``'s and ``finished``'s window once ``enough_finished``;
-    before, the configured ``output_tokens``'."""
+    before, the decode of the configured ``output_tokens``."""
     n = min(len(generated.values), len(finished.values))
     if enough_finished and finished.last(n) > 0:
         return config.work(0.0, generated.last(n)) / finished.last(n)
