@@ -9,6 +9,7 @@ from dataclasses import replace
 
 from gpuscale.scaler.core.hold import BUCKET_S, FALL_AGREE, Hold, smooth_fall
 from gpuscale.scaler.core.planner import Plan, Planner
+from gpuscale.scaler.core.trend import fall
 from gpuscale.scaler.core.windows import Window
 from tests.scaler.planner_load import CFG, busy, run
 
@@ -61,7 +62,7 @@ def test_a_step_down_is_held_while_its_half_window_falls_faster() -> None:
     assert plans[699].unheld == 1
     n = SLOW.bins(300)
     assert -p._arrived.slope(n // 2) > FALL_AGREE * -p._arrived.slope(n) > 0
-    assert p._fall() == 0.0
+    assert fall(p.config, p._arrived) == 0.0
 
 
 def test_what_the_fall_let_go_is_not_asked_for_again_by_the_past() -> None:

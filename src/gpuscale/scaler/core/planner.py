@@ -14,9 +14,7 @@ replica does in one second (a "replica-second"):
   that joined the batches, which the served work shows only as it is generated
   (``arrivals``: minutes late for reasoning-length outputs).
 - **steady** (Little's law): the mean arrived work over the last minute, plus its growth
-  over one start-up (the smaller of the least-squares slopes of the last ``TREND_S``
-  seconds and of their last half, when positive, times the start-up, at most
-  ``TREND_CAP`` of the load: a replica asked for now serves the load of a start-up from
+  over one start-up (``trend``: a replica asked for now serves the load of a start-up from
   now; a load that has stopped rising for half the window - a step, a ramp that ended -
   is planned without growth), with room: replicas that carry the work in flight with
   room left. The room is the target busy fraction ``utilization``'s (work / utilization)
@@ -47,11 +45,9 @@ replica does in one second (a "replica-second"):
   rise then plans no growth).
 - **concurrency**: running sequences over ``max_batch`` at ``utilization`` (full batches
   cannot take the next request; waiting ones are the backlog's); **kv**: the Ready pods'
-  KV-cache use, plus its growth over one start-up (the smaller slope, as the load's, at
-  most ``KV_TREND_CAP`` of the use: long generations fill the cache for minutes while the work
-  per second stays low), over ``kv_target`` (a full cache stops the batch from growing).
-  A planner that has just started reads the fill from ``KV_TREND_MIN_S`` seen, the load's
-  growth only from ``TREND_S`` (a shorter slope of arrived work chases its lumps).
+  KV-cache use, plus its growth over one start-up (``trend``: long generations fill the
+  cache for minutes while the work per second stays low; read sooner than the load's),
+  over ``kv_target`` (a full cache stops the batch from growing).
 - **backlog**: the waiting queue's work spread over the start-up, the time a new
   replica needs to become Ready: the extra capacity that drains it by the time it arrives.
 - **start-up** (the look-ahead of ``steady`` and ``kv``, the backlog's spread and the
@@ -99,9 +95,10 @@ makes the observation unusable (the caller raises UNAVAILABLE), and a planner th
 no usable observation for ``stale_s`` answers UNAVAILABLE with the last reason.
 
 Pure: no I/O, no clock of its own (the caller passes ``now``). The parts: the values
-(``plan_values``), the per-second history (``windows``), the burst term (``bursts``), the
-drain floor (``drain``), the start-up and capacity learned from the pods (``learned``), the
-decode not yet served (``arrivals``); this module observes, combines the terms and holds.
+(``plan_values``), the per-second history (``windows``), the forecast growth and fall
+(``trend``), the burst term (``bursts``), the drain floor (``drain``), the start-up and
+capacity learned from the pods (``learned``), the decode not yet served (``arrivals``);
+this module observes, combines the terms and holds.
 """
 
 from __future__ import annotations
@@ -113,7 +110,7 @@ from gpuscale.scaler.core.arrivals import decode_work, joined
 from gpuscale.scaler.core.bursts import BURST_SPANS, Bursts
 from gpuscale.scaler.core.drain import CUT_SHARE, Drain
 from gpuscale.scaler.core.hedge import spare
-from gpuscale.scaler.core.hold import Hold, smooth_fall
+from gpuscale.scaler.core.hold import Hold
 from gpuscale.scaler.core.learned import BatchSums, Capacity, Startup, batch_capacity, decoding
 from gpuscale.scaler.core.plan_values import (
     DEFAULT_STARTUP_S,
@@ -123,6 +120,7 @@ from gpuscale.scaler.core.plan_values import (
     PlanUnavailable,
     PodLoad,
 )
+from gpuscale.scaler.core.trend import TREND_S, fall, kv_growth, load_growth
 from gpuscale.scaler.core.windows import BASE_BLOCK_S, Window
 
 # The values are imported from here by the planner's callers.
@@ -130,10 +128,6 @@ __all__ = ["CUT_SHARE", "DEFAULT_STARTUP_S", "Observation", "Plan", "PlanUnavail
            "Planner", "PlannerConfig", "PodLoad"]
 
 STEADY_S = 60  # the window of the steady term
-TREND_S = 300  # the load's growth is the least-squares slope over this window
-TREND_CAP = 0.5  # growth planned for over a start-up, at most this fraction of the load
-KV_TREND_CAP = 0.5  # the KV cache's fill planned for, at most this fraction of its use
-KV_TREND_MIN_S = 120  # the cache's fill is read once this is seen (the load's: TREND_S)
 REQUEST_MEMORY_S = 300  # the window of the mean work of one request
 QUIET_S = TREND_S  # no arrival this long: the burst term holds nothing (it may go to zero)
 MAX_GAP_S = 30  # a longer gap between observations restarts the arrival history
@@ -313,26 +307,6 @@ class Planner:
         c = self.config
         return c.work(c.prompt_tokens, c.output_tokens)
 
-    def _growth(self, window: Window, least_s: int = TREND_S) -> float:
-        """Growth per second of ``window``'s values (>= 0): the smaller of the
-        least-squares slopes of the last ``TREND_S`` and of its last half, so a load or a
-        cache that stopped rising half a window ago (a step, a ramp that ended) has none.
-        Under ``TREND_S`` seen: over what was, from ``least_s`` on."""
-        c = self.config
-        n = min(c.bins(TREND_S), len(window.values))
-        if n < c.bins(least_s):
-            return 0.0
-        return max(0.0, min(window.slope(n), window.slope(n // 2))) / c.resolution_s
-
-    def _fall(self) -> float:
-        """The load's smooth fall per bin (``hold.smooth_fall``); none until a whole
-        ``TREND_S`` is seen, or without ``trend``."""
-        c = self.config
-        n = c.bins(TREND_S)
-        if not c.trend or len(self._arrived.values) < n:
-            return 0.0
-        return smooth_fall(self._arrived, n)
-
     def _request_seconds(self) -> float | None:
         """Mean seconds a request runs (Little's law: requests running over requests
         finishing a second, over the recent window); with less than one request finished
@@ -355,10 +329,8 @@ class Planner:
         decode = joined(c, self._running, self._queued, n, obs, decode_work(
             c, self._generated, self._finished, self._enough_finished()))
         now_rate = (self._arrived.last(n) / n if n else served) + decode
-        growth = 0.0
-        if c.trend and seen >= c.bins(TREND_S) and not self._bursts.recurrence.expected:
-            growth = min(self._growth(self._arrived) * startup,
-                         TREND_CAP * now_rate)
+        growth = load_growth(c, self._arrived, startup, now_rate,
+                             self._bursts.recurrence.expected)
         k = self.capacity
         load = _with_room(now_rate / k, c.utilization)
         steady = _with_room((now_rate + growth) / k, c.utilization)
@@ -367,13 +339,10 @@ class Planner:
             burst = 0.0  # quiet for QUIET_S: no headroom held for a workload that has gone
         burst /= k
         concurrency = obs.running / (c.max_batch * c.utilization)
-        kv_growth = 0.0
-        if c.trend:
-            # Long generations fill the cache over minutes (each sequence's context grows
-            # until it ends): plan for the fill a start-up ahead, as for the load.
-            kv_growth = min(self._growth(self._kv, KV_TREND_MIN_S) * startup,
-                            KV_TREND_CAP * obs.kv_cache)
-        kv = (obs.kv_cache + kv_growth) / c.kv_target
+        # Long generations fill the cache over minutes (each sequence's context grows
+        # until it ends): plan for the fill a start-up ahead, as for the load.
+        kv_grows = kv_growth(c, self._kv, startup, obs.kv_cache)
+        kv = (obs.kv_cache + kv_grows) / c.kv_target
         kv_now = obs.kv_cache / c.kv_target
         backlog = obs.waiting * request / startup / k
         # Never below the work the Ready pods have been doing these last seconds (a mean:
@@ -400,7 +369,7 @@ class Planner:
         hold = c.bins(self.hold())
         replicas = max(unheld, self._hold.keep(
             second, hold, math.ceil(other - 1e-9) if other > 0 else 0, now_rate / k,
-            self._fall() / k, lambda work: _with_room(work, c.utilization)))
+            fall(c, self._arrived) / k, lambda work: _with_room(work, c.utilization)))
         warming = self._since is None or second - self._since < hold
         if warming:
             replicas = max(replicas, obs.ready + obs.starting)
@@ -413,7 +382,7 @@ class Planner:
         self.plan = Plan(replicas + extra, now, steady, burst, concurrency, kv, backlog, required,
                          unheld, arrived if arrived is not None else
                          (self.plan.arrived if self.plan else served),
-                         request, k, obs.ready, obs.starting, warming, growth, kv_growth,
+                         request, k, obs.ready, obs.starting, warming, growth, kv_grows,
                          excess, startup, self.startup_source, self._startup.pods, held,
                          math.nan if request_s is None else request_s, drain_floor,
                          self._batch_capacity, extra, decode)
