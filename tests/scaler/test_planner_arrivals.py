@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from gpuscale.scaler.core.arrivals import decode_work, joined
+from gpuscale.scaler.core.arrivals import decode_work, joined, per_request
 from gpuscale.scaler.core.planner import Planner
 from gpuscale.scaler.core.windows import Window
 from tests.scaler.planner_load import CFG, busy
@@ -59,6 +59,15 @@ def test_one_requests_decode_is_configured_until_enough_have_finished() -> None:
     assert decode_work(LONG, generated, finished, False) == pytest.approx(DECODE)
     # 12,000 tokens over 5 requests: 2,400 tokens each, at 12,000 tokens/s
     assert decode_work(LONG, generated, finished, True) == pytest.approx(0.2)
+
+
+def test_a_mean_per_request_is_read_only_from_requests_that_finished() -> None:
+    """The one rule the request's work, its prompt (the TTFT budget) and its decode read."""
+    prompts, finished = _window([4_000.0] * 10), _window([2.0] * 10)
+    assert per_request(prompts, finished, True, 1_000.0) == pytest.approx(2_000.0)
+    assert per_request(prompts, finished, False, 1_000.0) == 1_000.0
+    none = _window([0.0] * 10)  # nothing finished: never a division by zero
+    assert per_request(prompts, none, True, 1_000.0) == 1_000.0
 
 
 def _planner(running: list[float], work: float = 1.0) -> Planner:

@@ -33,15 +33,23 @@ from gpuscale.scaler.core.plan_values import Observation, PlannerConfig
 from gpuscale.scaler.core.windows import Window
 
 
+def per_request(amount: Window, finished: Window, enough_finished: bool,
+                configured: float) -> float:
+    """The mean of ``amount`` (work, tokens) one request carries: its sum over the requests
+    finished in the same window once ``enough_finished``; before, ``configured`` (the
+    planner's request work and the decode here both read it so)."""
+    n = min(len(amount.values), len(finished.values))
+    if enough_finished and finished.last(n) > 0:
+        return amount.last(n) / finished.last(n)
+    return configured
+
+
 def decode_work(config: PlannerConfig, generated: Window, finished: Window,
                 enough_finished: bool) -> float:
-    """Mean replica-seconds of one request's decode: the generated tokens over the
-    requests finished in ``generated``'s and ``finished``'s window once ``enough_finished``;
-    before, the decode of the configured ``output_tokens``."""
-    n = min(len(generated.values), len(finished.values))
-    if enough_finished and finished.last(n) > 0:
-        return config.work(0.0, generated.last(n)) / finished.last(n)
-    return config.work(0.0, config.output_tokens)
+    """Mean replica-seconds of one request's decode: the generated tokens per finished
+    request (``per_request``; the configured ``output_tokens`` until enough finished)."""
+    return config.work(0.0, per_request(generated, finished, enough_finished,
+                                        config.output_tokens))
 
 
 def joined(config: PlannerConfig, running: Window, waiting: Window, n: int,

@@ -106,7 +106,7 @@ from __future__ import annotations
 import math
 
 from gpuscale.common.freshness import is_stale
-from gpuscale.scaler.core.arrivals import decode_work, joined
+from gpuscale.scaler.core.arrivals import decode_work, joined, per_request
 from gpuscale.scaler.core.bursts import BURST_SPANS, Bursts
 from gpuscale.scaler.core.drain import CUT_SHARE, Drain
 from gpuscale.scaler.core.hedge import spare
@@ -287,10 +287,8 @@ class Planner:
         c = self.config
         if c.ttft_s is None:
             return c.delay_s
-        n = len(self._finished.values)
-        finished = self._finished.last(n)
-        prompt = (self._prompts.last(n) / finished if self._enough_finished()
-                  else c.prompt_tokens)
+        prompt = per_request(self._prompts, self._finished, self._enough_finished(),
+                             c.prompt_tokens)
         objective = c.ttft_s + prompt * c.ttft_per_token_s
         return max(0.05 * objective, objective - prompt / c.prefill_tps)
 
@@ -301,11 +299,9 @@ class Planner:
     def _request_work(self) -> float:
         """Mean replica-seconds of one request: served work over finished requests in the
         recent window, the configured request until requests have finished."""
-        n = len(self._served.values)
-        if self._enough_finished():
-            return self._served.last(n) / self._finished.last(n)
         c = self.config
-        return c.work(c.prompt_tokens, c.output_tokens)
+        return per_request(self._served, self._finished, self._enough_finished(),
+                           c.work(c.prompt_tokens, c.output_tokens))
 
     def _request_seconds(self) -> float | None:
         """Mean seconds a request runs (Little's law: requests running over requests
