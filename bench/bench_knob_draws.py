@@ -11,7 +11,7 @@ monotone (GPU-hours never rise, minutes never fall as the knob rises), and on ho
 the draws the runs themselves are. A reversal on the means is the planner's, not the draw's.
 
 Usage: .venv/bin/python bench/bench_knob_draws.py [--draws 5] [--jobs N] [--loads A,B]
-           [--json FILE]
+           [--json FILE] [--cold-start-slot SECONDS]
   --loads: names as printed, '-' for a space ("trace-x2,bursts-s1")
 """
 
@@ -77,10 +77,10 @@ def verdicts(runs: Iterable[Run]) -> list[LoadVerdict]:
     return out
 
 
-def _run(job: tuple[Case, float, int]) -> Run:
-    case, setting, draw = job
-    result, _, _ = run_planner(case, {"utilization": f"{setting:g}"},
-                               params=ServingParams(cold_start_seed=draw))
+def _run(job: tuple[Case, float, int, float]) -> Run:
+    case, setting, draw, slot_s = job
+    result, _, _ = run_planner(case, {"utilization": f"{setting:g}"}, params=ServingParams(
+        cold_start_seed=draw, cold_start_slot_s=slot_s))
     return Run(case.name, setting, draw, result.gpu_hours, result.slo_violation_minutes)
 
 
@@ -90,18 +90,21 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--loads", default="")
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--cold-start-slot", type=float, default=0.0, metavar="SECONDS")
     args = ap.parse_args()
-    if args.draws < 1:
-        ap.error("--draws is at least 1")
+    if args.draws < 1 or args.cold_start_slot < 0:
+        ap.error("--draws is at least 1, --cold-start-slot at least 0")
     loads = cases(False)
     if args.loads:
         loads = pick_loads(loads, args.loads)
-    jobs = [(c, s, d) for c in loads for s in SETTINGS for d in range(args.draws)]
+    jobs = [(c, s, d, args.cold_start_slot) for c in loads for s in SETTINGS
+            for d in range(args.draws)]
     began = time.perf_counter()
     with ProcessPoolExecutor(max(1, args.jobs)) as pool:
         runs = list(pool.map(_run, jobs, chunksize=2))
     print(f"# {platform.machine()} {os.cpu_count()} CPUs, Python "
-          f"{sys.version.split()[0]}, {args.jobs} jobs, {args.draws} cold-start draws, "
+          f"{sys.version.split()[0]}, {args.jobs} jobs, {args.draws} cold-start draws"
+          f"{f' by {args.cold_start_slot:g}-s slot' if args.cold_start_slot else ''}, "
           f"{time.perf_counter() - began:.0f} s")
     found = verdicts(runs)
     for v in found:

@@ -21,7 +21,7 @@ their mean - what a change should be judged by (on 2026-12-07 the default planne
 benchmark minutes were 74 on draw 0 and 82-91 on draws 1-3).
 
 Usage: .venv/bin/python bench/bench_planner_alone.py [--jobs N] [--no-fresh]
-       [--metadata KEY=VALUE ...] [--draws N]
+       [--metadata KEY=VALUE ...] [--draws N] [--cold-start-slot SECONDS]
 """
 
 from __future__ import annotations
@@ -71,12 +71,12 @@ def run_planner(case: Case, metadata: dict[str, str] | None = None,
 Row = tuple[str, float, int, int]  # (load, GPU-hours, SLO-violating minutes, cut requests)
 
 
-def run(job: tuple[Case, tuple[tuple[str, str], ...], int]) -> Row:
-    """One load at one cold-start draw: (load, GPU-hours, SLO-violating minutes, requests
-    cut by scale-downs)."""
-    case, metadata, draw = job
-    result, _, _ = run_planner(case, dict(metadata),
-                               params=ServingParams(cold_start_seed=draw))
+def run(job: tuple[Case, tuple[tuple[str, str], ...], int, float]) -> Row:
+    """One load at one cold-start draw (and its ``cold_start_slot_s``): (load, GPU-hours,
+    SLO-violating minutes, requests cut by scale-downs)."""
+    case, metadata, draw, slot_s = job
+    result, _, _ = run_planner(case, dict(metadata), params=ServingParams(
+        cold_start_seed=draw, cold_start_slot_s=slot_s))
     return case.name, result.gpu_hours, result.slo_violation_minutes, result.cut_requests
 
 
@@ -110,21 +110,24 @@ def main() -> None:
     ap.add_argument("--no-fresh", dest="fresh", action="store_false")
     ap.add_argument("--metadata", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--draws", type=int, default=1)
+    ap.add_argument("--cold-start-slot", type=float, default=0.0, metavar="SECONDS")
     args = ap.parse_args()
-    if args.draws < 1:
-        ap.error("--draws is at least 1")
+    if args.draws < 1 or args.cold_start_slot < 0:
+        ap.error("--draws is at least 1, --cold-start-slot at least 0")
     metadata = tuple(tuple(kv.split("=", 1)) for kv in args.metadata)
     if any(len(kv) != 2 for kv in metadata):
         ap.error("--metadata takes KEY=VALUE")
     sets = [("benchmark", cases(False))] + ([("fresh", fresh())] if args.fresh else [])
     began = time.perf_counter()
     with ProcessPoolExecutor(max(1, args.jobs)) as pool:
-        got = {name: [list(pool.map(run, [(c, metadata, d) for c in loads]))
+        got = {name: [list(pool.map(run, [(c, metadata, d, args.cold_start_slot)
+                                          for c in loads]))
                       for d in range(args.draws)]
                for name, loads in sets}
     print(f"# {platform.machine()} {os.cpu_count()} CPUs, Python "
           f"{sys.version.split()[0]}, {args.jobs} jobs, {time.perf_counter() - began:.0f} s"
           + (f", {args.draws} cold-start draws" if args.draws > 1 else "")
+          + (f" by {args.cold_start_slot:g}-s slot" if args.cold_start_slot else "")
           + (f"; metadata {dict(metadata)}" if metadata else ""))
     for name, draws in got.items():
         print("\n".join(table(name, draws)))

@@ -6,6 +6,7 @@ from dataclasses import replace
 
 import pytest
 
+from gpuscale.models.cold_start import SLOT_DRAWS
 from gpuscale.models.serving import (
     GPU_TYPES,
     InFlightRequest,
@@ -230,6 +231,27 @@ def test_cold_starts_are_drawn_per_replica_within_the_spread() -> None:
     model = ServingModel(p)
     model.set_replicas(3, 10.0)
     assert [r.ready_at - 10.0 for r in model.replicas] == starts[:3]
+
+
+def test_cold_starts_drawn_by_the_moment_meet_the_same_start_up() -> None:
+    """With ``cold_start_slot_s`` two runs that create a replica in the same slot draw the
+    same start-up, however many each created before; without, by creation number."""
+    p = ServingParams(cold_start_slot_s=60.0)
+    early, late = ServingModel(p), ServingModel(p)
+    early.set_replicas(3, 5.0)  # three in slot 0 ...
+    late.set_replicas(1, 50.0)  # ... one in slot 0, made 45 s later
+    assert early.replicas[0].ready_at - 5.0 == pytest.approx(late.replicas[0].ready_at - 50.0)
+    early.set_replicas(4, 130.0)  # the first of slot 2 in both
+    late.set_replicas(2, 170.0)
+    assert early.replicas[3].ready_at - 130.0 == pytest.approx(late.replicas[1].ready_at - 170.0)
+    assert early.replicas[3].ready_at - 130.0 == pytest.approx(p.cold_start(2 * SLOT_DRAWS))
+    assert [r.number for r in early.replicas] == [0, 1, 2, 3]  # names stay in order
+    early.set_replicas(5, 131.0)  # the second of slot 2: its own draw
+    assert early.replicas[4].ready_at - 131.0 == pytest.approx(p.cold_start(2 * SLOT_DRAWS + 1))
+    by_number = ServingModel(ServingParams())
+    by_number.set_replicas(1, 50.0)
+    by_number.set_replicas(2, 170.0)
+    assert by_number.replicas[1].ready_at - 170.0 == pytest.approx(ServingParams().cold_start(1))
 
 
 def test_gpu_types_follow_their_hardware() -> None:

@@ -25,7 +25,7 @@ per GPU, each with its source):
 - A new replica is billed from the instant it is created and serves after its own cold
   start counted from that same instant: a seeded draw in ``cold_start_spread`` whose mean
   is ``cold_start_s`` (image pull, weights load, CUDA graph capture), so replicas created
-  together do not all come up together.
+  together do not all come up together (``models.cold_start``).
 - A removed replica drains, as a pod does on SIGTERM behind a Service: it takes no new
   requests, finishes the ones it runs, and goes away when done or after ``drain_s``
   (terminationGracePeriodSeconds; 30 s is Kubernetes' default), billed until then. Requests
@@ -40,11 +40,11 @@ from __future__ import annotations
 
 import heapq
 import math
-import random
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from gpuscale.models.cold_start import Slots, draw
 from gpuscale.telemetry.catalog import CATALOG
 from gpuscale.traffic.trace import TraceRequest
 
@@ -87,9 +87,9 @@ class ServingParams:
     """One replica's capacity (units in the names: tokens, tokens/s, seconds).
 
     ``cold_start_s`` is the mean cold start, what planners provision ahead by; each replica
-    draws its own from ``cold_start_spread`` = (lo, hi) with that mean (``cold_start_seed``
-    and the replica's number seed the draw). A ``cold_start_s`` outside the open interval
-    (lo, hi) - 0 in a test, or lo == hi - is every replica's cold start as it is."""
+    draws its own from ``cold_start_spread`` = (lo, hi) with that mean, seeded by
+    ``cold_start_seed`` and the replica's number - or, with ``cold_start_slot_s``, the
+    moment it was created (``models.cold_start``)."""
 
     max_batch: int = 256  # vLLM's default max_num_seqs (vLLM engine arguments docs)
     kv_tokens: int = kv_capacity_tokens(CATALOG["H100-SXM5-80GB"].memory_mib)  # 456,504
@@ -110,18 +110,11 @@ class ServingParams:
     drain_s: float = 30.0
     cold_start_spread: tuple[float, float] = (80.0, 300.0)
     cold_start_seed: int = 0
+    cold_start_slot_s: float = 0.0
 
     def cold_start(self, replica: int) -> float:
-        """Replica number ``replica``'s cold start, in seconds: deterministic per seed and
-        number. The draw is lo + (hi - lo) x u^a with u uniform in [0, 1) and a chosen so the
-        mean is ``cold_start_s``: most starts short, a long tail (a node pulling the image)."""
-        lo, hi = self.cold_start_spread
-        mean = self.cold_start_s
-        if not lo < mean < hi:
-            return mean
-        a = (hi - lo) / (mean - lo) - 1.0  # E[u^a] = 1/(a+1)
-        u = random.Random(self.cold_start_seed * 1_000_003 + replica).random()
-        return lo + (hi - lo) * float(u**a)
+        """Draw number ``replica``'s cold start, seconds (``models.cold_start.draw``)."""
+        return draw(self.cold_start_spread, self.cold_start_s, self.cold_start_seed, replica)
 
 
 def _per_gpu(gpu: str, dense_bf16_tflops: float, bandwidth_tb_s: float,
@@ -214,6 +207,7 @@ class ServingModel:
         self.done: list[InFlightRequest] = []
         self.gpu_seconds = 0.0
         self.created = 0  # replicas ever created: numbers each one's cold-start draw
+        self._slots = Slots(params.cold_start_slot_s)  # the cold starts' draw numbers
 
     def set_replicas(self, n: int, now: float, warm: bool = False) -> None:
         """Scale to ``n`` at time ``now``: new replicas are billed from ``now`` and serve
@@ -223,7 +217,8 @@ class ServingModel:
         then the lowest deletion cost (``idlest_first``: the fewest running requests), then
         the youngest."""
         while len(self.replicas) < n:
-            ready = now if warm else now + self.p.cold_start(self.created)
+            ready = now if warm else now + self.p.cold_start(
+                self._slots.number(now, self.created))
             self.created += 1
             self.replicas.append(Replica(now, ready, clock=ready, number=self.created - 1))
         while len(self.replicas) > n:
