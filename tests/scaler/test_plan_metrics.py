@@ -37,6 +37,6 @@ def test_plans_and_terms_are_exported_per_scaledobject() -> None:
                           "arrived", "request_work", "capacity", "ready", "starting",
                           "growth", "kv_growth", "burst_excess", "startup",
                           "startup_pods", "held", "request_s", "drain_floor", "unheld",
-                          "batch_capacity", "spare", "joined", "growth_kept"}
+                          "batch_capacity", "spare", "joined"}
     # No pod watch here: the default, measured over no pod.
     assert (terms["startup"], terms["startup_pods"]) == (300.0, 0.0)

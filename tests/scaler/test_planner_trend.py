@@ -9,7 +9,6 @@ from dataclasses import replace
 import pytest
 
 from gpuscale.scaler.core.planner import Planner, PlannerConfig
-from gpuscale.scaler.core.trend import Kept
 from tests.scaler.planner_load import CFG, busy, run
 
 
@@ -82,40 +81,3 @@ def test_growth_is_capped_at_half_the_load() -> None:
     work = 4.0 * 1.5  # the last minute is all at 4.0, and half of it again
     assert plan.growth == pytest.approx(2.0)
     assert plan.steady == pytest.approx(work + 0.25 * math.sqrt(2 * work))
-
-
-def test_pods_on_their_way_for_the_growth_are_kept_for_a_minute() -> None:
-    """A load that rises in fits: its growth wavers to nothing and back. A pod asked for
-    it and still starting is not cancelled while the growth was seen within the steady
-    window (asked again, it would start from nothing); no pod is asked for it."""
-    cfg = PlannerConfig(startup_s=100.0, memory_s=60.0, burst_s=30.0, utilization=0.8)
-    for starting in (1, 0):
-        p = Planner(cfg)
-        for t in range(400):  # rising 0.01 replica-seconds per second: 7 with the growth
-            p.observe(float(t), busy(1.0 + 0.01 * t, ready=6, starting=starting))
-        assert p.current(399.0).replicas == 7
-        for t in range(400, 441):  # then a quarter lower: the last minute's mean falls
-            p.observe(float(t), busy(4.0, ready=6, starting=starting))
-        plan = p.current(440.0)
-        assert plan.unheld == 6
-        # the last minute's mean (19 s of the rise at 4.9 on average, 41 s at 4.0) and the
-        # growth of a minute ago (1.0) ask 7; the growth now (0.24), 6
-        work = (19 * 4.9 + 41 * 4.0) / 60 + 1.0
-        assert math.ceil(work + 0.25 * math.sqrt(2 * work)) == 7
-        assert plan.growth < 0.25
-        if starting:
-            assert (plan.replicas, plan.growth_kept) == (7, 7)
-            assert plan.terms()["growth_kept"] == 7.0
-        else:  # nothing on its way: nothing kept, nothing asked
-            assert (plan.replicas, plan.growth_kept) == (6, 0)
-
-
-def test_the_growth_kept_is_the_largest_of_its_window() -> None:
-    kept = Kept()
-    assert kept.keep(0, 60, 1.0) == 1.0
-    assert kept.keep(30, 60, 0.2) == 1.0
-    assert kept.keep(59, 60, 0.0) == 1.0
-    assert kept.keep(60, 60, 0.0) == 0.2  # second 0 has left the window
-    assert kept.keep(90, 60, 0.5) == 0.5
-    kept.clear()
-    assert kept.keep(91, 60, 0.0) == 0.0

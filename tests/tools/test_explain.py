@@ -340,9 +340,6 @@ def test_why_the_planner_has_its_count() -> None:
     kept = render(_planned(5, drain_floor=5.0, request_s=200.0), decide(reply(160.0)))
     assert ("kept at the 5 Ready pods: a scale-down would cut more than 2% of a minute's "
             "requests (they run ~200 s") in kept
-    starting = render(_planned(3, growth_kept=3.0), decide(reply(160.0)))
-    assert ("kept at 3: pods asked for the load's growth are still starting and the growth "
-            "was seen within the last minute") in starting
     before = render(_planned(5, drain_floor=5.0, request_s=math.nan), decide(reply(160.0)))
     why = next(line for line in before.splitlines() if line.startswith("why"))
     assert "has not seen a minute of them yet" in why

@@ -356,11 +356,6 @@ def _reason(planned: int, terms: Mapping[str, float]) -> str:
         return (f"kept at the {floor} Ready pods: a scale-down would cut more than "
                 f"{CUT_SHARE:.0%} of a minute's requests (they run ~{run:.0f} s, longer "
                 f"than the pods' grace lets them finish; see drainSeconds)")
-    kept = int(terms.get("growth_kept", 0.0))
-    if kept and kept >= planned:
-        return (f"kept at {kept}: pods asked for the load's growth are still starting and the "
-                "growth was seen within the last minute (cancelled now and asked again, a pod "
-                "would start from nothing)")
     unheld = int(terms.get("unheld", 0.0))
     if planned > unheld:
         return (f"held: {planned} was needed within the last start-up "

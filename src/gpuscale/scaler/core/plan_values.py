@@ -114,9 +114,6 @@ class Plan:
     # in steady's load: the decode of sequences that joined the batches this minute, counted
     # when they joined (``arrivals``), replica-seconds per second
     joined: float = 0.0
-    # pods on their way kept for the load's growth seen within a minute (``trend.Kept``;
-    # 0: not binding)
-    growth_kept: int = 0
 
     def terms(self) -> dict[str, float]:
         return {"steady": self.steady, "burst": self.burst, "concurrency": self.concurrency,
@@ -129,6 +126,6 @@ class Plan:
                 "startup_pods": float(self.startup_pods), "held": float(self.held),
                 "request_s": self.request_s, "drain_floor": float(self.drain_floor),
                 "batch_capacity": self.batch_capacity, "spare": float(self.spare),
-                "joined": self.joined, "growth_kept": float(self.growth_kept),
+                "joined": self.joined,
                 "ready": float(self.ready), "starting": float(self.starting)}
 

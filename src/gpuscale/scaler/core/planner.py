@@ -120,7 +120,7 @@ from gpuscale.scaler.core.plan_values import (
     PlanUnavailable,
     PodLoad,
 )
-from gpuscale.scaler.core.trend import TREND_S, Kept, fall, kv_growth, load_growth
+from gpuscale.scaler.core.trend import TREND_S, fall, kv_growth, load_growth
 from gpuscale.scaler.core.windows import BASE_BLOCK_S, Window
 
 # The values are imported from here by the planner's callers.
@@ -168,7 +168,6 @@ class Planner:
         # KV-cache use, percent summed over Ready pods
         self._kv = Window(bins(TREND_S), slopes=True)
         self._hold = Hold()
-        self._grown = Kept()  # the load's growth of the last STEADY_S
         self._drain = Drain(config)
         self._since: int | None = None  # first second of the current history
         self._capacity = Capacity(config)
@@ -269,7 +268,6 @@ class Planner:
             window.clear()
         self._bursts.clear()
         self._hold.clear()
-        self._grown.clear()
         self._drain.clear()
         self._since = None
         self._capacity.clear()
@@ -368,13 +366,6 @@ class Planner:
         replicas = max(unheld, self._hold.keep(
             second, hold, math.ceil(other - 1e-9) if other > 0 else 0, now_rate / k,
             fall(c, self._arrived) / k, lambda work: _with_room(work, c.utilization)))
-        # Pods on their way that the growth of the last minute asked for are not cancelled
-        # (asked again, they would start from nothing: ``trend``); none is asked for it.
-        grown = _with_room((now_rate + self._grown.keep(second, c.bins(STEADY_S), growth)) / k,
-                           c.utilization)
-        kept = min(math.ceil(grown - 1e-9), obs.ready + obs.starting) if obs.starting else 0
-        kept = kept if kept > replicas else 0  # (reported only where it holds the plan up)
-        replicas = max(replicas, kept)
         warming = self._since is None or second - self._since < hold
         if warming:
             replicas = max(replicas, obs.ready + obs.starting)
@@ -390,5 +381,5 @@ class Planner:
                          request, k, obs.ready, obs.starting, warming, growth, kv_grows,
                          excess, startup, self.startup_source, self._startup.pods, held,
                          math.nan if request_s is None else request_s, drain_floor,
-                         self._batch_capacity, extra, decode, kept)
+                         self._batch_capacity, extra, decode)
         return self.plan

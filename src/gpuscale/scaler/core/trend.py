@@ -14,25 +14,10 @@ has just started meets a workload ramping in). Neither with the trigger's ``tren
 and no load growth while a recurring burst is expected (``recurrence``: its excess is held
 ahead of it; its rise is no trend).
 
-The forecast growth is planned for while it lasts, not held - but a replica asked for it
-is not cancelled while it starts as long as the growth was seen within the steady window
-(``Kept``): the two slopes waver around 0 on a load that rises in fits, and a pod asked,
-cancelled (a ReplicaSet deletes pods that are not Ready first) and asked again a minute
-later starts from nothing. Measured on the shipped trace x2 and x4 (minute 20-23: asked at
-20, cancelled at 21, asked again at 22 and Ready at 24, a missed minute on each) and over
-the benchmark (``bench/bench_planner_alone.py --draws 4``, 2026-12-07, means of 4 draws):
-24 loads 122.64 -> 123.16 GPU-hours at 80.5 -> 78.2 SLO minutes, 12 fresh ones 65.14 ->
-65.48 at 25.2 -> 24.2 - about half of what the ``utilization`` knob pays a minute (0.85 ->
-0.8: +2.2 GPU-hours for 4). Kept 30 s: 79.0 / 25.0 minutes; 120 s: as 60 s, at more GPU-hours.
-Keeping any asked pod while it starts (not only the growth's) cost 3 % more GPU-hours:
-the burst term's asks are many pods at a burst's onset.
-
 The fall (``hold.smooth_fall``) is what lets the hold give back a smooth decline.
 """
 
 from __future__ import annotations
-
-from collections import deque
 
 from gpuscale.scaler.core.hold import smooth_fall
 from gpuscale.scaler.core.plan_values import PlannerConfig
@@ -79,23 +64,3 @@ def fall(config: PlannerConfig, arrived: Window) -> float:
     if not config.trend or len(arrived.values) < n:
         return 0.0
     return smooth_fall(arrived, n)
-
-
-class Kept:
-    """The largest load growth of the last bins (a decreasing deque: O(1) a bin)."""
-
-    def __init__(self) -> None:
-        self._seen: deque[tuple[int, float]] = deque()  # (bin, growth), decreasing
-
-    def clear(self) -> None:
-        self._seen.clear()
-
-    def keep(self, second: int, bins: int, growth: float) -> float:
-        """Records ``growth`` at ``second`` (a bin) and answers the largest of the last
-        ``bins``."""
-        while self._seen and self._seen[-1][1] <= growth:
-            self._seen.pop()
-        self._seen.append((second, growth))
-        while self._seen[0][0] <= second - bins:
-            self._seen.popleft()
-        return self._seen[0][1]

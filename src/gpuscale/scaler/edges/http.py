@@ -130,8 +130,7 @@ class PlanCollector(Collector):
             "startup_pods: the pods it was measured over, 0 when configured or the default; held:"
             " the load's own count, which the hold keeps; "
             f"drain_floor: the Ready pods kept so a scale-down cuts at most {CUT_SHARE:.0%} of a"
-            f" minute's requests, 0 when it does not bind; growth_kept: the pods on their way "
-            "kept for the load's growth seen within a minute, 0 when it does not bind).",
+            f" minute's requests, 0 when it does not bind).",
             labels=[*labels, "term"])
         for (namespace, name), plan in self._plans.plans():
             replicas.add_metric([namespace, name], float(plan.replicas))
