@@ -37,7 +37,7 @@ def per_request(amount: Window, finished: Window, enough_finished: bool,
                 configured: float) -> float:
     """The mean of ``amount`` (work, tokens) one request carries: its sum over the requests
     finished in the same window once ``enough_finished``; before, ``configured`` (the
-    planner's request work and the decode here both read it so)."""
+    planner's request work and prompt, and the decode here, all read it so)."""
     n = min(len(amount.values), len(finished.values))
     if enough_finished and finished.last(n) > 0:
         return amount.last(n) / finished.last(n)
